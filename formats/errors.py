@@ -1,0 +1,44 @@
+"""Error family for bad input.
+
+Codecs raise these with the precise facts they know; `load` functions add the file and the
+sequence on the way out, so every message a user sees names both. The command line prints
+`str(error)` as its one line, so messages must stand alone.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConversionError", "FormatError", "VideoError", "ColumnNameError"]
+
+
+class ConversionError(ValueError):
+    """Base class: bad input or an impossible conversion, with a message fit for a user."""
+
+
+class FormatError(ConversionError):
+    """Source metadata or data does not follow its format."""
+
+
+class VideoError(ConversionError):
+    """A video file cannot be read, cut or verified."""
+
+
+class ColumnNameError(ConversionError):
+    """Two source features map to the same Mixtrain column."""
+
+
+def in_context(error: ConversionError, *, file: str | None = None, sequence: str | None = None) -> ConversionError:
+    """Return an error of the same class whose message is prefixed with file and sequence.
+
+    Idempotent for a context already present, so nested loaders can each add what they know.
+    """
+    message = str(error)
+    parts = []
+    if file and file not in message:
+        parts.append(file)
+    if sequence and sequence not in message:
+        parts.append(sequence)
+    if not parts:
+        return error
+    new = type(error)(f"{': '.join(parts)}: {message}")
+    new.__cause__ = error.__cause__ or error
+    return new

@@ -1,0 +1,491 @@
+"""LeRobot dataset v3.0 reader (specs/lerobot-dataset-v3-zh.md).
+
+Layout, all located through metadata, never by guessing file names:
+  meta/info.json                       features, fps, `data_path` / `video_path` templates
+  meta/episodes/chunk-*/file-*.parquet one row per episode: data file, [from, to) global frame
+                                       index, per camera the MP4 and its [from, to) seconds
+  meta/tasks.parquet                   task_index -> text
+  data/...parquet, videos/...mp4       many episodes per file, many files per chunk folder
+
+Quirks real writers produce (lerobot 0.4.4 wrote ../shared/fixtures/lerobot_v3/so100_tiny):
+  - tasks.parquet keeps the text in the pandas index column `__index_level_0__`, not `task`;
+  - data `timestamp` is float32; video from/to timestamps may be float32 or float64;
+  - an episode's `from_timestamp` equals the previous episode's `to_timestamp` in the same MP4;
+  - the episodes table carries `stats/<feature>/<stat>` columns (dropped: we recompute stats).
+
+An episode is read by its `index` range: only the row groups whose statistics overlap it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+from typing import Any
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from formats import storage
+from formats.errors import ConversionError, FormatError, in_context
+from formats.sequence import (
+    SCALAR,
+    VIDEO,
+    ColumnSpec,
+    DatasetMeta,
+    Sequence,
+    VideoSegment,
+    base_columns,
+    check_unique_columns,
+    column_name,
+)
+
+__all__ = ["FORMAT", "EpisodeRef", "detect", "plan", "load"]
+
+FORMAT = "lerobot_v3"
+INFO_PATH = "meta/info.json"
+TASKS_PATH = "meta/tasks.parquet"
+STATS_PATH = "meta/stats.json"
+EPISODES_DIR = "meta/episodes"
+SUPPORTED_VERSION = "v3.0"
+V21_CONVERTER = "python -m lerobot.datasets.v30.convert_dataset_v21_to_v30 --repo-id=<your dataset>"
+
+# Per-frame columns every LeRobot dataset has; derivable, so not repeated per step.
+BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+# Episodes-table columns that only locate data, or hold per-episode stats we recompute.
+_LOCATOR_COLUMNS = {"episode_index", "tasks", "length", "dataset_from_index", "dataset_to_index"}
+_LOCATOR_PREFIXES = ("data/", "videos/", "meta/", "stats/")
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeRef:
+    """One episode's address in the source: small, picklable, no frame data."""
+
+    episode_index: int
+    sequence_id: str
+    length: int
+    data_file: str  # relative to the root
+    from_index: int
+    to_index: int
+    tasks: tuple[str, ...]
+    videos: tuple[tuple[str, VideoSegment], ...]  # (column, segment)
+    scalars: tuple[tuple[str, Any], ...]  # episode-level fields: (column, value)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Feature:
+    key: str
+    column: str
+    kind: str  # "trajectory" | "steps" | "video"
+    dtype: str
+    shape: tuple[int, ...]
+
+
+def detect(fs: fsspec.AbstractFileSystem, root: str) -> bool:
+    """A LeRobot dataset (any version) has meta/info.json with a codebase_version."""
+    path = storage.join(root, INFO_PATH)
+    if not fs.exists(path):
+        return False
+    try:
+        return "codebase_version" in _read_json(fs, path)
+    except FormatError:
+        return True  # malformed, but plainly meant as LeRobot: let plan() say what is wrong
+
+
+def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) -> tuple[DatasetMeta, list[EpisodeRef]]:
+    """Read metadata only and return the output schema and one EpisodeRef per episode."""
+    info_path = storage.join(root, INFO_PATH)
+    if not fs.exists(info_path):
+        raise FormatError(f"{info_path}: not found; a LeRobot v3 dataset needs meta/info.json")
+    info = _read_json(fs, info_path)
+    version = info.get("codebase_version")
+    if version != SUPPORTED_VERSION:
+        hint = f"; convert it to v3.0 first with lerobot's converter: {V21_CONVERTER}" if str(version).startswith("v2") else ""
+        raise FormatError(f"{info_path}: codebase_version {version!r} is not supported (only {SUPPORTED_VERSION}){hint}")
+    fps = _require(info, "fps", (int, float), info_path)
+    features = _require(info, "features", dict, info_path)
+    data_template = _require(info, "data_path", str, info_path)
+    video_template = info.get("video_path")
+    parsed = _parse_features(features, info_path)
+
+    episodes = _read_episodes(fs, root)
+    task_texts = _read_tasks(fs, root)
+    multi_task = any(len(tasks) > 1 for tasks in episodes.column("tasks").to_pylist()) if "tasks" in episodes.column_names else False
+    splits = _parse_splits(info.get("splits"), info_path)
+
+    columns = base_columns()
+    columns.append(ColumnSpec("episode_index", SCALAR, pa.int64(), {"source": "episode_index"}))
+    columns.append(ColumnSpec("task", SCALAR, pa.string(), {"source": "tasks"}))
+    columns.append(ColumnSpec("tasks", SCALAR, pa.list_(pa.string()), {"source": "tasks"}))
+    if splits:
+        columns.append(ColumnSpec("split", SCALAR, pa.string(), {"source": "info.json splits"}))
+    extra_scalars = [
+        name for name in episodes.column_names
+        if name not in _LOCATOR_COLUMNS and not name.startswith(_LOCATOR_PREFIXES)
+    ]
+    for name in extra_scalars:
+        columns.append(ColumnSpec(column_name(name), SCALAR, episodes.schema.field(name).type, {"source": name}))
+    data_schema = _first_data_schema(fs, root, data_template, episodes)
+    for feature in parsed:
+        columns.append(_column_for(feature, features[feature.key], data_schema, fps))
+    if multi_task:
+        columns.append(ColumnSpec.steps("task_index", pa.int32(), source="task_index",
+                                        description="per-step index into this row's tasks"))
+    check_unique_columns(columns)
+
+    refs = []
+    for row in episodes.to_pylist():
+        refs.append(_episode_ref(row, parsed, data_template, video_template, splits, extra_scalars, info_path))
+    meta = DatasetMeta(
+        format=FORMAT,
+        uri=storage.url_for(fs, root),
+        fps=float(fps),
+        columns=columns,
+        source={
+            "format": FORMAT,
+            "uri": storage.url_for(fs, root),
+            "codebase_version": version,
+            "robot_type": info.get("robot_type"),
+            "fps": fps,
+            "features": features,
+            "splits": info.get("splits"),
+            "total_episodes": info.get("total_episodes"),
+            "total_frames": info.get("total_frames"),
+            "tasks": task_texts,
+        },
+    )
+    return meta, refs
+
+
+def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: DatasetMeta) -> Sequence:
+    """Read exactly one episode's rows and return its Sequence (videos still as segments)."""
+    data_path = storage.resolve_inside(root, ref.data_file, what="data file")
+    try:
+        table = _read_episode_rows(fs, data_path, ref, meta)
+        return _to_sequence(table, ref, meta)
+    except ConversionError as error:
+        raise in_context(error, file=data_path, sequence=ref.sequence_id) from error
+    except (OSError, pa.ArrowException) as error:
+        raise FormatError(f"{data_path}: {ref.sequence_id}: cannot read data: {error}") from error
+
+
+# --- metadata -----------------------------------------------------------------------------------
+
+
+def _read_json(fs, path: str) -> dict:
+    try:
+        with fs.open(path, "rb") as handle:
+            value = json.load(handle)
+    except json.JSONDecodeError as error:
+        raise FormatError(f"{path}: malformed JSON: {error}") from error
+    if not isinstance(value, dict):
+        raise FormatError(f"{path}: expected a JSON object, found {type(value).__name__}")
+    return value
+
+
+def _require(info: dict, key: str, types, path: str):
+    if key not in info:
+        raise FormatError(f"{path}: required key {key!r} is missing")
+    value = info[key]
+    if not isinstance(value, types) or isinstance(value, bool):
+        names = "/".join(t.__name__ for t in (types if isinstance(types, tuple) else (types,)))
+        raise FormatError(f"{path}: {key!r} must be {names}, found {value!r}")
+    return value
+
+
+def _parse_features(features: dict, path: str) -> list[_Feature]:
+    parsed = []
+    for key, spec in features.items():
+        if key in BOOKKEEPING:
+            continue
+        if not isinstance(spec, dict) or "dtype" not in spec:
+            raise FormatError(f"{path}: feature {key!r} has no dtype")
+        dtype = spec["dtype"]
+        shape = tuple(int(n) for n in spec.get("shape") or (1,))
+        if dtype == "image":
+            raise FormatError(
+                f"{path}: feature {key!r} has dtype 'image' (frames stored inside Parquet), which this "
+                "version does not convert yet; refusing rather than dropping the camera"
+            )
+        if dtype == "video":
+            parsed.append(_Feature(key, column_name(key, camera=True), VIDEO, dtype, shape))
+        elif dtype in ("string", "language") or shape == (1,):
+            parsed.append(_Feature(key, column_name(key), "steps", dtype, shape))
+        else:
+            try:
+                np.dtype(dtype)
+            except TypeError as error:
+                raise FormatError(f"{path}: feature {key!r} has unknown dtype {dtype!r}") from error
+            parsed.append(_Feature(key, column_name(key), "trajectory", dtype, shape))
+    return parsed
+
+
+def _column_for(feature: _Feature, spec: dict, data_schema: pa.Schema, fps: float) -> ColumnSpec:
+    meta: dict[str, Any] = {"source": feature.key}
+    if spec.get("names") is not None:
+        meta["names"] = spec["names"]
+    if feature.kind == VIDEO:
+        info = spec.get("info") or {}
+        height, width = (feature.shape + (None, None))[:2]
+        meta = {
+            "fps": info.get("video.fps", fps),
+            "codec": info.get("video.codec"),
+            "resolution": {"width": info.get("video.width", width), "height": info.get("video.height", height)},
+            "pix_fmt": info.get("video.pix_fmt"),
+            "is_depth_map": bool(info.get("video.is_depth_map", False)),
+            "source": feature.key,
+        }
+        return ColumnSpec(feature.column, VIDEO, pa.string(), meta)
+    if feature.kind == "trajectory":
+        dim = int(np.prod(feature.shape))
+        if len(feature.shape) > 1:
+            meta["shape"] = list(feature.shape)
+        return ColumnSpec.trajectory(feature.column, np.dtype(feature.dtype), dim, **meta)
+    # Per-step values: numeric as their numpy dtype, anything else in the data file's own type.
+    if feature.dtype not in ("string", "language"):
+        try:
+            return ColumnSpec.steps(feature.column, pa.from_numpy_dtype(np.dtype(feature.dtype)), **meta)
+        except (TypeError, pa.ArrowNotImplementedError):
+            pass
+    if feature.dtype == "string":
+        return ColumnSpec.steps(feature.column, pa.string(), **meta)
+    if data_schema.get_field_index(feature.key) < 0:
+        raise FormatError(f"feature {feature.key!r} is declared in info.json but missing from the data files")
+    return ColumnSpec.steps(feature.column, data_schema.field(feature.key).type, **meta)
+
+
+def _read_episodes(fs, root: str) -> pa.Table:
+    pattern = storage.join(root, EPISODES_DIR, "*", "*.parquet")
+    files = sorted(fs.glob(pattern))
+    if not files:
+        raise FormatError(f"{storage.join(root, EPISODES_DIR)}: no episode index files (meta/episodes/chunk-*/file-*.parquet)")
+    tables = []
+    for path in files:
+        try:
+            with fs.open(path, "rb") as handle:
+                parquet = pq.ParquetFile(handle)
+                wanted = [n for n in parquet.schema_arrow.names if not n.startswith("stats/")]
+                tables.append(parquet.read(columns=wanted))
+        except (OSError, pa.ArrowException) as error:
+            raise FormatError(f"{path}: cannot read episode index: {error}") from error
+        for column in ("episode_index", "length", "dataset_from_index", "dataset_to_index", "data/chunk_index", "data/file_index"):
+            if column not in tables[-1].column_names:
+                raise FormatError(f"{path}: episode index lacks required column {column!r}")
+    try:
+        episodes = pa.concat_tables(tables, promote_options="permissive")
+    except pa.ArrowInvalid as error:
+        raise FormatError(f"{storage.join(root, EPISODES_DIR)}: episode index files disagree in schema: {error}") from error
+    episodes = episodes.sort_by("episode_index")
+    indices = episodes.column("episode_index").to_numpy()
+    if len(np.unique(indices)) != len(indices):
+        duplicate = int(indices[np.nonzero(np.diff(indices) == 0)[0][0]])
+        raise FormatError(f"{storage.join(root, EPISODES_DIR)}: episode_index {duplicate} appears more than once")
+    return episodes
+
+
+def _read_tasks(fs, root: str) -> dict[int, str]:
+    path = storage.join(root, TASKS_PATH)
+    if not fs.exists(path):
+        return {}
+    with fs.open(path, "rb") as handle:
+        table = pq.read_table(handle)
+    text_column = "task" if "task" in table.column_names else "__index_level_0__"
+    if text_column not in table.column_names or "task_index" not in table.column_names:
+        raise FormatError(f"{path}: expected columns task_index and task (or a pandas index), found {table.column_names}")
+    return dict(zip(table.column("task_index").to_pylist(), table.column(text_column).to_pylist()))
+
+
+def _parse_splits(splits, path: str) -> list[tuple[str, int, int]]:
+    if not splits:
+        return []
+    if not isinstance(splits, dict):
+        raise FormatError(f"{path}: 'splits' must be an object like {{\"train\": \"0:80\"}}, found {splits!r}")
+    parsed = []
+    for name, span in splits.items():
+        try:
+            low, high = (int(x) for x in str(span).split(":"))
+        except ValueError as error:
+            raise FormatError(f"{path}: split {name!r} has range {span!r}, expected 'start:end'") from error
+        parsed.append((name, low, high))
+    return parsed
+
+
+def _first_data_schema(fs, root: str, template: str, episodes: pa.Table) -> pa.Schema:
+    first = episodes.slice(0, 1).to_pylist()
+    if not first:
+        return pa.schema([])
+    relative = template.format(chunk_index=first[0]["data/chunk_index"], file_index=first[0]["data/file_index"])
+    path = storage.resolve_inside(root, relative, what="data file")
+    try:
+        return _parquet_metadata(fs, path).schema.to_arrow_schema()
+    except FileNotFoundError as error:
+        raise FormatError(f"{path}: data file not found (episode {first[0]['episode_index']})") from error
+
+
+def _episode_ref(row: dict, features, data_template, video_template, splits, extra_scalars, info_path) -> EpisodeRef:
+    index = int(row["episode_index"])
+    sequence_id = f"episode_{index:06d}"
+    length = int(row["length"])
+    if length <= 0:
+        raise FormatError(f"{info_path}: {sequence_id}: length {length} (an episode needs at least one frame)")
+    if int(row["dataset_to_index"]) - int(row["dataset_from_index"]) != length:
+        raise FormatError(
+            f"{sequence_id}: dataset_from_index..dataset_to_index = {row['dataset_from_index']}..{row['dataset_to_index']} "
+            f"does not span its length {length}"
+        )
+    videos = []
+    for feature in features:
+        if feature.kind != VIDEO:
+            continue
+        prefix = f"videos/{feature.key}/"
+        missing = [k for k in ("chunk_index", "file_index", "from_timestamp", "to_timestamp") if prefix + k not in row]
+        if missing or video_template is None:
+            raise FormatError(f"{info_path}: {sequence_id}: camera {feature.key!r} has no video location in the episode index")
+        path = video_template.format(video_key=feature.key, chunk_index=row[prefix + "chunk_index"], file_index=row[prefix + "file_index"])
+        videos.append((feature.column, VideoSegment(path, length, float(row[prefix + "from_timestamp"]), float(row[prefix + "to_timestamp"]))))
+    scalars = [("episode_index", index)]
+    tasks = tuple(row.get("tasks") or ())
+    for name, low, high in splits:
+        if low <= index < high:
+            scalars.append(("split", name))
+            break
+    else:
+        if splits:
+            scalars.append(("split", None))
+    scalars += [(column_name(name), row[name]) for name in extra_scalars]
+    return EpisodeRef(
+        episode_index=index,
+        sequence_id=sequence_id,
+        length=length,
+        data_file=data_template.format(chunk_index=row["data/chunk_index"], file_index=row["data/file_index"]),
+        from_index=int(row["dataset_from_index"]),
+        to_index=int(row["dataset_to_index"]),
+        tasks=tasks,
+        videos=tuple(videos),
+        scalars=tuple(scalars),
+    )
+
+
+# --- data ---------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=8)
+def _parquet_metadata(fs, path: str) -> pq.FileMetaData:
+    """Footers are read once per worker and file: many episodes share one data file."""
+    with fs.open(path, "rb") as handle:
+        return pq.ParquetFile(handle).metadata
+
+
+def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.Table:
+    if not fs.exists(path):
+        raise FormatError(f"data file not found (episode {ref.episode_index})")
+    metadata = _parquet_metadata(fs, path)
+    schema = metadata.schema.to_arrow_schema()
+    wanted = [spec.meta["source"] for spec in meta.columns
+              if spec.kind in ("trajectory", "steps") and spec.meta.get("source") not in (None, "task_index")]
+    missing = [key for key in wanted if schema.get_field_index(key) < 0]
+    if missing:
+        raise FormatError(f"columns {missing} declared in meta/info.json are missing from the data file")
+    key_column = "index" if schema.get_field_index("index") >= 0 else "episode_index"
+    low, high = (ref.from_index, ref.to_index) if key_column == "index" else (ref.episode_index, ref.episode_index + 1)
+    groups = _row_groups_overlapping(metadata, key_column, low, high)
+    extra = [c for c in ("timestamp", "frame_index", "episode_index", "task_index") if schema.get_field_index(c) >= 0]
+    columns = list(dict.fromkeys([key_column, *extra, *wanted]))
+    with fs.open(path, "rb") as handle:
+        parquet = pq.ParquetFile(handle, metadata=metadata)
+        table = parquet.read_row_groups(groups, columns=columns) if groups else schema.empty_table().select(columns)
+    keys = table.column(key_column)
+    mask = pc.and_(pc.greater_equal(keys, low), pc.less(keys, high))
+    table = table.filter(mask)
+    if table.num_rows != ref.length:
+        raise FormatError(
+            f"episode {ref.episode_index}: offsets {key_column} {low}..{high} point past the data file "
+            f"({table.num_rows} of {ref.length} rows found)"
+        )
+    if key_column == "index":
+        order = table.column("index").to_numpy()
+        if not np.array_equal(order, np.arange(low, high)):
+            table = table.sort_by("index")
+        if "episode_index" in table.column_names:
+            found = np.unique(table.column("episode_index").to_numpy())
+            if found.tolist() != [ref.episode_index]:
+                raise FormatError(f"rows {low}..{high} belong to episode(s) {found.tolist()}, not episode {ref.episode_index}")
+    return table
+
+
+def _row_groups_overlapping(metadata: pq.FileMetaData, column: str, low: int, high: int) -> list[int]:
+    """Row groups whose min/max statistics of `column` overlap [low, high); all when unknown."""
+    position = metadata.schema.to_arrow_schema().get_field_index(column)
+    groups = []
+    for group in range(metadata.num_row_groups):
+        stats = metadata.row_group(group).column(position).statistics
+        if stats is None or not stats.has_min_max:
+            groups.append(group)
+        elif stats.max >= low and stats.min < high:
+            groups.append(group)
+    return groups
+
+
+def _to_sequence(table: pa.Table, ref: EpisodeRef, meta: DatasetMeta) -> Sequence:
+    length = ref.length
+    if "frame_index" in table.column_names:
+        frames = table.column("frame_index").to_numpy()
+        if not np.array_equal(frames, np.arange(length)):
+            raise FormatError(f"episode {ref.episode_index}: frame_index is not 0..{length - 1}")
+    if "timestamp" in table.column_names:
+        raw = table.column("timestamp").to_numpy().astype(np.float64)
+        timestamp = raw - raw[0]
+    else:
+        timestamp = np.arange(length, dtype=np.float64) / meta.fps
+    sequence = Sequence(sequence_id=ref.sequence_id, length=length, timestamp=timestamp)
+    sequence.scalars.update(ref.scalars)
+    sequence.scalars["length"] = length
+    sequence.scalars["duration_seconds"] = length / meta.fps
+    sequence.scalars["tasks"] = list(ref.tasks)
+    sequence.scalars["task"] = ref.tasks[0] if ref.tasks else None
+    task_texts = meta.source.get("tasks") or {}
+    if "task_index" in table.column_names and task_texts:
+        per_step = table.column("task_index").to_numpy()
+        first = task_texts.get(int(per_step[0]))
+        if first is not None:
+            sequence.scalars["task"] = first
+    for spec in meta.columns:
+        source = spec.meta.get("source")
+        if spec.kind == "trajectory":
+            sequence.trajectories[spec.name] = _trajectory(table.column(source), spec, length)
+        elif spec.kind == "steps" and spec.name == "task_index" and source == "task_index":
+            sequence.steps["task_index"] = _local_task_indices(table, ref, task_texts)
+        elif spec.kind == "steps":
+            column = table.column(source).combine_chunks()
+            if column.type != spec.arrow_type.value_type:
+                column = column.cast(spec.arrow_type.value_type)
+            numeric = pa.types.is_integer(column.type) or pa.types.is_floating(column.type)
+            sequence.steps[spec.name] = column.to_numpy(zero_copy_only=False) if numeric and column.null_count == 0 else column
+    sequence.videos.update(dict(ref.videos))
+    return sequence
+
+
+def _trajectory(column: pa.ChunkedArray, spec: ColumnSpec, length: int) -> np.ndarray:
+    """[T, D] in the source dtype, from fixed_size_list, list, or nested (Array2D+) storage."""
+    array = column.combine_chunks()
+    dim = spec.meta["dim"]
+    while pa.types.is_list(array.type) or pa.types.is_fixed_size_list(array.type) or pa.types.is_large_list(array.type):
+        array = array.flatten()
+    values = array.to_numpy(zero_copy_only=False)
+    if values.size != length * dim:
+        raise FormatError(f"feature {spec.meta['source']!r}: {values.size} values for {length} steps x {dim} dims")
+    return values.astype(np.dtype(spec.meta["dtype"]), copy=False).reshape(length, dim)
+
+
+def _local_task_indices(table: pa.Table, ref: EpisodeRef, task_texts: dict[int, str]) -> np.ndarray:
+    positions = {text: i for i, text in enumerate(ref.tasks)}
+    out = np.empty(table.num_rows, np.int32)
+    for i, global_index in enumerate(table.column("task_index").to_pylist()):
+        text = task_texts.get(global_index)
+        if text not in positions:
+            raise FormatError(f"episode {ref.episode_index}: frame {i} has task_index {global_index} outside the episode's tasks")
+        out[i] = positions[text]
+    return out

@@ -1,0 +1,300 @@
+"""Write synthetic LeRobot v3.0 datasets exactly as lerobot 0.4.4 lays them out.
+
+Used by the tests (datasets with many data files, video files and chunk folders, H.264 with
+B-frames, HEVC) and by `./run_local.sh` for its bundled sample. It reproduces what lerobot
+really writes (see ../shared/fixtures/lerobot_v3/so100_tiny): each episode encoded on its own,
+then joined into a camera's MP4 by stream copy, `from_timestamp` of an episode equal to the
+previous one's `to_timestamp`; float32 `timestamp`; task text in the pandas index column of
+meta/tasks.parquet; per-episode `stats/...` columns; episode-index files chunked like data.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import posixpath
+from collections.abc import Sequence as Seq
+
+import av
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from formats import storage
+from formats.video import encode_frames
+
+__all__ = ["SyntheticLeRobot", "write_dataset", "synthetic_frames"]
+
+DATA_TEMPLATE = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+VIDEO_TEMPLATE = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+EPISODES_TEMPLATE = "meta/episodes/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+
+
+@dataclasses.dataclass
+class SyntheticLeRobot:
+    """What to write. Defaults mirror lerobot's (AV1, keyframe every 2 frames, 30 fps)."""
+
+    lengths: Seq[int] = (40, 25, 31, 18)
+    fps: int = 30
+    state_dim: int = 6
+    action_dim: int = 6
+    cameras: Seq[str] = ("observation.images.front", "observation.images.wrist")
+    width: int = 64
+    height: int = 48
+    codec: str = "av1"
+    gop: int | None = 2
+    crf: int = 30
+    episodes_per_data_file: int = 1000
+    episodes_per_video_file: int = 1000
+    episodes_per_meta_file: int = 1000
+    chunks_size: int = 1000
+    tasks: Seq[str] = ("Pick up the cube.", "Open the drawer.")
+    multi_task_episodes: Seq[int] = ()  # episodes whose second half switches to the next task
+    extra_step_features: bool = False  # next.reward float32 [1], next.done bool [1], a float64 [2] sensor
+    tasks_as_index: bool = True  # lerobot's pandas-index layout; False writes a `task` column
+    splits: dict | None = None
+    seed: int = 0
+
+
+def synthetic_frames(episode: int, camera: int, length: int, height: int, width: int) -> np.ndarray:
+    """[T, H, W, 3] uint8: a moving gradient whose colour depends on episode and camera."""
+    y, x = np.mgrid[0:height, 0:width]
+    frames = np.empty((length, height, width, 3), np.uint8)
+    for t in range(length):
+        frames[t, ..., 0] = (x * 4 + t * 3 + episode * 40) % 256
+        frames[t, ..., 1] = (y * 5 + camera * 90 + t) % 256
+        frames[t, ..., 2] = ((x + y) * 2 + episode * 17 + camera * 50) % 256
+    return frames
+
+
+def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
+    """Write the dataset under `url` (any fsspec URL) and return the values written per episode.
+
+    Returns {"state": [arrays], "action": [...], "frames": {camera: [arrays]}, ...} so tests can
+    compare a conversion against the exact source values.
+    """
+    spec = spec or SyntheticLeRobot()
+    fs, root = storage.open_root(url)
+    rng = np.random.default_rng(spec.seed)
+    truth: dict = {"state": [], "action": [], "reward": [], "done": [], "sensor": [], "task_index": [], "frames": {c: [] for c in spec.cameras}}
+    episode_rows = []
+    global_index = 0
+
+    # Data rows, grouped into files of `episodes_per_data_file` episodes.
+    data_files: dict[int, list[pa.Table]] = {}
+    for episode, length in enumerate(spec.lengths):
+        state = rng.normal(size=(length, spec.state_dim)).astype(np.float32)
+        action = rng.normal(size=(length, spec.action_dim)).astype(np.float32)
+        task = episode % len(spec.tasks)
+        task_index = np.full(length, task, np.int64)
+        if episode in spec.multi_task_episodes:
+            task_index[length // 2:] = (task + 1) % len(spec.tasks)
+        columns = {
+            "observation.state": _fixed(state),
+            "action": _fixed(action),
+        }
+        if spec.extra_step_features:
+            reward = rng.random(length).astype(np.float32)
+            done = np.zeros(length, bool)
+            done[-1] = True
+            sensor = rng.normal(size=(length, 2))
+            columns.update({"next.reward": pa.array(reward), "next.done": pa.array(done), "observation.sensor": _fixed(sensor)})
+            truth["reward"].append(reward)
+            truth["done"].append(done)
+            truth["sensor"].append(sensor)
+        columns.update({
+            "timestamp": pa.array((np.arange(length) / spec.fps).astype(np.float32)),
+            "frame_index": pa.array(np.arange(length, dtype=np.int64)),
+            "episode_index": pa.array(np.full(length, episode, np.int64)),
+            "index": pa.array(np.arange(global_index, global_index + length, dtype=np.int64)),
+            "task_index": pa.array(task_index),
+        })
+        file_number = episode // spec.episodes_per_data_file
+        data_files.setdefault(file_number, []).append(pa.table(columns))
+        tasks = [spec.tasks[int(i)] for i in dict.fromkeys(task_index.tolist())]
+        episode_rows.append({
+            "episode_index": episode,
+            "tasks": tasks,
+            "length": length,
+            "data/chunk_index": file_number // spec.chunks_size,
+            "data/file_index": file_number % spec.chunks_size,
+            "dataset_from_index": global_index,
+            "dataset_to_index": global_index + length,
+        })
+        for name, values in (("observation.state", state), ("action", action)):
+            for stat, value in _episode_stats(values).items():
+                episode_rows[-1][f"stats/{name}/{stat}"] = value
+        truth["state"].append(state)
+        truth["action"].append(action)
+        truth["task_index"].append(task_index)
+        global_index += length
+    for file_number, tables in data_files.items():
+        path = storage.join(root, DATA_TEMPLATE.format(chunk_index=file_number // spec.chunks_size, file_index=file_number % spec.chunks_size))
+        fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        with fs.open(path, "wb") as handle:
+            with pq.ParquetWriter(handle, tables[0].schema, compression="snappy") as writer:
+                for table in tables:  # one row group per episode, as lerobot's streaming writer does
+                    writer.write_table(table)
+
+    # Videos: each episode encoded alone, then joined per file by stream copy.
+    for camera_number, camera in enumerate(spec.cameras):
+        groups: dict[int, list[int]] = {}
+        for episode in range(len(spec.lengths)):
+            groups.setdefault(episode // spec.episodes_per_video_file, []).append(episode)
+        for file_number, episodes in groups.items():
+            encoded = []
+            for episode in episodes:
+                frames = synthetic_frames(episode, camera_number, spec.lengths[episode], spec.height, spec.width)
+                truth["frames"][camera].append(frames)
+                buffer = io.BytesIO()
+                encode_frames(frames, buffer, codec=spec.codec, fps=spec.fps, crf=spec.crf, gop=spec.gop)
+                encoded.append(buffer.getvalue())
+            chunk_index, file_index = file_number // spec.chunks_size, file_number % spec.chunks_size
+            path = storage.join(root, VIDEO_TEMPLATE.format(video_key=camera, chunk_index=chunk_index, file_index=file_index))
+            fs.makedirs(posixpath.dirname(path), exist_ok=True)
+            bounds = _concatenate(encoded, fs, path)
+            for episode, (start, end) in zip(episodes, bounds):
+                row = episode_rows[episode]
+                row[f"videos/{camera}/chunk_index"] = chunk_index
+                row[f"videos/{camera}/file_index"] = file_index
+                row[f"videos/{camera}/from_timestamp"] = start
+                row[f"videos/{camera}/to_timestamp"] = end
+
+    # Episode index, chunked like data.
+    for start in range(0, len(episode_rows), spec.episodes_per_meta_file):
+        file_number = start // spec.episodes_per_meta_file
+        chunk_index, file_index = file_number // spec.chunks_size, file_number % spec.chunks_size
+        rows = episode_rows[start:start + spec.episodes_per_meta_file]
+        for row in rows:
+            row["meta/episodes/chunk_index"] = chunk_index
+            row["meta/episodes/file_index"] = file_index
+        path = storage.join(root, EPISODES_TEMPLATE.format(chunk_index=chunk_index, file_index=file_index))
+        fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        with fs.open(path, "wb") as handle:
+            pq.write_table(pa.Table.from_pylist(rows), handle)
+
+    _write_tasks(fs, root, spec)
+    _write_json(fs, storage.join(root, "meta/stats.json"), _dataset_stats(truth, spec))
+    _write_json(fs, storage.join(root, "meta/info.json"), _info(spec, global_index))
+    return truth
+
+
+def _fixed(values: np.ndarray) -> pa.Array:
+    return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
+
+
+def _episode_stats(values: np.ndarray) -> dict:
+    data = values.astype(np.float64)
+    return {"min": data.min(0).tolist(), "max": data.max(0).tolist(), "mean": data.mean(0).tolist(),
+            "std": data.std(0).tolist(), "count": [len(data)]}
+
+
+def _concatenate(encoded: list[bytes], fs, path: str) -> list[tuple[float, float]]:
+    """Join per-episode MP4s by packet copy, shifting timestamps; return [from, to) seconds."""
+    bounds = []
+    output_buffer = io.BytesIO()
+    output = av.open(output_buffer, mode="w", format="mp4")
+    out_stream = None
+    offset_seconds = 0.0
+    for blob in encoded:
+        source = av.open(io.BytesIO(blob))
+        stream = source.streams.video[0]
+        if out_stream is None:
+            out_stream = output.add_stream_from_template(stream, opaque=True)
+            out_stream.time_base = stream.time_base
+        time_base = stream.time_base
+        offset = int(round(offset_seconds / time_base))
+        frame_ticks = int(round(1 / (float(stream.average_rate) * time_base)))
+        count = 0
+        for packet in source.demux(stream):
+            if packet.size == 0:
+                continue
+            packet.pts += offset
+            if packet.dts is not None:
+                packet.dts += offset
+            packet.stream = out_stream
+            output.mux(packet)
+            count += 1
+        source.close()
+        end_seconds = float((offset + count * frame_ticks) * time_base)
+        bounds.append((offset_seconds, end_seconds))
+        offset_seconds = end_seconds
+    output.close()
+    fs.pipe_file(path, output_buffer.getvalue())
+    return bounds
+
+
+def _write_tasks(fs, root: str, spec: SyntheticLeRobot) -> None:
+    indices = pa.array(range(len(spec.tasks)), pa.int64())
+    texts = pa.array(list(spec.tasks), pa.string())
+    if spec.tasks_as_index:
+        pandas_meta = {
+            "index_columns": ["__index_level_0__"],
+            "column_indexes": [],
+            "columns": [
+                {"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64", "metadata": None},
+                {"name": None, "field_name": "__index_level_0__", "pandas_type": "unicode", "numpy_type": "object", "metadata": None},
+            ],
+            "attributes": {},
+            "creator": {"library": "pyarrow", "version": pa.__version__},
+        }
+        table = pa.table({"task_index": indices, "__index_level_0__": texts})
+        table = table.replace_schema_metadata({b"pandas": json.dumps(pandas_meta).encode()})
+    else:
+        table = pa.table({"task_index": indices, "task": texts})
+    with fs.open(storage.join(root, "meta/tasks.parquet"), "wb") as handle:
+        pq.write_table(table, handle)
+
+
+def _dataset_stats(truth: dict, spec: SyntheticLeRobot) -> dict:
+    stats = {}
+    for name, key in (("observation.state", "state"), ("action", "action")):
+        values = np.concatenate(truth[key]).astype(np.float64)
+        stats[name] = {"min": values.min(0).tolist(), "max": values.max(0).tolist(), "mean": values.mean(0).tolist(),
+                       "std": values.std(0).tolist(), "count": [len(values)]}
+    return stats
+
+
+def _info(spec: SyntheticLeRobot, total_frames: int) -> dict:
+    features = {
+        "observation.state": {"dtype": "float32", "shape": [spec.state_dim], "names": [f"joint_{i}" for i in range(spec.state_dim)]},
+        "action": {"dtype": "float32", "shape": [spec.action_dim], "names": [f"joint_{i}" for i in range(spec.action_dim)]},
+    }
+    if spec.extra_step_features:
+        features["next.reward"] = {"dtype": "float32", "shape": [1], "names": None}
+        features["next.done"] = {"dtype": "bool", "shape": [1], "names": None}
+        features["observation.sensor"] = {"dtype": "float64", "shape": [2], "names": ["a", "b"]}
+    for camera in spec.cameras:
+        features[camera] = {
+            "dtype": "video",
+            "shape": [spec.height, spec.width, 3],
+            "names": ["height", "width", "channels"],
+            "info": {"video.height": spec.height, "video.width": spec.width, "video.codec": spec.codec,
+                     "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": spec.fps,
+                     "video.channels": 3, "has_audio": False},
+        }
+    for name, dtype in (("timestamp", "float32"), ("frame_index", "int64"), ("episode_index", "int64"),
+                        ("index", "int64"), ("task_index", "int64")):
+        features[name] = {"dtype": dtype, "shape": [1], "names": None}
+    episodes = len(spec.lengths)
+    return {
+        "codebase_version": "v3.0",
+        "robot_type": "synthetic",
+        "total_episodes": episodes,
+        "total_frames": total_frames,
+        "total_tasks": len(spec.tasks),
+        "chunks_size": spec.chunks_size,
+        "data_files_size_in_mb": 100,
+        "video_files_size_in_mb": 200,
+        "fps": spec.fps,
+        "splits": spec.splits or {"train": f"0:{episodes}"},
+        "data_path": DATA_TEMPLATE,
+        "video_path": VIDEO_TEMPLATE,
+        "features": features,
+    }
+
+
+def _write_json(fs, path: str, value: dict) -> None:
+    fs.makedirs(posixpath.dirname(path), exist_ok=True)
+    fs.pipe_file(path, (json.dumps(value, indent=4) + "\n").encode())

@@ -1,0 +1,161 @@
+"""Mixtrain v1.0 as this product writes it (specs/mixtrain-format-v1.0.md, ARCHITECTURE.md s3).
+
+Rows are built into Arrow arrays straight from numpy buffers (offsets + flat values), never
+through per-element Python lists. Shards are chosen by a stable digest of the sequence_id, and
+rows inside a shard are sorted by sequence_id, so the same input gives the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from formats.sequence import SCALAR, STEPS, TIMESTAMPS, TRAJECTORY, VIDEO, ColumnSpec, DatasetMeta, Sequence
+
+__all__ = [
+    "VERSION",
+    "SIDECAR",
+    "STATS_FILE",
+    "shard_of",
+    "shard_path",
+    "video_path",
+    "arrow_schema",
+    "sequences_to_table",
+    "write_shard",
+    "column_types",
+    "sidecar",
+    "read_sidecar",
+]
+
+VERSION = "1.0"
+SIDECAR = "mixtrain.json"
+STATS_FILE = "stats.json"
+DATA_DIR = "data"
+FILES_DIR = "files"
+PARQUET_COMPRESSION = "zstd"
+
+
+def shard_of(sequence_id: str, num_shards: int) -> int:
+    """Stable shard of a sequence: md5 of the UTF-8 id, first 8 bytes big-endian, mod N.
+
+    Must never change between versions: it decides which file a row lands in (TFDS hashing.py).
+    """
+    digest = hashlib.md5(sequence_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") % num_shards
+
+
+def shard_path(index: int) -> str:
+    return f"{DATA_DIR}/part-{index:05d}.parquet"
+
+
+def video_path(column: str, sequence_id: str, extension: str = "mp4") -> str:
+    return f"{FILES_DIR}/{column}/{sequence_id}.{extension}"
+
+
+def arrow_schema(columns: list[ColumnSpec]) -> pa.Schema:
+    return pa.schema([pa.field(spec.name, spec.arrow_type, nullable=spec.name != "sequence_id") for spec in columns])
+
+
+def _offsets(lengths: list[int]) -> pa.Array:
+    return pa.array(np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)]).astype(np.int32), pa.int32())
+
+
+def _column_array(spec: ColumnSpec, sequences: list[Sequence]) -> pa.Array:
+    lengths = [s.length for s in sequences]
+    if spec.kind == TIMESTAMPS:
+        values = np.concatenate([s.timestamp for s in sequences]).astype(np.float64, copy=False)
+        return pa.ListArray.from_arrays(_offsets(lengths), pa.array(values), type=spec.arrow_type)
+    if spec.kind == TRAJECTORY:
+        inner = spec.arrow_type.value_type
+        arrays = [s.trajectories[spec.name] for s in sequences]
+        values = np.concatenate([a.reshape(-1) for a in arrays]) if arrays else np.zeros(0)
+        flat = pa.array(values)
+        if flat.type != inner.value_type:
+            flat = flat.cast(inner.value_type)
+        steps = pa.FixedSizeListArray.from_arrays(flat, inner.list_size)
+        return pa.ListArray.from_arrays(_offsets(lengths), steps, type=spec.arrow_type)
+    if spec.kind == STEPS:
+        value_type = spec.arrow_type.value_type
+        chunks = []
+        for s in sequences:
+            value = s.steps[spec.name]
+            if len(value) != s.length:
+                raise ValueError(f"{s.sequence_id}: column {spec.name} has {len(value)} steps, expected {s.length}")
+            chunks.append(value if isinstance(value, pa.Array) else pa.array(value, type=value_type))
+        flat = pa.concat_arrays(chunks) if chunks else pa.array([], type=value_type)
+        return pa.ListArray.from_arrays(_offsets(lengths), flat, type=spec.arrow_type)
+    if spec.kind == VIDEO:
+        return pa.array([s.videos.get(spec.name) for s in sequences], type=pa.string())
+    if spec.name == "sequence_id":
+        return pa.array([s.sequence_id for s in sequences], type=pa.string())
+    return pa.array([_scalar(s, spec) for s in sequences], type=spec.arrow_type)
+
+
+def _scalar(sequence: Sequence, spec: ColumnSpec) -> Any:
+    value = sequence.scalars.get(spec.name)
+    return value.item() if isinstance(value, np.generic) else value
+
+
+def sequences_to_table(sequences: list[Sequence], columns: list[ColumnSpec]) -> pa.Table:
+    """Rows in the given order, one per sequence, with the dataset's schema."""
+    schema = arrow_schema(columns)
+    return pa.Table.from_arrays([_column_array(spec, sequences) for spec in columns], schema=schema)
+
+
+def write_shard(table: pa.Table, handle) -> None:
+    """Parquet with zstd; one row group per up to 1024 sequences keeps point reads cheap."""
+    pq.write_table(table, handle, compression=PARQUET_COMPRESSION, row_group_size=1024)
+
+
+def column_types(columns: list[ColumnSpec]) -> dict[str, dict]:
+    """mixtrain.json `column_types`: every non-scalar column, and scalars taken from a source feature."""
+    types: dict[str, dict] = {}
+    for spec in columns:
+        if spec.kind == SCALAR:
+            continue
+        kind = {TIMESTAMPS: "timestamps", TRAJECTORY: "trajectory", VIDEO: "video", STEPS: "steps"}[spec.kind]
+        entry = {"type": kind, **spec.meta}
+        if spec.kind == STEPS:
+            entry.setdefault("dtype", str(spec.arrow_type.value_type))
+        types[spec.name] = entry
+    return types
+
+
+def sidecar(meta: DatasetMeta, *, num_sequences: int, num_timesteps: int, num_shards: int,
+            converter_version: str, options: dict, created_at: str) -> dict:
+    return {
+        "mixtrain": VERSION,
+        "column_types": column_types(meta.columns),
+        "source": _jsonable(meta.source),
+        "num_sequences": num_sequences,
+        "num_timesteps": num_timesteps,
+        "num_shards": num_shards,
+        "shards": [shard_path(i) for i in range(num_shards)],
+        "stats": STATS_FILE,
+        "converter": {"name": "mixtrain-convert", "version": converter_version, "options": options},
+        "created_at": created_at,
+    }
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+def dumps(value: dict) -> str:
+    return json.dumps(value, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+
+
+def read_sidecar(fs, root: str) -> dict:
+    with fs.open(f"{root}/{SIDECAR}", "rb") as handle:
+        return json.load(handle)

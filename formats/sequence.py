@@ -1,0 +1,209 @@
+"""The Sequence record every reader produces and the writer consumes, and the column naming rules.
+
+A Sequence is one Mixtrain row before it becomes Arrow: one robot episode, driving scene or clip.
+Its columns are declared once per dataset by `ColumnSpec`s (built at plan time from metadata
+only), so every worker produces rows of the same schema without seeing the others.
+
+Column kinds (`ColumnSpec.kind`):
+  scalar      one value per sequence, any Arrow type (`length`, `task`, `episode_index`)
+  timestamps  list<float64> seconds from the sequence's first step (the `timestamp` column)
+  trajectory  list<fixed_size_list<dtype, D>>: a numpy [T, D] array per sequence
+  steps       list<type>: one value per step, a numpy [T] array or an Arrow array of length T
+  video       string path relative to the output root, one file per sequence and camera
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from formats.errors import ColumnNameError
+
+__all__ = [
+    "ColumnSpec",
+    "DatasetMeta",
+    "base_columns",
+    "Sequence",
+    "VideoSegment",
+    "column_name",
+    "check_unique_columns",
+    "safe_sequence_id",
+    "RESERVED_COLUMNS",
+]
+
+SCALAR = "scalar"
+TIMESTAMPS = "timestamps"
+TRAJECTORY = "trajectory"
+STEPS = "steps"
+VIDEO = "video"
+KINDS = (SCALAR, TIMESTAMPS, TRAJECTORY, STEPS, VIDEO)
+
+# Columns the product itself defines; a source feature mapping onto one of these is a collision.
+RESERVED_COLUMNS = ("sequence_id", "length", "duration_seconds", "timestamp", "task", "tasks", "split")
+
+
+@dataclasses.dataclass(frozen=True)
+class ColumnSpec:
+    """One output column: its name, kind, Arrow type of the cell and its mixtrain.json entry.
+
+    `arrow_type` is the type of the whole cell (for a trajectory `list<fixed_size_list<..>>`).
+    `meta` is what `column_types[name]` holds besides `type` (dim, dtype, names, source, fps ...);
+    scalars carry meta only when they come from a source feature (then `source` is recorded).
+    """
+
+    name: str
+    kind: str
+    arrow_type: pa.DataType
+    meta: dict = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown column kind {self.kind!r}")
+
+    @staticmethod
+    def trajectory(name: str, dtype: np.dtype, dim: int, **meta: Any) -> "ColumnSpec":
+        value_type = pa.from_numpy_dtype(np.dtype(dtype))
+        return ColumnSpec(
+            name,
+            TRAJECTORY,
+            pa.list_(pa.list_(value_type, dim)),
+            {"dim": dim, "dtype": np.dtype(dtype).name, **meta},
+        )
+
+    @staticmethod
+    def steps(name: str, value_type: pa.DataType, **meta: Any) -> "ColumnSpec":
+        return ColumnSpec(name, STEPS, pa.list_(value_type), dict(meta))
+
+
+@dataclasses.dataclass(frozen=True)
+class VideoSegment:
+    """Where a camera's frames for one sequence live in the source.
+
+    `path` is relative to the source root (or an absolute URL). `start`/`end` are seconds in
+    that file's presentation time, half-open [start, end); None means the whole file.
+    `frames` is the number of frames the segment must hold (the sequence length).
+    """
+
+    path: str
+    frames: int
+    start: float | None = None
+    end: float | None = None
+
+
+@dataclasses.dataclass
+class Sequence:
+    """One Mixtrain row as numpy/Arrow values.
+
+    Attributes:
+      sequence_id: unique, deterministic id (the TFDS key contract: duplicates are an error).
+      length: T, the number of timesteps.
+      timestamp: [T] float64 seconds from the first step.
+      scalars: column -> Python/numpy scalar or list (Arrow type from its ColumnSpec).
+      trajectories: column -> [T, D] numpy array in the source dtype.
+      steps: column -> [T] numpy array or a length-T Arrow array.
+      videos: column -> VideoSegment (before the video step) or relative output path (after).
+    """
+
+    sequence_id: str
+    length: int
+    timestamp: np.ndarray
+    scalars: dict[str, Any] = dataclasses.field(default_factory=dict)
+    trajectories: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
+    steps: dict[str, Any] = dataclasses.field(default_factory=dict)
+    videos: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+_OBSERVATION_PREFIXES = ("observation.", "observation/")
+_CAMERA_PREFIXES = ("observation.images.", "observation/images/", "observation.image.")
+_NON_NAME = re.compile(r"[^a-z0-9_]+")
+
+
+def _snake(text: str) -> str:
+    text = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", text).lower()
+    text = _NON_NAME.sub("_", text.replace(".", "_").replace("/", "_"))
+    return re.sub(r"_+", "_", text).strip("_")
+
+
+def column_name(source_key: str, *, camera: bool = False) -> str:
+    """Map a source feature key to its Mixtrain column name.
+
+    Rules (ARCHITECTURE.md, output contract), in order:
+      camera/image feature             -> video_<X>   (X: key without its observation(.images) prefix)
+      observation.state.X (ORTF)       -> obs_X
+      observation.X / observation/X    -> obs_X
+      episode_metadata/X (RLDS)        -> X
+      anything else                    -> `.` and `/` become `_`, then snake_case [a-z0-9_]
+    """
+    key = source_key
+    if key.startswith("steps/"):
+        key = key[len("steps/"):]
+    if camera:
+        for prefix in _CAMERA_PREFIXES + _OBSERVATION_PREFIXES:
+            if key.startswith(prefix):
+                key = key[len(prefix):]
+                break
+        return "video_" + _snake(key)
+    if key.startswith("observation.state."):
+        return "obs_" + _snake(key[len("observation.state."):])
+    for prefix in _OBSERVATION_PREFIXES:
+        if key.startswith(prefix):
+            return "obs_" + _snake(key[len(prefix):])
+    if key.startswith("episode_metadata/"):
+        return _snake(key[len("episode_metadata/"):])
+    return _snake(key)
+
+
+def check_unique_columns(columns: list[ColumnSpec]) -> None:
+    """Raise ColumnNameError naming both sources when two columns share a name."""
+    seen: dict[str, str] = {}
+    for spec in columns:
+        origin = spec.meta.get("source", spec.name)
+        if spec.name in seen:
+            raise ColumnNameError(
+                f"source features {seen[spec.name]!r} and {origin!r} both map to column "
+                f"{spec.name!r}; rename one in the source"
+            )
+        seen[spec.name] = origin
+
+
+_ID_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def safe_sequence_id(raw: str) -> str:
+    """Replace characters outside [A-Za-z0-9._-] with `_` (ids become file names)."""
+    return _ID_UNSAFE.sub("_", raw)
+
+
+@dataclasses.dataclass
+class DatasetMeta:
+    """What `plan` learns from a source's metadata: the output schema and source metadata.
+
+    `columns` is ordered as the Parquet schema will be (sequence_id first). `source` becomes
+    mixtrain.json's "source" object (format, uri and format-specific metadata).
+    """
+
+    format: str
+    uri: str
+    fps: float | None
+    columns: list[ColumnSpec]
+    source: dict = dataclasses.field(default_factory=dict)
+
+    def column(self, name: str) -> ColumnSpec:
+        for spec in self.columns:
+            if spec.name == name:
+                return spec
+        raise KeyError(name)
+
+
+def base_columns() -> list[ColumnSpec]:
+    """The columns every source writes, in schema order."""
+    return [
+        ColumnSpec("sequence_id", SCALAR, pa.string()),
+        ColumnSpec("length", SCALAR, pa.int64()),
+        ColumnSpec("duration_seconds", SCALAR, pa.float64()),
+        ColumnSpec("timestamp", TIMESTAMPS, pa.list_(pa.float64()), {"units": "s"}),
+    ]

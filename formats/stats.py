@@ -1,0 +1,122 @@
+"""Mergeable per-dimension statistics: mean, population std, min, max, count and quantiles.
+
+A `ColumnStats` summarises [N, D] values and merges with another (Chan et al.'s pairwise update
+for mean and M2, so no sum of squares loses precision). Quantiles come from a deterministic
+compactor sketch (the Munro-Paterson / KLL idea, vectorised over D): exact while a partial holds
+at most `capacity` rows, then each compaction halves a full level by keeping every other sorted
+value, with rank error about log2(N / capacity) / capacity. The same inputs merged in the same
+order give the same numbers; the writer merges per-shard partials in shard order.
+
+Output shapes follow LeRobot's stats.json: every stat is a list of D values, `count` is [N].
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+__all__ = ["ColumnStats", "QUANTILES", "summarise"]
+
+QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
+DEFAULT_CAPACITY = 4096
+
+
+@dataclasses.dataclass
+class ColumnStats:
+    count: int
+    mean: np.ndarray  # [D] float64
+    m2: np.ndarray  # [D] float64, sum of squared deviations
+    min: np.ndarray  # [D] float64
+    max: np.ndarray  # [D] float64
+    levels: list[np.ndarray]  # levels[l]: [n_l, D] float64 rows each standing for 2**l values
+    capacity: int = DEFAULT_CAPACITY
+
+    @staticmethod
+    def of(values: np.ndarray, capacity: int = DEFAULT_CAPACITY) -> "ColumnStats":
+        """Summarise [N, D] (or [N]) values; NaN propagates into mean/std as numpy does."""
+        data = np.asarray(values, dtype=np.float64)
+        if data.ndim == 1:
+            data = data[:, None]
+        mean = data.mean(axis=0)
+        stats = ColumnStats(
+            count=data.shape[0],
+            mean=mean,
+            m2=((data - mean) ** 2).sum(axis=0),
+            min=data.min(axis=0),
+            max=data.max(axis=0),
+            levels=[data.copy()],
+            capacity=capacity,
+        )
+        stats._compact()
+        return stats
+
+    def merge(self, other: "ColumnStats") -> "ColumnStats":
+        if self.count == 0:
+            return other
+        if other.count == 0:
+            return self
+        total = self.count + other.count
+        delta = other.mean - self.mean
+        mean = self.mean + delta * (other.count / total)
+        m2 = self.m2 + other.m2 + delta**2 * (self.count * other.count / total)
+        depth = max(len(self.levels), len(other.levels))
+        levels = []
+        for level in range(depth):
+            parts = [ls[level] for ls in (self.levels, other.levels) if level < len(ls) and len(ls[level])]
+            levels.append(np.concatenate(parts) if parts else np.zeros((0, self.mean.shape[0])))
+        merged = ColumnStats(total, mean, m2, np.minimum(self.min, other.min), np.maximum(self.max, other.max),
+                             levels, self.capacity)
+        merged._compact()
+        return merged
+
+    def _compact(self) -> None:
+        level = 0
+        while level < len(self.levels):
+            rows = self.levels[level]
+            if len(rows) > self.capacity:
+                ordered = np.sort(rows, axis=0)
+                # Keep every other value; alternate the offset by level so errors do not pile up.
+                leftover = ordered[len(ordered) - len(ordered) % 2:]
+                kept = ordered[: len(ordered) - len(leftover)][level % 2::2]
+                if level + 1 == len(self.levels):
+                    self.levels.append(np.zeros((0, rows.shape[1])))
+                self.levels[level] = leftover
+                self.levels[level + 1] = np.concatenate([self.levels[level + 1], kept])
+            level += 1
+
+    def quantiles(self) -> dict[str, np.ndarray]:
+        """q01..q99 per dimension: inverted-CDF quantiles of the weighted sketch rows."""
+        values = np.concatenate([rows for rows in self.levels if len(rows)])
+        weights = np.concatenate([np.full(len(rows), 2.0**level) for level, rows in enumerate(self.levels) if len(rows)])
+        order = np.argsort(values, axis=0, kind="stable")
+        sorted_values = np.take_along_axis(values, order, axis=0)
+        cumulative = np.cumsum(weights[order], axis=0)  # [n, D]
+        total = cumulative[-1]
+        result = {}
+        for name, q in QUANTILES.items():
+            # First sorted value whose cumulative weight reaches q * total (numpy's inverted_cdf).
+            index = (cumulative < q * total).sum(axis=0)
+            index = np.minimum(index, len(sorted_values) - 1)
+            result[name] = sorted_values[index, np.arange(values.shape[1])]
+        return result
+
+    def to_json(self) -> dict:
+        out = {
+            "mean": self.mean.tolist(),
+            "std": np.sqrt(self.m2 / self.count).tolist(),
+            "min": self.min.tolist(),
+            "max": self.max.tolist(),
+            "count": [int(self.count)],
+        }
+        out.update({name: value.tolist() for name, value in self.quantiles().items()})
+        return out
+
+
+def summarise(partials: list[dict[str, ColumnStats]]) -> dict[str, dict]:
+    """Merge per-shard partials in the given order and render stats.json."""
+    merged: dict[str, ColumnStats] = {}
+    for partial in partials:
+        for name, stats in partial.items():
+            merged[name] = merged[name].merge(stats) if name in merged else stats
+    return {name: merged[name].to_json() for name in sorted(merged)}

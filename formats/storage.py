@@ -1,0 +1,41 @@
+"""Storage edge: turn what a user passes (path, file://, gs://, memory://) into (fs, root) once.
+
+Inner code only ever sees an fsspec filesystem and a root path inside it (zarr's
+`normalize_store_arg` idea), and opens files with `fs.open(join(root, rel))`.
+"""
+
+from __future__ import annotations
+
+import posixpath
+
+import fsspec
+from fsspec.core import url_to_fs
+
+from formats.errors import FormatError
+
+__all__ = ["open_root", "join", "url_for", "resolve_inside"]
+
+
+def open_root(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    """Return (filesystem, root path without trailing slash) for a URL or local path."""
+    fs, root = url_to_fs(url)
+    return fs, root.rstrip("/") or "/"
+
+
+def join(root: str, *parts: str) -> str:
+    return posixpath.join(root, *parts)
+
+
+def url_for(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """A URL that `open_root` maps back to the same (fs, path): what crosses process boundaries."""
+    return fs.unstrip_protocol(path)
+
+
+def resolve_inside(root: str, relative: str, *, what: str) -> str:
+    """Join a path read from metadata to root, refusing one that escapes the dataset root."""
+    if relative.startswith("/") or "://" in relative:
+        raise FormatError(f"{what} {relative!r} is absolute; paths in metadata must be inside the dataset")
+    normalized = posixpath.normpath(relative)
+    if normalized == ".." or normalized.startswith("../"):
+        raise FormatError(f"{what} {relative!r} escapes the dataset root")
+    return posixpath.join(root, normalized)
