@@ -1,0 +1,35 @@
+"""The source registry: format id -> module with `detect`, `plan`, `load`."""
+
+from __future__ import annotations
+
+import types
+
+import fsspec
+
+from formats import lerobot_v3
+from formats.errors import FormatError
+
+__all__ = ["SOURCES", "get", "detect"]
+
+SOURCES: dict[str, types.ModuleType] = {lerobot_v3.FORMAT: lerobot_v3}
+
+
+def get(name: str) -> types.ModuleType:
+    if name not in SOURCES:
+        raise FormatError(f"unknown source format {name!r}; known: {', '.join(sorted(SOURCES))}")
+    return SOURCES[name]
+
+
+def detect(fs: fsspec.AbstractFileSystem, root: str) -> str:
+    """The id of the one format whose `detect` accepts root; a clear error for none or several."""
+    if not fs.exists(root):
+        raise FormatError(f"{root}: input not found")
+    found = [name for name, module in SOURCES.items() if module.detect(fs, root)]
+    if not found:
+        raise FormatError(
+            f"{root}: not a dataset of a known format ({', '.join(sorted(SOURCES))}); "
+            "for LeRobot v3 expected meta/info.json"
+        )
+    if len(found) > 1:
+        raise FormatError(f"{root}: looks like several formats ({', '.join(found)}); pass --source")
+    return found[0]

@@ -1,0 +1,182 @@
+"""Convert a dataset to Mixtrain v1.0.
+
+    python -m pipelines.convert --input=SRC --output=DST [--source=auto] [--video=copy]
+        [--num_shards=N | --target_shard_mb=256] [--overwrite] [--runner=DirectRunner] [beam options]
+
+Exit status: 0 converted; 1 bad input or a failed conversion (one line on stderr naming the file
+and the sequence; the output is left as it was); 2 bad command line.
+"""
+
+from __future__ import annotations
+
+import datetime
+import math
+import re
+import sys
+import time
+import uuid
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+import formats
+from formats import errors, mixtrain, sources, storage
+from formats.sequence import TRAJECTORY, DatasetMeta
+from transforms.read import ReadSequences
+from transforms.video import WriteVideos
+from transforms.write import STAGING_DIR, WriteMixtrain
+
+__all__ = ["ConvertOptions", "build_pipeline", "main", "run"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+# Runner names that mean "run here": served by Beam's FnApiRunner directly, because Beam's
+# DirectRunner first tries Prism, which downloads a binary (NOTES.md) and ignores
+# --direct_num_workers / --direct_running_mode.
+LOCAL_RUNNERS = {None, "DirectRunner", "FnApiRunner", "BundleBasedDirectRunner"}
+
+
+class ConvertOptions(PipelineOptions):
+    @classmethod
+    def _add_argparse_args(cls, parser):
+        parser.add_argument("--input", help="source dataset root (path or fsspec URL: gs://, file://, memory://)")
+        parser.add_argument("--output", help="Mixtrain dataset root to write")
+        parser.add_argument("--source", default="auto", help="source format: auto (detect) or " + ", ".join(sorted(sources.SOURCES)))
+        parser.add_argument("--video", default="copy", choices=["copy"],
+                            help="copy: cut segments by packet remux, pixels identical to the source")
+        parser.add_argument("--num_shards", type=int, default=0, help="number of Parquet shards (0: from --target_shard_mb)")
+        parser.add_argument("--target_shard_mb", type=float, default=256.0, help="approximate uncompressed MB of rows per shard")
+        parser.add_argument("--overwrite", action="store_true", default=False, help="replace an existing Mixtrain dataset at --output")
+        parser.add_argument("--progress_every", type=int, default=100, help="worker progress line every N sequences (0: off)")
+
+
+def estimate_num_shards(meta: DatasetMeta, refs: list, target_mb: float) -> int:
+    """Shards from the planned size of the rows (trajectories + timestamps), at least one."""
+    bytes_per_step = 8
+    for spec in meta.columns:
+        if spec.kind == TRAJECTORY:
+            bytes_per_step += spec.meta["dim"] * spec.arrow_type.value_type.value_type.bit_width // 8
+    total = sum(getattr(ref, "length", 0) for ref in refs) * bytes_per_step
+    return max(1, min(len(refs) or 1, math.ceil(total / (target_mb * 1e6))))
+
+
+def _runner(options: PipelineOptions):
+    name = options.view_as(StandardOptions).runner
+    if name in LOCAL_RUNNERS:
+        from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+        return FnApiRunner()
+    return name
+
+
+def prepare_output(output_url: str, overwrite: bool) -> None:
+    """Refuse to touch an output that holds something we did not write, or a dataset without --overwrite."""
+    fs, root = storage.open_root(output_url)
+    if not fs.exists(root):
+        return
+    if not fs.isdir(root):
+        raise errors.ConversionError(f"{root}: output exists and is not a directory")
+    names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(root, detail=False)}
+    names.discard(STAGING_DIR)
+    if not names:
+        return
+    if mixtrain.SIDECAR in names or names <= {mixtrain.DATA_DIR, mixtrain.FILES_DIR, mixtrain.STATS_FILE}:
+        if overwrite:
+            return
+        raise errors.ConversionError(f"{root}: output already holds a Mixtrain dataset; pass --overwrite to replace it")
+    raise errors.ConversionError(f"{root}: output is not empty and is not a Mixtrain dataset ({', '.join(sorted(names))}); choose another --output")
+
+
+def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str):
+    """Plan on the launcher and add the conversion to `pipeline`. Returns (meta, refs, num_shards)."""
+    fs, root = storage.open_root(options.input)
+    source = sources.detect(fs, root) if options.source == "auto" else options.source
+    module = sources.get(source)
+    meta, refs = module.plan(fs, root, {})
+    num_shards = options.num_shards or estimate_num_shards(meta, refs, options.target_shard_mb)
+    out_fs, out_root = storage.open_root(options.output)
+    output_url = storage.url_for(out_fs, out_root)
+    staging_url = storage.url_for(out_fs, storage.join(out_root, STAGING_DIR, run_id))
+    source_url = storage.url_for(fs, root)
+    sidecar_extra = {
+        "converter_version": formats.__version__,
+        "options": {"source": source, "video": options.video, "num_shards": num_shards},
+        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+    (
+        pipeline
+        | "Read" >> ReadSequences(source, source_url, meta, refs)
+        | "Videos" >> WriteVideos(source_url, staging_url, meta.fps or 30.0, options.progress_every)
+        | "Write" >> WriteMixtrain(staging_url, output_url, meta, num_shards, sidecar_extra)
+    )
+    return meta, refs, num_shards
+
+
+_ERROR_LINE = re.compile(r"(?:^|\s|\.)(?:" + "|".join(errors.__all__) + r"): (.+)")
+
+
+def user_message(error: BaseException) -> str | None:
+    """The one line for a user: our own error's message, found even inside Beam's wrapping."""
+    if isinstance(error, errors.ConversionError):
+        return re.sub(r" \[while running '.*'\]$", "", str(error).splitlines()[0])
+    matches = _ERROR_LINE.findall(str(error))
+    if matches:
+        return re.sub(r" \[while running '.*'\]$", "", matches[-1].strip())
+    return None
+
+
+def run(argv: list[str]) -> int:
+    options = PipelineOptions(argv).view_as(ConvertOptions)
+    if not options.input or not options.output:
+        print("error: --input and --output are required (python -m pipelines.convert --help)", file=sys.stderr)
+        return EXIT_USAGE
+    started = time.monotonic()
+    run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+    out_fs, out_root = storage.open_root(options.output)
+    staging = storage.join(out_root, STAGING_DIR, run_id)
+    try:
+        prepare_output(options.output, options.overwrite)
+        pipeline = beam.Pipeline(runner=_runner(options), options=options)
+        meta, refs, num_shards = build_pipeline(pipeline, options, run_id)
+        print(f"[mixtrain-convert] {meta.format}: {len(refs)} sequences -> {options.output} ({num_shards} shards)", file=sys.stderr)
+        pipeline.run().wait_until_finish()
+    except Exception as error:  # noqa: BLE001 - every failure becomes one line and a clean output
+        message = user_message(error)
+        _discard(out_fs, staging, out_root)
+        if message is None:
+            raise
+        print(f"error: {message}", file=sys.stderr)
+        return EXIT_FAILED
+    summary = _summary(options.output, time.monotonic() - started)
+    print(summary)
+    return EXIT_OK
+
+
+def _discard(fs, staging: str, out_root: str) -> None:
+    try:
+        if fs.exists(staging):
+            fs.rm(staging, recursive=True)
+        parent = storage.join(out_root, STAGING_DIR)
+        if fs.exists(parent) and not fs.ls(parent):
+            fs.rm(parent, recursive=True)
+        if fs.exists(out_root) and not fs.ls(out_root):
+            fs.rm(out_root, recursive=True)
+    except OSError:
+        pass
+
+
+def _summary(output_url: str, seconds: float) -> str:
+    fs, root = storage.open_root(output_url)
+    sidecar = mixtrain.read_sidecar(fs, root)
+    total_bytes = sum(info["size"] for info in fs.find(root, detail=True).values())
+    return (
+        f"converted {sidecar['num_sequences']} sequences, {sidecar['num_timesteps']} timesteps, "
+        f"{total_bytes / 1e6:.2f} MB in {seconds:.1f} s -> {output_url}"
+    )
+
+
+def main() -> None:
+    sys.exit(run(sys.argv[1:]))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Beam PTransforms composed from formats/: read, video, stats, write."""

@@ -1,0 +1,187 @@
+"""WriteMixtrain: sequences -> sharded Parquet, stats.json, then publish and mixtrain.json last.
+
+Everything is written under a staging folder inside the output (`_staging/<run>/`, which
+Parquet dataset readers skip as a `_`-prefixed path); only the final step moves the result into
+place, and mixtrain.json, whose presence marks a finished dataset, is written after all else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import apache_beam as beam
+import numpy as np
+import pyarrow as pa
+
+from formats import mixtrain, storage
+from formats.errors import FormatError
+from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec, DatasetMeta, Sequence
+from formats.stats import ColumnStats
+from transforms.stats import MergeShardStatsFn
+
+__all__ = ["WriteMixtrain", "ShardResult", "publish"]
+
+
+@dataclasses.dataclass
+class ShardResult:
+    index: int
+    rows: int
+    timesteps: int
+    bytes: int
+    stats: dict[str, ColumnStats]
+
+
+def _key_by_shard(sequence: Sequence, num_shards: int):
+    return mixtrain.shard_of(sequence.sequence_id, num_shards), sequence
+
+
+def _stats_columns(columns: list[ColumnSpec]) -> list[ColumnSpec]:
+    """Numeric per-step columns: trajectories, timestamps, numeric steps (not bool, not text)."""
+    chosen = []
+    for spec in columns:
+        if spec.kind in (TRAJECTORY, TIMESTAMPS):
+            chosen.append(spec)
+        elif spec.kind == STEPS:
+            value_type = spec.arrow_type.value_type
+            if pa.types.is_integer(value_type) or pa.types.is_floating(value_type):
+                chosen.append(spec)
+    return chosen
+
+
+def shard_stats(sequences: list[Sequence], columns: list[ColumnSpec]) -> dict[str, ColumnStats]:
+    stats = {}
+    for spec in _stats_columns(columns):
+        if spec.kind == TIMESTAMPS:
+            values = np.concatenate([s.timestamp for s in sequences])
+        elif spec.kind == TRAJECTORY:
+            values = np.concatenate([s.trajectories[spec.name] for s in sequences])
+        else:
+            values = np.concatenate([np.asarray(s.steps[spec.name]) for s in sequences])
+        stats[spec.name] = ColumnStats.of(values)
+    return stats
+
+
+class _WriteShardFn(beam.DoFn):
+    def __init__(self, staging_url: str, columns: list[ColumnSpec]):
+        self._staging_url = staging_url
+        self._columns = columns
+
+    def setup(self):
+        self._fs, self._root = storage.open_root(self._staging_url)
+
+    def process(self, element):
+        index, sequences = element
+        ordered = sorted(sequences, key=lambda s: s.sequence_id)
+        for previous, current in zip(ordered, ordered[1:]):
+            if previous.sequence_id == current.sequence_id:
+                raise FormatError(f"{current.sequence_id}: duplicate sequence id (two source episodes map to it)")
+        table = mixtrain.sequences_to_table(ordered, self._columns)
+        path = storage.join(self._root, mixtrain.shard_path(index))
+        self._fs.makedirs(storage.join(self._root, mixtrain.DATA_DIR), exist_ok=True)
+        with self._fs.open(path, "wb") as handle:
+            mixtrain.write_shard(table, handle)
+        yield ShardResult(
+            index=index,
+            rows=len(ordered),
+            timesteps=sum(s.length for s in ordered),
+            bytes=self._fs.size(path),
+            stats=shard_stats(ordered, self._columns),
+        )
+
+
+def _shard_partial(result: ShardResult):
+    return result.index, result.stats
+
+
+def publish(fs, staging: str, output: str, sidecar: dict) -> None:
+    """Move the staged dataset into place and write mixtrain.json last.
+
+    An existing mixtrain.json is removed first, so a dataset being replaced never looks finished.
+    """
+    sidecar_path = storage.join(output, mixtrain.SIDECAR)
+    if fs.exists(sidecar_path):
+        fs.rm(sidecar_path)
+    for name in (mixtrain.DATA_DIR, mixtrain.FILES_DIR, mixtrain.STATS_FILE):
+        target = storage.join(output, name)
+        if fs.exists(target):
+            fs.rm(target, recursive=True)
+        source = storage.join(staging, name)
+        if fs.exists(source):
+            fs.mv(source, target, recursive=True)
+    fs.pipe_file(sidecar_path, mixtrain.dumps(sidecar).encode())
+    fs.rm(staging, recursive=True)
+    parent = storage.join(output, STAGING_DIR)
+    if fs.exists(parent) and not fs.ls(parent):
+        fs.rm(parent, recursive=True)
+
+
+STAGING_DIR = "_staging"
+
+
+class _PublishFn(beam.DoFn):
+    def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict):
+        self._staging_url = staging_url
+        self._output_url = output_url
+        self._meta = meta
+        self._num_shards = num_shards
+        self._sidecar_extra = sidecar_extra
+
+    def process(self, _unused, shards: list[ShardResult], stats: dict):
+        fs, staging = storage.open_root(self._staging_url)
+        _, output = storage.open_root(self._output_url)
+        schema = mixtrain.arrow_schema(self._meta.columns)
+        fs.makedirs(storage.join(staging, mixtrain.DATA_DIR), exist_ok=True)
+        written = {shard.index for shard in shards}
+        for index in range(self._num_shards):
+            if index not in written:  # fewer sequences than shards: keep part-00000..N-1 complete
+                with fs.open(storage.join(staging, mixtrain.shard_path(index)), "wb") as handle:
+                    mixtrain.write_shard(schema.empty_table(), handle)
+        fs.pipe_file(storage.join(staging, mixtrain.STATS_FILE), mixtrain.dumps(stats).encode())
+        sidecar = mixtrain.sidecar(
+            self._meta,
+            num_sequences=sum(shard.rows for shard in shards),
+            num_timesteps=sum(shard.timesteps for shard in shards),
+            num_shards=self._num_shards,
+            **self._sidecar_extra,
+        )
+        publish(fs, staging, output, sidecar)
+        yield {"sequences": sidecar["num_sequences"], "timesteps": sidecar["num_timesteps"]}
+
+
+class WriteMixtrain(beam.PTransform):
+    """Write sequences (videos already written) as a finished Mixtrain dataset.
+
+    Args:
+      staging_url: this run's staging folder (inside the output).
+      output_url: the dataset root to publish to.
+      meta: the DatasetMeta from plan (schema and source metadata).
+      num_shards: N; row r goes to shard md5(sequence_id) mod N.
+      sidecar_extra: converter_version, options and created_at for mixtrain.json.
+    """
+
+    def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict):
+        super().__init__()
+        self._staging_url = staging_url
+        self._output_url = output_url
+        self._meta = meta
+        self._num_shards = num_shards
+        self._sidecar_extra = sidecar_extra
+
+    def expand(self, sequences):
+        shards = (
+            sequences
+            | "KeyByShard" >> beam.Map(_key_by_shard, self._num_shards)
+            | "GroupByShard" >> beam.GroupByKey()
+            | "WriteShards" >> beam.ParDo(_WriteShardFn(self._staging_url, self._meta.columns))
+        )
+        stats = shards | "ShardStats" >> beam.Map(_shard_partial) | "MergeStats" >> beam.CombineGlobally(MergeShardStatsFn())
+        results = shards | "CollectShards" >> beam.combiners.ToList()
+        return (
+            sequences.pipeline
+            | "PublishTrigger" >> beam.Create([None])
+            | "Publish" >> beam.ParDo(
+                _PublishFn(self._staging_url, self._output_url, self._meta, self._num_shards, self._sidecar_extra),
+                beam.pvalue.AsSingleton(results),
+                beam.pvalue.AsSingleton(stats),
+            )
+        )
