@@ -65,7 +65,7 @@ class ColumnSpec:
             raise ValueError(f"unknown column kind {self.kind!r}")
 
     @staticmethod
-    def trajectory(name: str, dtype: np.dtype, dim: int, **meta: Any) -> "ColumnSpec":
+    def trajectory(name: str, dtype: np.dtype, dim: int, **meta: Any) -> ColumnSpec:
         value_type = pa.from_numpy_dtype(np.dtype(dtype))
         return ColumnSpec(
             name,
@@ -75,7 +75,7 @@ class ColumnSpec:
         )
 
     @staticmethod
-    def steps(name: str, value_type: pa.DataType, **meta: Any) -> "ColumnSpec":
+    def steps(name: str, value_type: pa.DataType, **meta: Any) -> ColumnSpec:
         return ColumnSpec(name, STEPS, pa.list_(value_type), dict(meta))
 
 

@@ -33,7 +33,7 @@ class ColumnStats:
     capacity: int = DEFAULT_CAPACITY
 
     @staticmethod
-    def of(values: np.ndarray, capacity: int = DEFAULT_CAPACITY) -> "ColumnStats":
+    def of(values: np.ndarray, capacity: int = DEFAULT_CAPACITY) -> ColumnStats:
         """Summarise [N, D] (or [N]) values; NaN propagates into mean/std as numpy does."""
         data = np.asarray(values, dtype=np.float64)
         if data.ndim == 1:
@@ -51,7 +51,7 @@ class ColumnStats:
         stats._compact()
         return stats
 
-    def merge(self, other: "ColumnStats") -> "ColumnStats":
+    def merge(self, other: ColumnStats) -> ColumnStats:
         if self.count == 0:
             return other
         if other.count == 0:

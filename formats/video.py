@@ -221,7 +221,7 @@ def _reencode_segment(container, stream, destination, low, high, frames: int) ->
 
 
 # Quality for the one-off re-encode of a segment that cannot be copied: visually lossless.
-_LOSSLESS_ENOUGH_CRF = {"h264": 12, "hevc": 14, "av1": 16}
+_LOSSLESS_ENOUGH_CRF = {"h264": 10, "hevc": 10, "av1": 8}
 
 
 def encode_frames(

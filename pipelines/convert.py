@@ -17,7 +17,7 @@ import time
 import uuid
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 import formats
 from formats import errors, mixtrain, sources, storage

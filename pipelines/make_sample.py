@@ -1,0 +1,32 @@
+"""Write the bundled synthetic sample dataset (no download): `python -m pipelines.make_sample DST`.
+
+The LeRobot v3 sample is written the way lerobot 0.4.4 writes (formats/lerobot_v3_writer.py):
+AV1 cameras joined per file by stream copy, several data files, video files and chunk folders.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from formats.lerobot_v3_writer import SyntheticLeRobot, write_dataset
+
+__all__ = ["main"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("output", help="where to write the sample dataset")
+    parser.add_argument("--format", default="lerobot_v3", choices=["lerobot_v3"])
+    parser.add_argument("--episodes", type=int, default=12)
+    args = parser.parse_args(argv)
+    lengths = tuple(30 + (7 * i) % 23 for i in range(args.episodes))
+    spec = SyntheticLeRobot(lengths=lengths, episodes_per_data_file=5, episodes_per_video_file=4,
+                            episodes_per_meta_file=6, chunks_size=2, multi_task_episodes=(3,))
+    write_dataset(args.output, spec)
+    print(f"wrote a {args.format} sample with {args.episodes} episodes ({sum(lengths)} frames) to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

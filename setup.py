@@ -1,0 +1,30 @@
+"""The package Dataflow workers install with --setup_file ./setup.py (and `pip install .` here)."""
+
+import re
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+VERSION = re.search(r'__version__ = "([^"]+)"', Path(__file__).with_name("formats").joinpath("__init__.py").read_text()).group(1)
+
+# The Beam version lives here and only here: workers, the launcher and the SDK container must agree.
+BEAM_VERSION = "2.77.0"
+
+setup(
+    name="mixtrain-convert",
+    version=VERSION,
+    description="Apache Beam pipeline converting robot-learning datasets to Mixtrain v1.0",
+    packages=find_packages(include=["formats", "formats.*", "transforms", "transforms.*", "pipelines", "pipelines.*"]),
+    python_requires=">=3.10",
+    install_requires=[
+        f"apache-beam=={BEAM_VERSION}",
+        "pyarrow>=17,<26",
+        "numpy>=1.26,<2.5",
+        "av>=14,<19",
+        "fsspec>=2024.6",
+        "gcsfs>=2024.6",
+        "tensorflow-datasets>=4.9.7,<5",
+    ],
+    extras_require={"test": ["pytest>=8", "ruff>=0.6"]},
+    entry_points={"console_scripts": ["mixtrain-convert=pipelines.convert:main", "mixtrain-validate=pipelines.validate:main"]},
+)

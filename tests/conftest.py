@@ -1,0 +1,54 @@
+"""Shared test fixtures: the real datasets in ../shared/fixtures and synthetic LeRobot datasets."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+from formats.lerobot_v3_writer import SyntheticLeRobot, write_dataset
+
+os.environ.setdefault("SVT_LOG", "1")
+
+SHARED_FIXTURES = pathlib.Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+SO100_TINY = SHARED_FIXTURES / "lerobot_v3" / "so100_tiny"
+
+
+@pytest.fixture(scope="session")
+def so100_tiny() -> pathlib.Path:
+    """lerobot 0.4.4's own so100_tiny dataset (AV1, two cameras, 5 episodes)."""
+    if not SO100_TINY.is_dir():
+        pytest.skip(f"real fixture not found at {SO100_TINY} (../shared/fixtures is absent in a plain clone)")
+    return SO100_TINY
+
+
+# Several data files, video files and chunk folders; H.264 with B-frames; a multi-task episode;
+# per-step scalar, bool and float64 features.
+MULTI_FILE_SPEC = SyntheticLeRobot(
+    lengths=(20, 15, 33, 12, 9, 27, 14),
+    codec="h264",
+    gop=None,
+    episodes_per_data_file=2,
+    episodes_per_video_file=3,
+    episodes_per_meta_file=3,
+    chunks_size=2,
+    multi_task_episodes=(1,),
+    extra_step_features=True,
+    splits={"train": "0:5", "val": "5:7"},
+)
+
+
+@pytest.fixture(scope="session")
+def multi_file_dataset(tmp_path_factory):
+    """(path, truth) of a synthetic LeRobot v3 dataset spread over many files and chunks."""
+    root = tmp_path_factory.mktemp("lerobot_multi") / "ds"
+    truth = write_dataset(str(root), MULTI_FILE_SPEC)
+    return root, truth
+
+
+@pytest.fixture(scope="session")
+def hevc_dataset(tmp_path_factory):
+    root = tmp_path_factory.mktemp("lerobot_hevc") / "ds"
+    spec = SyntheticLeRobot(lengths=(16, 11, 20), codec="hevc", gop=None, episodes_per_video_file=2, cameras=("observation.images.top",))
+    return root, write_dataset(str(root), spec)

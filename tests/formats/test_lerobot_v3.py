@@ -1,0 +1,176 @@
+"""LeRobot v3 reader: the real fixture, synthetic multi-file datasets, and bad input."""
+
+import json
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from formats import lerobot_v3, storage
+from formats.errors import FormatError
+
+
+def _plan(path):
+    fs, root = storage.open_root(str(path))
+    meta, refs = lerobot_v3.plan(fs, root)
+    return fs, root, meta, refs
+
+
+def test_fixture_plan_and_load_match_the_source_rows(so100_tiny):
+    fs, root, meta, refs = _plan(so100_tiny)
+    assert [r.length for r in refs] == [51, 54, 25, 44, 23]
+    assert [r.sequence_id for r in refs] == [f"episode_{i:06d}" for i in range(5)]
+    names = [c.name for c in meta.columns]
+    assert names[:4] == ["sequence_id", "length", "duration_seconds", "timestamp"]
+    assert {"obs_state", "action", "video_front", "video_wrist", "task", "tasks", "split", "episode_index"} <= set(names)
+    source = pq.read_table(so100_tiny / "data/chunk-000/file-000.parquet")
+    state = np.stack(source.column("observation.state").to_numpy(zero_copy_only=False))
+    episode = source.column("episode_index").to_numpy()
+    for ref in refs:
+        sequence = lerobot_v3.load(fs, root, ref, meta)
+        rows = episode == ref.episode_index
+        assert sequence.trajectories["obs_state"].dtype == np.float32
+        assert sequence.trajectories["obs_state"].tobytes() == state[rows].tobytes()
+        raw_ts = source.column("timestamp").to_numpy()[rows].astype(np.float64)
+        np.testing.assert_array_equal(sequence.timestamp, raw_ts - raw_ts[0])
+        assert sequence.videos["video_front"].path == "videos/observation.images.front/chunk-000/file-000.mp4"
+    # Task text comes from the pandas index column of meta/tasks.parquet.
+    first = lerobot_v3.load(fs, root, refs[0], meta)
+    assert first.scalars["task"] == "Pick up the red cube and place it in the bin."
+    assert first.scalars["split"] == "train"
+
+
+def test_multi_file_dataset_reads_every_episode_exactly(multi_file_dataset):
+    path, truth = multi_file_dataset
+    fs, root, meta, refs = _plan(path)
+    assert len(refs) == 7
+    assert len({r.data_file for r in refs}) == 4  # 2 episodes per file over 2 chunk folders
+    assert len({seg.path for r in refs for _, seg in r.videos}) == 6  # 3 files per camera, 2 cameras
+    for ref in refs:
+        sequence = lerobot_v3.load(fs, root, ref, meta)
+        i = ref.episode_index
+        assert sequence.trajectories["obs_state"].tobytes() == truth["state"][i].tobytes()
+        assert sequence.trajectories["action"].tobytes() == truth["action"][i].tobytes()
+        assert sequence.trajectories["obs_sensor"].dtype == np.float64
+        np.testing.assert_array_equal(sequence.trajectories["obs_sensor"], truth["sensor"][i])
+        np.testing.assert_array_equal(sequence.steps["next_reward"], truth["reward"][i])
+        assert sequence.steps["next_done"].to_pylist() == truth["done"][i].tolist()
+        assert sequence.scalars["split"] == ("train" if i < 5 else "val")
+    multi = lerobot_v3.load(fs, root, refs[1], meta)
+    assert multi.scalars["tasks"] == ["Open the drawer.", "Pick up the cube."]
+    assert multi.steps["task_index"].tolist() == [0] * 7 + [1] * 8
+
+
+def test_memory_filesystem(multi_file_dataset):
+    path, truth = multi_file_dataset
+    fs, _ = storage.open_root("memory://lerobot_mem")
+    fs.put(str(path), "/lerobot_mem", recursive=True)
+    mem_fs, root, meta, refs = _plan("memory://lerobot_mem")
+    sequence = lerobot_v3.load(mem_fs, root, refs[3], meta)
+    assert sequence.trajectories["obs_state"].tobytes() == truth["state"][3].tobytes()
+
+
+@pytest.fixture
+def copy_of(tmp_path, so100_tiny):
+    target = tmp_path / "ds"
+    shutil.copytree(so100_tiny, target)
+    for file in target.rglob("*"):
+        file.chmod(0o644 if file.is_file() else 0o755)
+    return target
+
+
+def _info(path):
+    return json.loads((path / "meta/info.json").read_text())
+
+
+def test_missing_info_json(copy_of):
+    (copy_of / "meta/info.json").unlink()
+    with pytest.raises(FormatError, match=r"meta/info.json: not found; a LeRobot v3 dataset needs meta/info.json"):
+        _plan(copy_of)
+
+
+def test_malformed_info_json(copy_of):
+    (copy_of / "meta/info.json").write_text("{not json")
+    with pytest.raises(FormatError, match=r"meta/info.json: malformed JSON"):
+        _plan(copy_of)
+
+
+def test_v21_names_the_converter(copy_of):
+    info = _info(copy_of)
+    info["codebase_version"] = "v2.1"
+    (copy_of / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(FormatError) as caught:
+        _plan(copy_of)
+    assert "codebase_version 'v2.1' is not supported (only v3.0)" in str(caught.value)
+    assert "lerobot.datasets.v30.convert_dataset_v21_to_v30" in str(caught.value)
+
+
+def test_wrong_type_in_metadata(copy_of):
+    info = _info(copy_of)
+    info["fps"] = "thirty"
+    (copy_of / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(FormatError, match=r"'fps' must be int/float, found 'thirty'"):
+        _plan(copy_of)
+
+
+def test_image_features_are_refused_not_dropped(copy_of):
+    info = _info(copy_of)
+    info["features"]["observation.image"] = {"dtype": "image", "shape": [48, 64, 3], "names": None}
+    (copy_of / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(FormatError, match=r"feature 'observation.image' has dtype 'image'.*refusing rather than dropping"):
+        _plan(copy_of)
+
+
+def _rewrite_episodes(path, change):
+    file = path / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(file)
+    pq.write_table(change(table), file)
+
+
+def test_offsets_past_the_data_file_name_file_and_episode(copy_of):
+    def shift(table):
+        rows = table.to_pylist()
+        rows[4]["dataset_from_index"] += 100
+        rows[4]["dataset_to_index"] += 100
+        return pa.Table.from_pylist(rows, schema=table.schema)
+
+    _rewrite_episodes(copy_of, shift)
+    fs, root, meta, refs = _plan(copy_of)
+    with pytest.raises(FormatError) as caught:
+        lerobot_v3.load(fs, root, refs[4], meta)
+    message = str(caught.value)
+    assert "data/chunk-000/file-000.parquet" in message and "episode_000004" in message
+    assert "offsets index 274..297 point past the data file (0 of 23 rows found)" in message
+
+
+def test_zero_length_episode_is_refused(copy_of):
+    def zero(table):
+        rows = table.to_pylist()
+        rows[2]["length"] = 0
+        rows[2]["dataset_to_index"] = rows[2]["dataset_from_index"]
+        return pa.Table.from_pylist(rows, schema=table.schema)
+
+    _rewrite_episodes(copy_of, zero)
+    with pytest.raises(FormatError, match=r"episode_000002: length 0"):
+        _plan(copy_of)
+
+
+def test_duplicate_episode_index(copy_of):
+    def duplicate(table):
+        rows = table.to_pylist()
+        rows[3]["episode_index"] = 2
+        return pa.Table.from_pylist(rows, schema=table.schema)
+
+    _rewrite_episodes(copy_of, duplicate)
+    with pytest.raises(FormatError, match=r"episode_index 2 appears more than once"):
+        _plan(copy_of)
+
+
+def test_video_path_escaping_the_root_is_refused(copy_of):
+    info = _info(copy_of)
+    info["data_path"] = "../outside/file-{file_index:03d}.parquet"
+    (copy_of / "meta/info.json").write_text(json.dumps(info))
+    with pytest.raises(FormatError, match=r"escapes the dataset root"):
+        _plan(copy_of)
