@@ -1,9 +1,8 @@
+import pyarrow as pa
 import pytest
 
 from formats.errors import ColumnNameError
 from formats.sequence import ColumnSpec, check_unique_columns, column_name, safe_sequence_id
-
-import pyarrow as pa
 
 
 @pytest.mark.parametrize(
