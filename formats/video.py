@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
 from collections.abc import Iterable, Iterator
 from fractions import Fraction
 from typing import BinaryIO
@@ -22,6 +23,9 @@ import av
 import numpy as np
 
 from formats.errors import VideoError
+
+# SVT-AV1 prints its whole configuration on every encode unless told errors only.
+os.environ.setdefault("SVT_LOG", "1")
 
 __all__ = [
     "VideoInfo",
@@ -82,15 +86,7 @@ def probe(source: BinaryIO | str) -> VideoInfo:
     try:
         stream = _video_stream(container)
         frames = sum(1 for packet in container.demux(stream) if packet.size > 0)
-        rate = stream.average_rate
-        return VideoInfo(
-            codec=_codec_name(stream),
-            width=stream.codec_context.width,
-            height=stream.codec_context.height,
-            pix_fmt=stream.codec_context.pix_fmt,
-            fps=float(rate) if rate else None,
-            frames=frames,
-        )
+        return _info_of(stream, frames)
     except av.error.FFmpegError as error:
         raise VideoError(f"cannot read video: {error}") from error
     finally:
@@ -191,9 +187,7 @@ def _info_of(stream, frames: int) -> VideoInfo:
 
 def _reencode_segment(container, stream, destination, low, high, frames: int) -> CopyResult:
     """Decode the segment (from the keyframe before it) and encode it with the source's codec."""
-    _seek(container, stream, low if low is not None else 0)
-    if low is None or low <= 0:
-        container.seek(0, stream=stream, backward=True, any_frame=False)
+    container.seek(max(low or 0, 0), stream=stream, backward=True, any_frame=False)
 
     def segment_frames() -> Iterator[av.VideoFrame]:
         for frame in container.decode(stream):
