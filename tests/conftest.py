@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 
 import pytest
 
@@ -21,6 +22,16 @@ def so100_tiny() -> pathlib.Path:
     if not SO100_TINY.is_dir():
         pytest.skip(f"real fixture not found at {SO100_TINY} (../shared/fixtures is absent in a plain clone)")
     return SO100_TINY
+
+
+@pytest.fixture
+def writable_so100(tmp_path, so100_tiny) -> pathlib.Path:
+    """A private, writable copy of so100_tiny for tests that corrupt it."""
+    target = tmp_path / "so100_copy"
+    shutil.copytree(so100_tiny, target)
+    for file in target.rglob("*"):
+        file.chmod(0o644 if file.is_file() else 0o755)
+    return target
 
 
 # Several data files, video files and chunk folders; H.264 with B-frames; a multi-task episode;

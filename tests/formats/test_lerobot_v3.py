@@ -1,7 +1,6 @@
 """LeRobot v3 reader: the real fixture, synthetic multi-file datasets, and bad input."""
 
 import json
-import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -72,55 +71,46 @@ def test_memory_filesystem(multi_file_dataset):
     assert sequence.trajectories["obs_state"].tobytes() == truth["state"][3].tobytes()
 
 
-@pytest.fixture
-def copy_of(tmp_path, so100_tiny):
-    target = tmp_path / "ds"
-    shutil.copytree(so100_tiny, target)
-    for file in target.rglob("*"):
-        file.chmod(0o644 if file.is_file() else 0o755)
-    return target
-
-
 def _info(path):
     return json.loads((path / "meta/info.json").read_text())
 
 
-def test_missing_info_json(copy_of):
-    (copy_of / "meta/info.json").unlink()
+def test_missing_info_json(writable_so100):
+    (writable_so100 / "meta/info.json").unlink()
     with pytest.raises(FormatError, match=r"meta/info.json: not found; a LeRobot v3 dataset needs meta/info.json"):
-        _plan(copy_of)
+        _plan(writable_so100)
 
 
-def test_malformed_info_json(copy_of):
-    (copy_of / "meta/info.json").write_text("{not json")
+def test_malformed_info_json(writable_so100):
+    (writable_so100 / "meta/info.json").write_text("{not json")
     with pytest.raises(FormatError, match=r"meta/info.json: malformed JSON"):
-        _plan(copy_of)
+        _plan(writable_so100)
 
 
-def test_v21_names_the_converter(copy_of):
-    info = _info(copy_of)
+def test_v21_names_the_converter(writable_so100):
+    info = _info(writable_so100)
     info["codebase_version"] = "v2.1"
-    (copy_of / "meta/info.json").write_text(json.dumps(info))
+    (writable_so100 / "meta/info.json").write_text(json.dumps(info))
     with pytest.raises(FormatError) as caught:
-        _plan(copy_of)
+        _plan(writable_so100)
     assert "codebase_version 'v2.1' is not supported (only v3.0)" in str(caught.value)
     assert "lerobot.datasets.v30.convert_dataset_v21_to_v30" in str(caught.value)
 
 
-def test_wrong_type_in_metadata(copy_of):
-    info = _info(copy_of)
+def test_wrong_type_in_metadata(writable_so100):
+    info = _info(writable_so100)
     info["fps"] = "thirty"
-    (copy_of / "meta/info.json").write_text(json.dumps(info))
+    (writable_so100 / "meta/info.json").write_text(json.dumps(info))
     with pytest.raises(FormatError, match=r"'fps' must be int/float, found 'thirty'"):
-        _plan(copy_of)
+        _plan(writable_so100)
 
 
-def test_image_features_are_refused_not_dropped(copy_of):
-    info = _info(copy_of)
+def test_image_features_are_refused_not_dropped(writable_so100):
+    info = _info(writable_so100)
     info["features"]["observation.image"] = {"dtype": "image", "shape": [48, 64, 3], "names": None}
-    (copy_of / "meta/info.json").write_text(json.dumps(info))
+    (writable_so100 / "meta/info.json").write_text(json.dumps(info))
     with pytest.raises(FormatError, match=r"feature 'observation.image' has dtype 'image'.*refusing rather than dropping"):
-        _plan(copy_of)
+        _plan(writable_so100)
 
 
 def _rewrite_episodes(path, change):
@@ -129,15 +119,15 @@ def _rewrite_episodes(path, change):
     pq.write_table(change(table), file)
 
 
-def test_offsets_past_the_data_file_name_file_and_episode(copy_of):
+def test_offsets_past_the_data_file_name_file_and_episode(writable_so100):
     def shift(table):
         rows = table.to_pylist()
         rows[4]["dataset_from_index"] += 100
         rows[4]["dataset_to_index"] += 100
         return pa.Table.from_pylist(rows, schema=table.schema)
 
-    _rewrite_episodes(copy_of, shift)
-    fs, root, meta, refs = _plan(copy_of)
+    _rewrite_episodes(writable_so100, shift)
+    fs, root, meta, refs = _plan(writable_so100)
     with pytest.raises(FormatError) as caught:
         lerobot_v3.load(fs, root, refs[4], meta)
     message = str(caught.value)
@@ -145,32 +135,32 @@ def test_offsets_past_the_data_file_name_file_and_episode(copy_of):
     assert "offsets index 274..297 point past the data file (0 of 23 rows found)" in message
 
 
-def test_zero_length_episode_is_refused(copy_of):
+def test_zero_length_episode_is_refused(writable_so100):
     def zero(table):
         rows = table.to_pylist()
         rows[2]["length"] = 0
         rows[2]["dataset_to_index"] = rows[2]["dataset_from_index"]
         return pa.Table.from_pylist(rows, schema=table.schema)
 
-    _rewrite_episodes(copy_of, zero)
+    _rewrite_episodes(writable_so100, zero)
     with pytest.raises(FormatError, match=r"episode_000002: length 0"):
-        _plan(copy_of)
+        _plan(writable_so100)
 
 
-def test_duplicate_episode_index(copy_of):
+def test_duplicate_episode_index(writable_so100):
     def duplicate(table):
         rows = table.to_pylist()
         rows[3]["episode_index"] = 2
         return pa.Table.from_pylist(rows, schema=table.schema)
 
-    _rewrite_episodes(copy_of, duplicate)
+    _rewrite_episodes(writable_so100, duplicate)
     with pytest.raises(FormatError, match=r"episode_index 2 appears more than once"):
-        _plan(copy_of)
+        _plan(writable_so100)
 
 
-def test_video_path_escaping_the_root_is_refused(copy_of):
-    info = _info(copy_of)
+def test_video_path_escaping_the_root_is_refused(writable_so100):
+    info = _info(writable_so100)
     info["data_path"] = "../outside/file-{file_index:03d}.parquet"
-    (copy_of / "meta/info.json").write_text(json.dumps(info))
+    (writable_so100 / "meta/info.json").write_text(json.dumps(info))
     with pytest.raises(FormatError, match=r"escapes the dataset root"):
-        _plan(copy_of)
+        _plan(writable_so100)

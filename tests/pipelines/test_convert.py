@@ -110,14 +110,6 @@ def test_multi_file_dataset_two_workers(multi_file_dataset, tmp_path):
     assert validate.validate(str(dst)) == []
 
 
-def _bad_copy(so100_tiny, tmp_path):
-    target = tmp_path / "bad"
-    shutil.copytree(so100_tiny, target)
-    for file in target.rglob("*"):
-        file.chmod(0o644 if file.is_file() else 0o755)
-    return target
-
-
 def _expect_failure(src, dst, capsys, *fragments):
     assert _convert(src, dst) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -128,36 +120,36 @@ def _expect_failure(src, dst, capsys, *fragments):
     assert not dst.exists() or not any(dst.iterdir()), list(dst.rglob("*"))
 
 
-def test_missing_video_file(so100_tiny, tmp_path, capsys):
-    src = _bad_copy(so100_tiny, tmp_path)
+def test_missing_video_file(writable_so100, tmp_path, capsys):
+    src = writable_so100
     (src / "videos/observation.images.wrist/chunk-000/file-000.mp4").unlink()
     _expect_failure(src, tmp_path / "out", capsys, "videos/observation.images.wrist/chunk-000/file-000.mp4", "episode_0000",
                     "video file not found")
 
 
-def test_truncated_mp4(so100_tiny, tmp_path, capsys):
-    src = _bad_copy(so100_tiny, tmp_path)
+def test_truncated_mp4(writable_so100, tmp_path, capsys):
+    src = writable_so100
     path = src / "videos/observation.images.front/chunk-000/file-000.mp4"
     path.write_bytes(path.read_bytes()[:60000])
     _expect_failure(src, tmp_path / "out", capsys, "videos/observation.images.front/chunk-000/file-000.mp4", "episode_0000")
 
 
-def test_missing_info_json_cli(so100_tiny, tmp_path, capsys):
-    src = _bad_copy(so100_tiny, tmp_path)
+def test_missing_info_json_cli(writable_so100, tmp_path, capsys):
+    src = writable_so100
     (src / "meta/info.json").unlink()
     _expect_failure(src, tmp_path / "out", capsys, "not a dataset of a known format")
 
 
-def test_v21_cli(so100_tiny, tmp_path, capsys):
-    src = _bad_copy(so100_tiny, tmp_path)
+def test_v21_cli(writable_so100, tmp_path, capsys):
+    src = writable_so100
     info = json.loads((src / "meta/info.json").read_text())
     info["codebase_version"] = "v2.1"
     (src / "meta/info.json").write_text(json.dumps(info))
     _expect_failure(src, tmp_path / "out", capsys, "meta/info.json: codebase_version 'v2.1'", "convert_dataset_v21_to_v30")
 
 
-def test_offsets_past_data_file_cli(so100_tiny, tmp_path, capsys):
-    src = _bad_copy(so100_tiny, tmp_path)
+def test_offsets_past_data_file_cli(writable_so100, tmp_path, capsys):
+    src = writable_so100
     file = src / "meta/episodes/chunk-000/file-000.parquet"
     table = pq.read_table(file)
     rows = table.to_pylist()
@@ -178,8 +170,8 @@ def test_existing_dataset_needs_overwrite(so100_tiny, converted_fixture, tmp_pat
     assert validate.validate(str(dst)) == []
 
 
-def test_failed_run_keeps_the_previous_dataset(so100_tiny, converted_fixture, tmp_path, capsys):
-    src = _bad_copy(so100_tiny, tmp_path)
+def test_failed_run_keeps_the_previous_dataset(writable_so100, converted_fixture, tmp_path, capsys):
+    src = writable_so100
     (src / "videos/observation.images.wrist/chunk-000/file-000.mp4").unlink()
     dst = tmp_path / "out"
     shutil.copytree(converted_fixture, dst)
