@@ -30,12 +30,17 @@ __all__ = [
     "column_types",
     "sidecar",
     "read_sidecar",
+    "publish",
+    "discard_staging",
+    "STAGING_DIR",
 ]
 
 VERSION = "1.0"
 SIDECAR = "mixtrain.json"
 STATS_FILE = "stats.json"
 DATA_DIR = "data"
+# A run writes under DST/_staging/<run>/ (skipped by Parquet dataset readers as a `_` path).
+STAGING_DIR = "_staging"
 FILES_DIR = "files"
 PARQUET_COMPRESSION = "zstd"
 
@@ -159,3 +164,30 @@ def dumps(value: dict) -> str:
 def read_sidecar(fs, root: str) -> dict:
     with fs.open(f"{root}/{SIDECAR}", "rb") as handle:
         return json.load(handle)
+
+
+def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
+    """Move a staged dataset into place and write mixtrain.json last.
+
+    An existing mixtrain.json is removed first, so a dataset being replaced never looks finished.
+    """
+    sidecar_path = f"{output}/{SIDECAR}"
+    if fs.exists(sidecar_path):
+        fs.rm(sidecar_path)
+    for name in (DATA_DIR, FILES_DIR, STATS_FILE):
+        target, source = f"{output}/{name}", f"{staging}/{name}"
+        if fs.exists(target):
+            fs.rm(target, recursive=True)
+        if fs.exists(source):
+            fs.mv(source, target, recursive=True)
+    fs.pipe_file(sidecar_path, dumps(sidecar_value).encode())
+    discard_staging(fs, staging, output)
+
+
+def discard_staging(fs, staging: str, output: str) -> None:
+    """Remove one run's staging folder, then the staging parent if no other run uses it."""
+    if fs.exists(staging):
+        fs.rm(staging, recursive=True)
+    parent = f"{output}/{STAGING_DIR}"
+    if fs.exists(parent) and not fs.ls(parent):
+        fs.rm(parent, recursive=True)

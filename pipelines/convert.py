@@ -24,7 +24,7 @@ from formats import errors, mixtrain, sources, storage
 from formats.sequence import TRAJECTORY, DatasetMeta
 from transforms.read import ReadSequences
 from transforms.video import WriteVideos
-from transforms.write import STAGING_DIR, WriteMixtrain
+from transforms.write import WriteMixtrain
 
 __all__ = ["ConvertOptions", "build_pipeline", "main", "run"]
 
@@ -76,7 +76,7 @@ def prepare_output(output_url: str, overwrite: bool) -> None:
     if not fs.isdir(root):
         raise errors.ConversionError(f"{root}: output exists and is not a directory")
     names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(root, detail=False)}
-    names.discard(STAGING_DIR)
+    names.discard(mixtrain.STAGING_DIR)
     if not names:
         return
     if mixtrain.SIDECAR in names or names <= {mixtrain.DATA_DIR, mixtrain.FILES_DIR, mixtrain.STATS_FILE}:
@@ -95,7 +95,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     num_shards = options.num_shards or estimate_num_shards(meta, refs, options.target_shard_mb)
     out_fs, out_root = storage.open_root(options.output)
     output_url = storage.url_for(out_fs, out_root)
-    staging_url = storage.url_for(out_fs, storage.join(out_root, STAGING_DIR, run_id))
+    staging_url = storage.url_for(out_fs, storage.join(out_root, mixtrain.STAGING_DIR, run_id))
     source_url = storage.url_for(fs, root)
     sidecar_extra = {
         "converter_version": formats.__version__,
@@ -132,7 +132,7 @@ def run(argv: list[str]) -> int:
     started = time.monotonic()
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
     out_fs, out_root = storage.open_root(options.output)
-    staging = storage.join(out_root, STAGING_DIR, run_id)
+    staging = storage.join(out_root, mixtrain.STAGING_DIR, run_id)
     try:
         prepare_output(options.output, options.overwrite)
         pipeline = beam.Pipeline(runner=_runner(options), options=options)
@@ -152,12 +152,9 @@ def run(argv: list[str]) -> int:
 
 
 def _discard(fs, staging: str, out_root: str) -> None:
+    """Best effort after a failure: drop this run's staging, and the output folder if we created it."""
     try:
-        if fs.exists(staging):
-            fs.rm(staging, recursive=True)
-        parent = storage.join(out_root, STAGING_DIR)
-        if fs.exists(parent) and not fs.ls(parent):
-            fs.rm(parent, recursive=True)
+        mixtrain.discard_staging(fs, staging, out_root)
         if fs.exists(out_root) and not fs.ls(out_root):
             fs.rm(out_root, recursive=True)
     except OSError:

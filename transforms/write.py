@@ -19,7 +19,7 @@ from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec, DatasetM
 from formats.stats import ColumnStats
 from transforms.stats import MergeShardStatsFn
 
-__all__ = ["WriteMixtrain", "ShardResult", "publish"]
+__all__ = ["WriteMixtrain", "ShardResult"]
 
 
 @dataclasses.dataclass
@@ -93,31 +93,6 @@ def _shard_partial(result: ShardResult):
     return result.index, result.stats
 
 
-def publish(fs, staging: str, output: str, sidecar: dict) -> None:
-    """Move the staged dataset into place and write mixtrain.json last.
-
-    An existing mixtrain.json is removed first, so a dataset being replaced never looks finished.
-    """
-    sidecar_path = storage.join(output, mixtrain.SIDECAR)
-    if fs.exists(sidecar_path):
-        fs.rm(sidecar_path)
-    for name in (mixtrain.DATA_DIR, mixtrain.FILES_DIR, mixtrain.STATS_FILE):
-        target = storage.join(output, name)
-        if fs.exists(target):
-            fs.rm(target, recursive=True)
-        source = storage.join(staging, name)
-        if fs.exists(source):
-            fs.mv(source, target, recursive=True)
-    fs.pipe_file(sidecar_path, mixtrain.dumps(sidecar).encode())
-    fs.rm(staging, recursive=True)
-    parent = storage.join(output, STAGING_DIR)
-    if fs.exists(parent) and not fs.ls(parent):
-        fs.rm(parent, recursive=True)
-
-
-STAGING_DIR = "_staging"
-
-
 class _PublishFn(beam.DoFn):
     def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict):
         self._staging_url = staging_url
@@ -144,7 +119,7 @@ class _PublishFn(beam.DoFn):
             num_shards=self._num_shards,
             **self._sidecar_extra,
         )
-        publish(fs, staging, output, sidecar)
+        mixtrain.publish(fs, staging, output, sidecar)
         yield {"sequences": sidecar["num_sequences"], "timesteps": sidecar["num_timesteps"]}
 
 
