@@ -481,11 +481,15 @@ def _trajectory(column: pa.ChunkedArray, spec: ColumnSpec, length: int) -> np.nd
 
 
 def _local_task_indices(table: pa.Table, ref: EpisodeRef, task_texts: dict[int, str]) -> np.ndarray:
+    """Per-step global task_index -> position in this episode's `tasks` (one lookup per distinct task)."""
     positions = {text: i for i, text in enumerate(ref.tasks)}
-    out = np.empty(table.num_rows, np.int32)
-    for i, global_index in enumerate(table.column("task_index").to_pylist()):
+    global_indices = table.column("task_index").to_numpy()
+    distinct, inverse = np.unique(global_indices, return_inverse=True)
+    local = np.empty(len(distinct), np.int32)
+    for k, global_index in enumerate(distinct.tolist()):
         text = task_texts.get(global_index)
         if text not in positions:
-            raise FormatError(f"episode {ref.episode_index}: frame {i} has task_index {global_index} outside the episode's tasks")
-        out[i] = positions[text]
-    return out
+            frame = int(np.argmax(global_indices == global_index))
+            raise FormatError(f"episode {ref.episode_index}: frame {frame} has task_index {global_index} outside the episode's tasks")
+        local[k] = positions[text]
+    return local[inverse]
