@@ -32,10 +32,12 @@ import pyarrow.parquet as pq
 from formats import storage
 from formats.errors import ConversionError, FormatError, in_context
 from formats.sequence import (
+    FROM_IMAGES,
     SCALAR,
     VIDEO,
     ColumnSpec,
     DatasetMeta,
+    ImageFrames,
     Sequence,
     VideoSegment,
     base_columns,
@@ -165,7 +167,11 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: Datase
     data_path = storage.resolve_inside(root, ref.data_file, what="data file")
     try:
         table = _read_episode_rows(fs, data_path, ref, meta)
-        return _to_sequence(table, ref, meta)
+        sequence = _to_sequence(table, ref, meta)
+        for spec in meta.columns:
+            if spec.kind == VIDEO and spec.meta.get("encoded_from") == FROM_IMAGES:
+                sequence.videos[spec.name] = _images(fs, root, spec.meta["source"], table.column(spec.meta["source"]), ref)
+        return sequence
     except ConversionError as error:
         raise in_context(error, file=data_path, sequence=ref.sequence_id) from error
     except (OSError, pa.ArrowException) as error:
@@ -205,12 +211,7 @@ def _parse_features(features: dict, path: str) -> list[_Feature]:
             raise FormatError(f"{path}: feature {key!r} has no dtype")
         dtype = spec["dtype"]
         shape = tuple(int(n) for n in spec.get("shape") or (1,))
-        if dtype == "image":
-            raise FormatError(
-                f"{path}: feature {key!r} has dtype 'image' (frames stored inside Parquet), which this "
-                "version does not convert yet; refusing rather than dropping the camera"
-            )
-        if dtype == "video":
+        if dtype in ("video", "image"):
             parsed.append(_Feature(key, column_name(key, camera=True), VIDEO, dtype, shape))
         elif dtype in ("string", "language") or shape == (1,):
             parsed.append(_Feature(key, column_name(key), "steps", dtype, shape))
@@ -227,6 +228,15 @@ def _column_for(feature: _Feature, spec: dict, data_schema: pa.Schema, fps: floa
     meta: dict[str, Any] = {"source": feature.key}
     if spec.get("names") is not None:
         meta["names"] = spec["names"]
+    if feature.kind == VIDEO and feature.dtype == "image":
+        height, width = (feature.shape + (None, None))[:2]
+        return ColumnSpec(feature.column, VIDEO, pa.string(), {
+            "fps": fps,
+            "resolution": {"width": width, "height": height},
+            "is_depth_map": False,
+            "source": feature.key,
+            "encoded_from": FROM_IMAGES,
+        })
     if feature.kind == VIDEO:
         info = spec.get("info") or {}
         height, width = (feature.shape + (None, None))[:2]
@@ -338,7 +348,7 @@ def _episode_ref(row: dict, features, data_template, video_template, splits, ext
         )
     videos = []
     for feature in features:
-        if feature.kind != VIDEO:
+        if feature.kind != VIDEO or feature.dtype != "video":
             continue
         prefix = f"videos/{feature.key}/"
         missing = [k for k in ("chunk_index", "file_index", "from_timestamp", "to_timestamp") if prefix + k not in row]
@@ -385,7 +395,8 @@ def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.
     metadata = _parquet_metadata(fs, path)
     schema = metadata.schema.to_arrow_schema()
     wanted = [spec.meta["source"] for spec in meta.columns
-              if spec.kind in ("trajectory", "steps") and spec.meta.get("source") not in (None, "task_index")]
+              if (spec.kind in ("trajectory", "steps") or spec.meta.get("encoded_from") == FROM_IMAGES)
+              and spec.meta.get("source") not in (None, "task_index")]
     missing = [key for key in wanted if schema.get_field_index(key) < 0]
     if missing:
         raise FormatError(f"columns {missing} declared in meta/info.json are missing from the data file")
@@ -418,7 +429,10 @@ def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.
 
 def _row_groups_overlapping(metadata: pq.FileMetaData, column: str, low: int, high: int) -> list[int]:
     """Row groups whose min/max statistics of `column` overlap [low, high); all when unknown."""
-    position = metadata.schema.to_arrow_schema().get_field_index(column)
+    # Parquet numbers leaf columns: a struct or list feature before `column` shifts its position.
+    position = next((i for i in range(metadata.num_columns) if metadata.schema.column(i).path == column), None)
+    if position is None:
+        return list(range(metadata.num_row_groups))
     groups = []
     for group in range(metadata.num_row_groups):
         stats = metadata.row_group(group).column(position).statistics
@@ -466,6 +480,31 @@ def _to_sequence(table: pa.Table, ref: EpisodeRef, meta: DatasetMeta) -> Sequenc
             sequence.steps[spec.name] = column.to_numpy(zero_copy_only=False) if numeric and column.null_count == 0 else column
     sequence.videos.update(dict(ref.videos))
     return sequence
+
+
+def _images(fs, root: str, key: str, column: pa.ChunkedArray, ref: EpisodeRef) -> ImageFrames:
+    """An `image` feature's cells (Hugging Face Image storage: struct<bytes, path>, or plain
+    binary) -> the encoded images; a cell without bytes is read from its path under the root."""
+    array = column.combine_chunks()
+    if pa.types.is_struct(array.type):
+        names = [array.type.field(i).name for i in range(array.type.num_fields)]
+        blobs = array.field("bytes").to_pylist() if "bytes" in names else [None] * len(array)
+        paths = array.field("path").to_pylist() if "path" in names else [None] * len(array)
+    elif pa.types.is_binary(array.type) or pa.types.is_large_binary(array.type):
+        blobs, paths = array.to_pylist(), [None] * len(array)
+    else:
+        raise FormatError(f"image feature {key!r} is stored as {array.type}, expected struct<bytes, path> or binary")
+    frames = []
+    for step, (blob, path) in enumerate(zip(blobs, paths)):
+        if blob is None and path:
+            image_path = storage.resolve_inside(root, path, what="image file")
+            if not fs.exists(image_path):
+                raise FormatError(f"episode {ref.episode_index}: {key!r} frame {step}: image file {path} not found")
+            blob = fs.cat_file(image_path)
+        if blob is None:
+            raise FormatError(f"episode {ref.episode_index}: {key!r} frame {step} has no image (neither bytes nor path)")
+        frames.append(blob)
+    return ImageFrames(frames)
 
 
 def _trajectory(column: pa.ChunkedArray, spec: ColumnSpec, length: int) -> np.ndarray:

@@ -15,6 +15,7 @@ import io
 import json
 import posixpath
 from collections.abc import Sequence as Seq
+from fractions import Fraction
 
 import av
 import numpy as np
@@ -22,9 +23,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from formats import storage
-from formats.video import encode_frames
+from formats.video import EncodeOptions, encode_frames
 
-__all__ = ["SyntheticLeRobot", "write_dataset", "synthetic_frames"]
+__all__ = ["SyntheticLeRobot", "write_dataset", "synthetic_frames", "encode_image"]
 
 DATA_TEMPLATE = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_TEMPLATE = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
@@ -40,11 +41,15 @@ class SyntheticLeRobot:
     state_dim: int = 6
     action_dim: int = 6
     cameras: Seq[str] = ("observation.images.front", "observation.images.wrist")
+    image_cameras: Seq[str] = ()  # `image` features: frames as PNG/JPEG bytes inside the data Parquet
+    image_format: str = "png"  # png | jpeg
+    depth_cameras: Seq[str] = ()  # video features with is_depth_map: uint16 depth, lossless FFV1 gray16le
     width: int = 64
     height: int = 48
     codec: str = "av1"
     gop: int | None = 2
     crf: int = 30
+    preset: str | None = None  # None: SVT-AV1's fastest (12) for av1, the encoder default otherwise
     episodes_per_data_file: int = 1000
     episodes_per_video_file: int = 1000
     episodes_per_meta_file: int = 1000
@@ -68,6 +73,19 @@ def synthetic_frames(episode: int, camera: int, length: int, height: int, width:
     return frames
 
 
+def encode_image(frame: np.ndarray, image_format: str = "png") -> bytes:
+    """One [H, W, 3] uint8 frame as PNG or JPEG bytes, through FFmpeg's image encoders."""
+    codec = {"png": "png", "jpeg": "mjpeg"}[image_format]
+    context = av.CodecContext.create(codec, "w")
+    context.width, context.height = frame.shape[1], frame.shape[0]
+    context.pix_fmt = "rgb24" if codec == "png" else "yuvj420p"
+    context.time_base = Fraction(1, 30)
+    if codec == "mjpeg":
+        context.options = {"qscale": "2"}
+    packets = context.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")) + context.encode(None)
+    return b"".join(bytes(packet) for packet in packets)
+
+
 def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
     """Write the dataset under `url` (any fsspec URL) and return the values written per episode.
 
@@ -77,7 +95,9 @@ def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
     spec = spec or SyntheticLeRobot()
     fs, root = storage.open_root(url)
     rng = np.random.default_rng(spec.seed)
-    truth: dict = {"state": [], "action": [], "reward": [], "done": [], "sensor": [], "task_index": [], "frames": {c: [] for c in spec.cameras}}
+    truth: dict = {"state": [], "action": [], "reward": [], "done": [], "sensor": [], "task_index": [],
+                   "frames": {c: [] for c in (*spec.cameras, *spec.image_cameras, *spec.depth_cameras)},
+                   "images": {c: [] for c in spec.image_cameras}}
     episode_rows = []
     global_index = 0
 
@@ -103,6 +123,13 @@ def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
             truth["reward"].append(reward)
             truth["done"].append(done)
             truth["sensor"].append(sensor)
+        for number, camera in enumerate(spec.image_cameras):
+            frames = synthetic_frames(episode, len(spec.cameras) + number, length, spec.height, spec.width)
+            blobs = [encode_image(frame, spec.image_format) for frame in frames]
+            columns[camera] = pa.StructArray.from_arrays(
+                [pa.array(blobs, pa.binary()), pa.array([None] * length, pa.string())], names=["bytes", "path"])
+            truth["frames"][camera].append(frames)
+            truth["images"][camera].append(blobs)
         columns.update({
             "timestamp": pa.array((np.arange(length) / spec.fps).astype(np.float32)),
             "frame_index": pa.array(np.arange(length, dtype=np.int64)),
@@ -138,7 +165,8 @@ def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
                     writer.write_table(table)
 
     # Videos: each episode encoded alone, then joined per file by stream copy.
-    for camera_number, camera in enumerate(spec.cameras):
+    for camera_number, camera in enumerate((*spec.cameras, *spec.depth_cameras)):
+        depth = camera in spec.depth_cameras
         groups: dict[int, list[int]] = {}
         for episode in range(len(spec.lengths)):
             groups.setdefault(episode // spec.episodes_per_video_file, []).append(episode)
@@ -146,9 +174,12 @@ def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
             encoded = []
             for episode in episodes:
                 frames = synthetic_frames(episode, camera_number, spec.lengths[episode], spec.height, spec.width)
+                if depth:  # millimetres: a ramp that uses the high byte, so 8 bits cannot hold it
+                    frames = (frames[..., 0].astype(np.uint16) * 200 + frames[..., 1]).astype(np.uint16)
                 truth["frames"][camera].append(frames)
                 buffer = io.BytesIO()
-                encode_frames(frames, buffer, codec=spec.codec, fps=spec.fps, crf=spec.crf, gop=spec.gop)
+                options = EncodeOptions("ffv1", pix_fmt="gray16le") if depth else _encode_options(spec)
+                encode_frames(frames, buffer, fps=spec.fps, options=options)
                 encoded.append(buffer.getvalue())
             chunk_index, file_index = file_number // spec.chunks_size, file_number % spec.chunks_size
             path = storage.join(root, VIDEO_TEMPLATE.format(video_key=camera, chunk_index=chunk_index, file_index=file_index))
@@ -274,6 +305,17 @@ def _info(spec: SyntheticLeRobot, total_frames: int) -> dict:
                      "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": spec.fps,
                      "video.channels": 3, "has_audio": False},
         }
+    for camera in spec.depth_cameras:
+        features[camera] = {
+            "dtype": "video",
+            "shape": [spec.height, spec.width, 1],
+            "names": ["height", "width", "channels"],
+            "info": {"video.height": spec.height, "video.width": spec.width, "video.codec": "ffv1",
+                     "video.pix_fmt": "gray16le", "video.is_depth_map": True, "video.fps": spec.fps,
+                     "video.channels": 1, "has_audio": False},
+        }
+    for camera in spec.image_cameras:
+        features[camera] = {"dtype": "image", "shape": [spec.height, spec.width, 3], "names": ["height", "width", "channels"]}
     for name, dtype in (("timestamp", "float32"), ("frame_index", "int64"), ("episode_index", "int64"),
                         ("index", "int64"), ("task_index", "int64")):
         features[name] = {"dtype": dtype, "shape": [1], "names": None}
@@ -298,3 +340,8 @@ def _info(spec: SyntheticLeRobot, total_frames: int) -> dict:
 def _write_json(fs, path: str, value: dict) -> None:
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
     fs.pipe_file(path, (json.dumps(value, indent=4) + "\n").encode())
+
+
+def _encode_options(spec: SyntheticLeRobot) -> EncodeOptions:
+    preset = spec.preset or ("12" if spec.codec == "av1" else None)
+    return EncodeOptions(spec.codec, spec.crf, spec.gop, preset)

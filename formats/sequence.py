@@ -29,6 +29,7 @@ __all__ = [
     "base_columns",
     "Sequence",
     "VideoSegment",
+    "ImageFrames",
     "column_name",
     "check_unique_columns",
     "safe_sequence_id",
@@ -41,6 +42,8 @@ TRAJECTORY = "trajectory"
 STEPS = "steps"
 VIDEO = "video"
 KINDS = (SCALAR, TIMESTAMPS, TRAJECTORY, STEPS, VIDEO)
+# column_types `encoded_from` of a video column whose source stores one image per step.
+FROM_IMAGES = "images"
 
 # Columns the product itself defines; a source feature mapping onto one of these is a collision.
 RESERVED_COLUMNS = ("sequence_id", "length", "duration_seconds", "timestamp", "task", "tasks", "split")
@@ -95,6 +98,17 @@ class VideoSegment:
 
 
 @dataclasses.dataclass
+class ImageFrames:
+    """A camera stored as one image per step: encoded JPEG/PNG bytes or uint8/uint16 arrays
+    ([T, H, W, C] or a list). The video step encodes them into the camera's video file."""
+
+    frames: Any
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+
+@dataclasses.dataclass
 class Sequence:
     """One Mixtrain row as numpy/Arrow values.
 
@@ -105,7 +119,9 @@ class Sequence:
       scalars: column -> Python/numpy scalar or list (Arrow type from its ColumnSpec).
       trajectories: column -> [T, D] numpy array in the source dtype.
       steps: column -> [T] numpy array or a length-T Arrow array.
-      videos: column -> VideoSegment (before the video step) or relative output path (after).
+      videos: column -> VideoSegment or ImageFrames (before the video step), relative output
+        path (after).
+      video_stats: column -> per-channel image ColumnStats (only with --video_stats).
     """
 
     sequence_id: str
@@ -115,6 +131,7 @@ class Sequence:
     trajectories: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     steps: dict[str, Any] = dataclasses.field(default_factory=dict)
     videos: dict[str, Any] = dataclasses.field(default_factory=dict)
+    video_stats: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 _OBSERVATION_PREFIXES = ("observation.", "observation/")

@@ -7,7 +7,8 @@ at most `capacity` rows, then each compaction halves a full level by keeping eve
 value, with rank error about log2(N / capacity) / capacity. The same inputs merged in the same
 order give the same numbers; the writer merges per-shard partials in shard order.
 
-Output shapes follow LeRobot's stats.json: every stat is a list of D values, `count` is [N].
+Output shapes follow LeRobot's stats.json: every stat is a list of D values, `count` is [N];
+image statistics (per channel, values in [0, 1]) are [C, 1, 1] as lerobot writes them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["ColumnStats", "QUANTILES", "summarise"]
+__all__ = ["ColumnStats", "ImageStats", "QUANTILES", "sample_indices", "summarise"]
 
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 DEFAULT_CAPACITY = 4096
@@ -31,22 +32,30 @@ class ColumnStats:
     max: np.ndarray  # [D] float64
     levels: list[np.ndarray]  # levels[l]: [n_l, D] float64 rows each standing for 2**l values
     capacity: int = DEFAULT_CAPACITY
+    image: bool = False  # per-channel image statistics: rendered as [C, 1, 1]
 
     @staticmethod
-    def of(values: np.ndarray, capacity: int = DEFAULT_CAPACITY) -> ColumnStats:
-        """Summarise [N, D] (or [N]) values; NaN propagates into mean/std as numpy does."""
+    def of(values: np.ndarray, capacity: int = DEFAULT_CAPACITY, sketch_level: int = 0, image: bool = False) -> ColumnStats:
+        """Summarise [N, D] (or [N]) values; NaN propagates into mean/std as numpy does.
+
+        Moments, min and max always use every value. `sketch_level` l > 0 feeds the quantile
+        sketch every 2**l-th row at level l (each standing for 2**l values): for millions of
+        pixels, where sorting them all would cost more than the quantiles are worth.
+        """
         data = np.asarray(values, dtype=np.float64)
         if data.ndim == 1:
             data = data[:, None]
         mean = data.mean(axis=0)
+        levels = [np.zeros((0, data.shape[1]))] * sketch_level + [data[:: 2**sketch_level].copy()]
         stats = ColumnStats(
             count=data.shape[0],
             mean=mean,
             m2=((data - mean) ** 2).sum(axis=0),
             min=data.min(axis=0),
             max=data.max(axis=0),
-            levels=[data.copy()],
+            levels=levels,
             capacity=capacity,
+            image=image,
         )
         stats._compact()
         return stats
@@ -66,7 +75,7 @@ class ColumnStats:
             parts = [ls[level] for ls in (self.levels, other.levels) if level < len(ls) and len(ls[level])]
             levels.append(np.concatenate(parts) if parts else np.zeros((0, self.mean.shape[0])))
         merged = ColumnStats(total, mean, m2, np.minimum(self.min, other.min), np.maximum(self.max, other.max),
-                             levels, self.capacity)
+                             levels, self.capacity, self.image)
         merged._compact()
         return merged
 
@@ -110,7 +119,48 @@ class ColumnStats:
             "count": [int(self.count)],
         }
         out.update({name: value.tolist() for name, value in self.quantiles().items()})
+        if self.image:
+            out = {name: (value if name == "count" else [[[v]] for v in value]) for name, value in out.items()}
         return out
+
+
+def sample_indices(length: int, minimum: int = 100, maximum: int = 10_000, power: float = 0.75) -> np.ndarray:
+    """Frames sampled for image statistics, by lerobot's rule (compute_stats.sample_indices):
+    about length**0.75 evenly spaced frames, at least min(length, 100), at most 10,000."""
+    if length <= 0:
+        return np.zeros(0, np.int64)
+    count = max(min(length, minimum), min(int(length**power), maximum))
+    return np.unique(np.round(np.linspace(0, length - 1, count)).astype(np.int64))
+
+
+class ImageStats:
+    """Per-channel statistics of a sequence's sampled frames, values scaled to [0, 1].
+
+    Frames larger than 300 px on a side are strided down to about 150 px first, as lerobot's
+    `auto_downsample_height_width` does; every remaining pixel counts towards mean/std/min/max.
+    """
+
+    def __init__(self, length: int):
+        self.wanted = set(sample_indices(length).tolist())
+        self._pixels: list[np.ndarray] = []
+
+    def add(self, image: np.ndarray) -> None:
+        """One sampled frame: [H, W, C] or [H, W], uint8 or uint16."""
+        scale = float(np.iinfo(image.dtype).max) if np.issubdtype(image.dtype, np.integer) else 1.0
+        if image.ndim == 2:
+            image = image[:, :, None]
+        height, width = image.shape[:2]
+        if max(height, width) >= 300:
+            factor = int(max(height, width) / 150)
+            image = image[::factor, ::factor]
+        self._pixels.append(image.reshape(-1, image.shape[2]).astype(np.float32) / scale)
+
+    def result(self) -> ColumnStats | None:
+        if not self._pixels:
+            return None
+        pixels = np.concatenate(self._pixels)
+        level = max(0, int(np.ceil(np.log2(max(1, len(pixels) / (8 * DEFAULT_CAPACITY))))))
+        return ColumnStats.of(pixels, sketch_level=level, image=True)
 
 
 def summarise(partials: list[dict[str, ColumnStats]]) -> dict[str, dict]:

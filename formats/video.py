@@ -1,10 +1,18 @@
-"""Video through PyAV: cut a time range out of an MP4 by packet copy, encode frames, probe, decode.
+"""Video through PyAV: cut a time range out of an MP4 by packet copy, re-encode, encode image
+sequences, probe, decode.
 
 Copy mode never decodes: the packets of [start, end) are remuxed into a new MP4 whose timestamps
 start at 0, so the output decodes to the source's pixels bit for bit. lerobot writes each episode
 as its own closed GOP run and joins files by stream copy, so an episode starts on a keyframe; a
 segment that does not (a cut inside a GOP) cannot be copied and is re-encoded from the decoded
 frames with the source's codec at high quality, and reported as such.
+
+Encoding (re-encode mode, image sequences) takes decoded frames, encoded JPEG/PNG bytes or raw
+uint8/uint16 arrays and writes frame i at pts i in a 1/fps time base. 4:2:0 and 4:2:2 need even
+sizes: an odd frame is padded on the right/bottom by repeating its last column/row (nothing is
+cropped away; `EncodeResult.padded_from` says so). Depth and any source deeper than 8 bits are
+never squeezed through a lossy 8-bit codec: `options_for` routes them to lossless FFV1 (in MP4),
+keeping their pixel format.
 
 Facts from real files (see ../shared/NOTES.md): copying AV1 needs `opaque=True` on the template
 stream; lerobot's H.264 has B-frames (negative first dts, pts from 0).
@@ -15,14 +23,15 @@ from __future__ import annotations
 import dataclasses
 import io
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from fractions import Fraction
 from typing import BinaryIO
 
 import av
 import numpy as np
 
-from formats.errors import VideoError
+from formats.errors import ConversionError, VideoError
+from formats.sequence import FROM_IMAGES
 
 # SVT-AV1 prints its whole configuration on every encode unless told errors only.
 os.environ.setdefault("SVT_LOG", "1")
@@ -30,17 +39,117 @@ os.environ.setdefault("SVT_LOG", "1")
 __all__ = [
     "VideoInfo",
     "CopyResult",
+    "EncodeOptions",
+    "EncodeResult",
+    "ImageDecoder",
     "probe",
     "copy_segment",
+    "reencode_segment",
     "encode_frames",
     "decode_frames",
+    "iter_frames",
+    "options_for",
+    "is_high_bit_depth",
+    "padded_size",
+    "plan_column",
+    "image_array",
+    "COPY",
+    "REENCODE",
     "ENCODERS",
 ]
 
 # Codec name as containers report it -> the encoder PyAV's wheels ship for it.
-ENCODERS = {"h264": "libx264", "hevc": "libx265", "av1": "libsvtav1"}
+ENCODERS = {"h264": "libx264", "hevc": "libx265", "av1": "libsvtav1", "ffv1": "ffv1"}
 # Decoder names PyAV reports for a stream -> the codec's canonical name.
-_CODEC_NAMES = {"libdav1d": "av1", "libaom-av1": "av1", "h264": "h264", "hevc": "hevc"}
+_CODEC_NAMES = {"libdav1d": "av1", "libaom-av1": "av1", "h264": "h264", "hevc": "hevc", "ffv1": "ffv1"}
+
+# Defaults chosen on measurements (README "Video"): luma PSNR >= 35 dB on real camera data at
+# yuv420p, a keyframe every 10 frames (random access decodes at most 9 extra frames, files
+# about half the size of lerobot's keyframe-every-2), the encoders' balanced presets.
+DEFAULT_CRF = {"h264": 16, "hevc": 14, "av1": 18}
+DEFAULT_GOP = 10
+DEFAULT_PRESET = {"h264": "medium", "hevc": "medium", "av1": "8"}
+CRF_RANGE = {"h264": (0, 51), "hevc": (0, 51), "av1": (0, 63)}
+# What each encoder accepts of --video_pix_fmt (AV1 through SVT: 4:2:0 only).
+PIX_FMTS = {
+    "h264": ("yuv420p", "yuv422p", "yuv444p"),
+    "hevc": ("yuv420p", "yuv422p", "yuv444p"),
+    "av1": ("yuv420p",),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodeOptions:
+    """How to encode: codec, quality (crf), keyframe interval (gop), preset, pixel format.
+
+    None means the codec's documented default (`resolved()` fills them in); `ffv1` is lossless
+    and ignores crf and preset.
+    """
+
+    codec: str = "h264"
+    crf: int | None = None
+    gop: int | None = None
+    preset: str | None = None
+    pix_fmt: str = "yuv420p"
+
+    def resolved(self) -> EncodeOptions:
+        """These options with every default filled in and checked; raises ConversionError."""
+        codec = self.codec.lower()
+        if codec not in ENCODERS:
+            raise ConversionError(f"video codec {self.codec!r} is not supported (choose from {', '.join(sorted(ENCODERS))})")
+        if codec == "ffv1":
+            return EncodeOptions(codec, None, 1 if self.gop is None else self.gop, None, self.pix_fmt)
+        if self.pix_fmt not in PIX_FMTS[codec]:
+            raise ConversionError(
+                f"pixel format {self.pix_fmt!r} is not available for {codec} (choose from {', '.join(PIX_FMTS[codec])})"
+            )
+        crf = DEFAULT_CRF[codec] if self.crf is None else int(self.crf)
+        low, high = CRF_RANGE[codec]
+        if not low <= crf <= high:
+            raise ConversionError(f"crf {crf} is outside {low}..{high} for {codec}")
+        gop = DEFAULT_GOP if self.gop is None else int(self.gop)
+        if gop < 1:
+            raise ConversionError(f"gop {gop} must be at least 1 (1: every frame a keyframe)")
+        return EncodeOptions(codec, crf, gop, self.preset or DEFAULT_PRESET[codec], self.pix_fmt)
+
+    def column_meta(self) -> dict:
+        """What mixtrain.json records of an encode (crf/preset only where they mean something)."""
+        meta = {"codec": self.codec, "pix_fmt": self.pix_fmt, "gop": self.gop}
+        if self.codec == "ffv1":
+            meta["lossless"] = True
+        else:
+            meta.update(crf=self.crf, preset=self.preset)
+        return meta
+
+
+def is_high_bit_depth(pix_fmt: str | None) -> bool:
+    """More than 8 bits per component (gray16le depth, 10-bit yuv...)."""
+    if not pix_fmt:
+        return False
+    try:
+        return any(component.bits > 8 for component in av.VideoFormat(pix_fmt).components)
+    except (ValueError, av.error.FFmpegError):
+        return False
+
+
+def options_for(requested: EncodeOptions, *, source_pix_fmt: str | None, is_depth: bool) -> EncodeOptions:
+    """The options a column is encoded with: depth and >8-bit sources go lossless (FFV1, their own
+    pixel format) whatever was requested, because a lossy 8-bit codec would destroy their values."""
+    if is_depth or is_high_bit_depth(source_pix_fmt):
+        pix_fmt = source_pix_fmt if source_pix_fmt and _ffv1_accepts(source_pix_fmt) else "gray16le"
+        return EncodeOptions("ffv1", None, None, None, pix_fmt).resolved()
+    return requested.resolved()
+
+
+def _ffv1_accepts(pix_fmt: str) -> bool:
+    return any(fmt.name == pix_fmt for fmt in av.Codec("ffv1", "w").video_formats or ())
+
+
+def padded_size(width: int, height: int, pix_fmt: str) -> tuple[int, int]:
+    """The encoded size: chroma-subsampled formats need even widths (4:2:x) and heights (4:2:0)."""
+    even_width = "420" in pix_fmt or "422" in pix_fmt or pix_fmt in ("nv12", "nv21", "nv16")
+    even_height = "420" in pix_fmt or pix_fmt in ("nv12", "nv21")
+    return width + (width % 2 if even_width else 0), height + (height % 2 if even_height else 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,6 +169,20 @@ class CopyResult:
     frames: int
     reencoded: bool
     info: VideoInfo
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodeResult:
+    """What an encode wrote. `padded_from` is the source (width, height) when it was padded to even."""
+
+    frames: int
+    width: int
+    height: int
+    padded_from: tuple[int, int] | None
+    options: EncodeOptions
+
+
+FrameCallback = Callable[[int, av.VideoFrame], None]
 
 
 def _open_input(source: BinaryIO | str) -> av.container.InputContainer:
@@ -106,7 +229,19 @@ def _bounds(stream, start: float | None, end: float | None, fps: float) -> tuple
 def _seek(container, stream, low: int | None) -> None:
     if low is not None and low > 0:
         # Lands on the keyframe at or before `low`: only that GOP is read, not the file's head.
-        container.seek(max(low, 0), stream=stream, backward=True, any_frame=False)
+        container.seek(low, stream=stream, backward=True, any_frame=False)
+
+
+def _segment_frames(container, stream, low: int | None, high: int | None) -> Iterator[av.VideoFrame]:
+    """Decoded frames presented in [low, high) pts, in presentation order."""
+    _seek(container, stream, low)
+    for frame in container.decode(stream):
+        if frame.pts is None:
+            continue
+        if high is not None and frame.pts >= high:
+            break
+        if low is None or frame.pts >= low:
+            yield frame
 
 
 def copy_segment(
@@ -148,7 +283,7 @@ def copy_segment(
                 f"segment [{_fmt(start)}, {_fmt(end)}) s holds {len(packets)} frames, expected {frames}"
             )
         if not packets[0].is_keyframe:
-            return _reencode_segment(container, stream, destination, low, high, frames)
+            return _reencode_in_place(container, stream, destination, low, high, frames)
         origin = min(packet.pts for packet in packets)
         output = av.open(destination, mode="w", format="mp4")
         try:
@@ -185,74 +320,157 @@ def _info_of(stream, frames: int) -> VideoInfo:
     )
 
 
-def _reencode_segment(container, stream, destination, low, high, frames: int) -> CopyResult:
-    """Decode the segment (from the keyframe before it) and encode it with the source's codec."""
-    container.seek(max(low or 0, 0), stream=stream, backward=True, any_frame=False)
-
-    def segment_frames() -> Iterator[av.VideoFrame]:
-        for frame in container.decode(stream):
-            if frame.pts is None:
-                continue
-            if high is not None and frame.pts >= high:
-                break
-            if low is None or frame.pts >= low:
-                yield frame
-
-    codec = _codec_name(stream)
-    rate = stream.average_rate or Fraction(30)
-    written = encode_frames(
-        segment_frames(),
-        destination,
-        codec=codec if codec in ENCODERS else "h264",
-        fps=rate,
-        crf=_LOSSLESS_ENOUGH_CRF.get(codec, 18),
-        gop=None,
-        pix_fmt=stream.codec_context.pix_fmt or "yuv420p",
-    )
-    if written != frames:
-        raise VideoError(f"re-encoded segment holds {written} frames, expected {frames}")
-    return CopyResult(frames=written, reencoded=True, info=_info_of(stream, frames))
-
-
 # Quality for the one-off re-encode of a segment that cannot be copied: visually lossless.
 _LOSSLESS_ENOUGH_CRF = {"h264": 10, "hevc": 10, "av1": 8}
 
 
-def encode_frames(
-    frames: Iterable[np.ndarray | av.VideoFrame],
+def _reencode_in_place(container, stream, destination, low, high, frames: int) -> CopyResult:
+    """Copy mode's fallback: encode the segment with the source's codec at visually lossless quality."""
+    codec = _codec_name(stream)
+    source_pix_fmt = stream.codec_context.pix_fmt
+    if codec in _LOSSLESS_ENOUGH_CRF and source_pix_fmt in PIX_FMTS[codec]:
+        options = EncodeOptions(codec, _LOSSLESS_ENOUGH_CRF[codec], None, "12" if codec == "av1" else None, source_pix_fmt)
+    else:
+        options = EncodeOptions("ffv1", pix_fmt=source_pix_fmt or "yuv420p")
+    result = encode_frames(_segment_frames(container, stream, low, high), destination,
+                           fps=stream.average_rate or Fraction(30), options=options)
+    if result.frames != frames:
+        raise VideoError(f"re-encoded segment holds {result.frames} frames, expected {frames}")
+    return CopyResult(frames=result.frames, reencoded=True, info=_info_of(stream, frames))
+
+
+def reencode_segment(
+    source: BinaryIO | str,
     destination: BinaryIO,
     *,
-    codec: str = "h264",
-    fps: float | Fraction = 30,
-    crf: int | None = 18,
-    gop: int | None = None,
-    pix_fmt: str = "yuv420p",
-    preset: str | None = None,
-) -> int:
-    """Encode frames (uint8 [H, W, 3] RGB arrays or decoded VideoFrames) into an MP4.
+    start: float | None,
+    end: float | None,
+    frames: int,
+    fps: float,
+    options: EncodeOptions,
+    on_frame: FrameCallback | None = None,
+) -> EncodeResult:
+    """Decode the frames presented in [start, end) seconds and encode them with `options`.
 
-    Returns the number of frames written. Frame i gets pts i in a 1/fps time base, so
-    timestamps are exactly i/fps. x264 runs with `mbtree=0`, which makes
-    repeated encodes of the same frames byte-identical (NOTES.md).
+    Frames stream from decoder to encoder one at a time; `on_frame(i, frame)` sees each decoded
+    frame first (image statistics ride on this decode pass). Raises VideoError on unreadable input
+    or a segment whose frame count is not `frames`.
     """
-    encoder = ENCODERS.get(codec, codec)
-    rate = Fraction(fps).limit_denominator(1001000) if not isinstance(fps, Fraction) else fps
+    container = _open_input(source)
+    try:
+        stream = _video_stream(container)
+        stream.thread_type = "AUTO"
+        low, high = _bounds(stream, start, end, fps)
+        result = encode_frames(_segment_frames(container, stream, low, high), destination,
+                               fps=fps, options=options, on_frame=on_frame)
+    except av.error.FFmpegError as error:
+        raise VideoError(f"cannot decode video: {error}") from error
+    finally:
+        container.close()
+    if result.frames != frames:
+        raise VideoError(f"segment [{_fmt(start)}, {_fmt(end)}) s holds {result.frames} frames, expected {frames}")
+    return result
+
+
+class ImageDecoder:
+    """Images (JPEG/PNG bytes, arrays) -> VideoFrame, with FFmpeg's own decoders and no temporary
+    files; one decoder context per image codec is kept for the whole sequence."""
+
+    _MAGIC = ((b"\xff\xd8", "mjpeg"), (b"\x89PNG", "png"))
+
+    def __init__(self) -> None:
+        self._contexts: dict[str, av.CodecContext] = {}
+
+    def decode(self, data: bytes, index: int) -> av.VideoFrame:
+        name = next((codec for magic, codec in self._MAGIC if data[: len(magic)] == magic), None)
+        if name is None:
+            raise VideoError(f"image {index} is neither JPEG nor PNG (starts with {bytes(data[:4])!r})")
+        context = self._contexts.get(name)
+        if context is None:
+            context = self._contexts[name] = av.CodecContext.create(name, "r")
+        try:
+            decoded = context.decode(av.Packet(data))
+        except av.error.FFmpegError as error:
+            raise VideoError(f"image {index}: cannot decode {name}: {error}") from error
+        if len(decoded) != 1:
+            raise VideoError(f"image {index}: {name} data decoded to {len(decoded)} frames")
+        return decoded[0]
+
+    def to_frame(self, item: np.ndarray | bytes | av.VideoFrame, index: int) -> av.VideoFrame:
+        if isinstance(item, av.VideoFrame):
+            return item
+        if isinstance(item, np.ndarray):
+            array, pixel_format = _array_format(item, index)
+            return av.VideoFrame.from_ndarray(np.ascontiguousarray(array), format=pixel_format)
+        if isinstance(item, (bytes, bytearray, memoryview)):
+            return self.decode(bytes(item), index)
+        raise VideoError(f"image {index}: cannot encode a {type(item).__name__}")
+
+
+def _array_format(array: np.ndarray, index: int) -> tuple[np.ndarray, str]:
+    if array.ndim == 3 and array.shape[2] == 1:
+        array = array[:, :, 0]
+    if array.dtype == np.uint8 and array.ndim == 3 and array.shape[2] in (3, 4):
+        return array, "rgb24" if array.shape[2] == 3 else "rgba"
+    if array.dtype == np.uint8 and array.ndim == 2:
+        return array, "gray"
+    if array.dtype == np.uint16 and array.ndim == 2:
+        return array, "gray16le"
+    raise VideoError(f"image {index}: array of shape {list(array.shape)} and dtype {array.dtype} is not an image "
+                     "(expected uint8 [H, W, 3|4], uint8 [H, W] or uint16 [H, W])")
+
+
+def _pad(array: np.ndarray, width: int, height: int) -> np.ndarray:
+    extra = [(0, height - array.shape[0]), (0, width - array.shape[1])] + [(0, 0)] * (array.ndim - 2)
+    return np.pad(array, extra, mode="edge")
+
+
+def _padded_frame(frame: av.VideoFrame, width: int, height: int) -> av.VideoFrame:
+    name = frame.format.name
+    target = "gray16le" if is_high_bit_depth(name) and "gray" in name else ("gray" if name.startswith("gray") else "rgb24")
+    return av.VideoFrame.from_ndarray(_pad(frame.to_ndarray(format=target), width, height), format=target)
+
+
+def encode_frames(
+    frames: Iterable[np.ndarray | bytes | av.VideoFrame],
+    destination: BinaryIO,
+    *,
+    fps: float | Fraction,
+    options: EncodeOptions = EncodeOptions(),
+    on_frame: FrameCallback | None = None,
+) -> EncodeResult:
+    """Encode a frame sequence into an MP4, frame i at pts i in a 1/fps time base.
+
+    Items may be decoded VideoFrames, encoded JPEG/PNG bytes, or arrays (uint8 [H, W, 3] RGB,
+    [H, W, 4] RGBA, [H, W] gray; uint16 [H, W] depth). Every frame must have the first one's size.
+    x264 runs with `mbtree=0`, which makes repeated encodes of the same frames byte-identical
+    (NOTES.md).
+    """
+    options = options.resolved()
+    encoder = ENCODERS[options.codec]
+    rate = fps if isinstance(fps, Fraction) else Fraction(fps).limit_denominator(1001000)
+    images = ImageDecoder()
     output = av.open(destination, mode="w", format="mp4")
+    stream = None
+    size = padded = None
     count = 0
     try:
-        stream = None
         for item in frames:
-            if isinstance(item, np.ndarray):
-                frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(item), format="rgb24")
-            else:
-                frame = item
+            frame = images.to_frame(item, count)
             if stream is None:
+                size = (frame.width, frame.height)
+                padded = padded_size(frame.width, frame.height, options.pix_fmt)
                 stream = output.add_stream(encoder, rate=rate)
-                stream.width = frame.width
-                stream.height = frame.height
-                stream.pix_fmt = pix_fmt
+                stream.width, stream.height = padded
+                stream.pix_fmt = options.pix_fmt
                 stream.codec_context.time_base = 1 / rate
-                stream.options = _encoder_options(encoder, crf, gop, preset)
+                stream.options = _encoder_options(options)
+            elif (frame.width, frame.height) != size:
+                raise VideoError(f"image {count} is {frame.width}x{frame.height}, the first is {size[0]}x{size[1]}")
+            if on_frame is not None:
+                on_frame(count, frame)
+            if padded != size:
+                frame = _padded_frame(frame, *padded)
             frame.pts = count
             frame.time_base = 1 / rate
             frame.pict_type = av.video.frame.PictureType.NONE
@@ -262,29 +480,43 @@ def encode_frames(
         if stream is not None:
             for packet in stream.encode(None):
                 output.mux(packet)
+    except av.error.FFmpegError as error:
+        raise VideoError(f"cannot encode {options.codec}: {error}") from error
     finally:
         output.close()
-    return count
+    width, height = padded or (0, 0)
+    return EncodeResult(count, width, height, size if padded != size else None, options)
 
 
-def _encoder_options(encoder: str, crf: int | None, gop: int | None, preset: str | None) -> dict:
-    options: dict[str, str] = {}
-    if crf is not None:
-        options["crf"] = str(crf)
-    if gop is not None:
-        options["g"] = str(gop)
+def _encoder_options(options: EncodeOptions) -> dict[str, str]:
+    encoder = ENCODERS[options.codec]
+    if encoder == "ffv1":
+        return {"level": "3", "slicecrc": "1", "g": str(options.gop)}
+    result = {"crf": str(options.crf), "g": str(options.gop), "preset": str(options.preset)}
     if encoder == "libx264":
-        options["x264-params"] = "mbtree=0"
-        if preset:
-            options["preset"] = preset
+        result["x264-params"] = "mbtree=0"
     elif encoder == "libx265":
-        options["x265-params"] = "log-level=error"
-        if preset:
-            options["preset"] = preset
+        result["x265-params"] = "log-level=error"
     elif encoder == "libsvtav1":
-        options["preset"] = preset or "12"
-        options["svtav1-params"] = "verbosity=0"
-    return options
+        result["svtav1-params"] = "verbosity=0"
+    return result
+
+
+def iter_frames(source: BinaryIO | str | bytes, *, start: float | None = None, end: float | None = None,
+                fps: float = 30) -> Iterator[av.VideoFrame]:
+    """Decoded frames presented in [start, end) seconds, one at a time."""
+    if isinstance(source, bytes):
+        source = io.BytesIO(source)
+    container = _open_input(source)
+    try:
+        stream = _video_stream(container)
+        stream.thread_type = "AUTO"
+        low, high = _bounds(stream, start, end, fps)
+        yield from _segment_frames(container, stream, low, high)
+    except av.error.FFmpegError as error:
+        raise VideoError(f"cannot decode video: {error}") from error
+    finally:
+        container.close()
 
 
 def decode_frames(source: BinaryIO | str | bytes, *, start: float | None = None, end: float | None = None,
@@ -294,23 +526,46 @@ def decode_frames(source: BinaryIO | str | bytes, *, start: float | None = None,
     Returns [N, H*3/2, W] uint8 raw yuv420p planes when `planar` (bit-exact comparisons, no
     colour conversion), else [N, H, W, 3] RGB.
     """
-    if isinstance(source, bytes):
-        source = io.BytesIO(source)
-    container = _open_input(source)
-    try:
-        stream = _video_stream(container)
-        low, high = _bounds(stream, start, end, fps)
-        _seek(container, stream, low)
-        out = []
-        for frame in container.decode(stream):
-            if frame.pts is None:
-                continue
-            if high is not None and frame.pts >= high:
-                break
-            if low is None or frame.pts >= low:
-                out.append(frame.to_ndarray() if planar else frame.to_ndarray(format="rgb24"))
-        return np.stack(out) if out else np.zeros((0,), np.uint8)
-    except av.error.FFmpegError as error:
-        raise VideoError(f"cannot decode video: {error}") from error
-    finally:
-        container.close()
+    out = [frame.to_ndarray() if planar else frame.to_ndarray(format="rgb24")
+           for frame in iter_frames(source, start=start, end=end, fps=fps)]
+    return np.stack(out) if out else np.zeros((0,), np.uint8)
+
+
+COPY, REENCODE = "copy", "reencode"
+MODES = (COPY, REENCODE)
+
+
+def plan_column(meta: dict, *, mode: str, requested: EncodeOptions) -> tuple[EncodeOptions | None, dict]:
+    """How one video column is written, decided at plan time from its metadata.
+
+    `meta` is the column's plan-time entry (fps, codec, resolution, pix_fmt, is_depth_map, and
+    `encoded_from: images` for cameras stored as images, which are always encoded). Returns the
+    encode options (None: packet copy) and the column_types entry the output will carry.
+    """
+    if mode not in MODES:
+        raise ConversionError(f"video mode {mode!r} is not one of {', '.join(MODES)}")
+    entry = dict(meta)
+    from_images = meta.get("encoded_from") == FROM_IMAGES
+    if mode == COPY and not from_images:
+        return None, entry
+    options = options_for(requested, source_pix_fmt=meta.get("pix_fmt"), is_depth=bool(meta.get("is_depth_map")))
+    if not from_images and meta.get("codec"):
+        entry["source_codec"] = meta["codec"]
+    entry.update(options.column_meta())
+    resolution = meta.get("resolution") or {}
+    width, height = resolution.get("width"), resolution.get("height")
+    if width and height:
+        padded = padded_size(int(width), int(height), options.pix_fmt)
+        entry["resolution"] = {"width": padded[0], "height": padded[1]}
+        if padded != (width, height):
+            entry["source_resolution"] = {"width": width, "height": height}
+            entry["padding"] = "edge: last column/row repeated on the right/bottom"
+    return options, entry
+
+
+def image_array(frame: av.VideoFrame) -> np.ndarray:
+    """A decoded frame as [H, W, C] values for statistics: RGB uint8, or gray (uint8/uint16)."""
+    name = frame.format.name
+    if name.startswith("gray"):
+        return frame.to_ndarray(format="gray16le" if is_high_bit_depth(name) else "gray")
+    return frame.to_ndarray(format="rgb24")

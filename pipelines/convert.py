@@ -1,6 +1,7 @@
 """Convert a dataset to Mixtrain v1.0.
 
-    python -m pipelines.convert --input=SRC --output=DST [--source=auto] [--video=copy]
+    python -m pipelines.convert --input=SRC --output=DST [--source=auto] [--video=copy|reencode]
+        [--video_codec=h264 --video_crf=N --video_gop=N --video_preset=P --video_pix_fmt=yuv420p] [--video_stats]
         [--num_shards=N | --target_shard_mb=256] [--overwrite] [--runner=DirectRunner] [beam options]
 
 Exit status: 0 converted; 1 bad input or a failed conversion (one line on stderr naming the file
@@ -9,6 +10,7 @@ and the sequence; the output is left as it was); 2 bad command line.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
 import re
@@ -20,8 +22,8 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 import formats
-from formats import errors, mixtrain, sources, storage
-from formats.sequence import TRAJECTORY, DatasetMeta
+from formats import errors, mixtrain, sources, storage, video
+from formats.sequence import TRAJECTORY, VIDEO, DatasetMeta
 from transforms.read import ReadSequences
 from transforms.video import WriteVideos
 from transforms.write import WriteMixtrain
@@ -41,8 +43,18 @@ class ConvertOptions(PipelineOptions):
         parser.add_argument("--input", help="source dataset root (path or fsspec URL: gs://, file://, memory://)")
         parser.add_argument("--output", help="Mixtrain dataset root to write")
         parser.add_argument("--source", default="auto", help="source format: auto (detect) or " + ", ".join(sorted(sources.SOURCES)))
-        parser.add_argument("--video", default="copy", choices=["copy"],
-                            help="copy: cut segments by packet remux, pixels identical to the source")
+        parser.add_argument("--video", default="copy", choices=list(video.MODES),
+                            help="copy: cut segments by packet remux, pixels identical to the source; "
+                                 "reencode: decode and encode with --video_codec (image cameras are always encoded)")
+        parser.add_argument("--video_codec", default="h264", choices=sorted(set(video.ENCODERS) - {"ffv1"}),
+                            help="codec for encoded video (default h264: plays everywhere, decodes on NVDEC)")
+        parser.add_argument("--video_crf", type=int, default=None,
+                            help="quality, lower is better (default per codec: h264 16, hevc 14, av1 18)")
+        parser.add_argument("--video_gop", type=int, default=None, help=f"keyframe every N frames (default {video.DEFAULT_GOP})")
+        parser.add_argument("--video_preset", default=None, help="encoder speed preset (default: h264/hevc medium, av1 8)")
+        parser.add_argument("--video_pix_fmt", default="yuv420p", help="yuv420p (default), yuv422p or yuv444p (h264, hevc)")
+        parser.add_argument("--video_stats", action="store_true", default=False,
+                            help="per-channel image statistics of sampled frames into stats.json")
         parser.add_argument("--num_shards", type=int, default=0, help="number of Parquet shards (0: from --target_shard_mb)")
         parser.add_argument("--target_shard_mb", type=float, default=256.0, help="approximate uncompressed MB of rows per shard")
         parser.add_argument("--overwrite", action="store_true", default=False, help="replace an existing Mixtrain dataset at --output")
@@ -86,12 +98,30 @@ def prepare_output(output_url: str, overwrite: bool) -> None:
     raise errors.ConversionError(f"{root}: output is not empty and is not a Mixtrain dataset ({', '.join(sorted(names))}); choose another --output")
 
 
+def requested_encoding(options: ConvertOptions) -> video.EncodeOptions:
+    """The --video_* flags as checked EncodeOptions (raises ConversionError on a bad combination)."""
+    return video.EncodeOptions(options.video_codec, options.video_crf, options.video_gop,
+                               options.video_preset, options.video_pix_fmt).resolved()
+
+
+def plan_videos(meta: DatasetMeta, mode: str, requested: video.EncodeOptions) -> dict:
+    """Decide copy or encode per video column; rewrite meta.columns' entries to describe the output."""
+    encode = {}
+    for position, spec in enumerate(meta.columns):
+        if spec.kind == VIDEO:
+            encode[spec.name], entry = video.plan_column(spec.meta, mode=mode, requested=requested)
+            meta.columns[position] = dataclasses.replace(spec, meta=entry)
+    return encode
+
+
 def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str):
     """Plan on the launcher and add the conversion to `pipeline`. Returns (meta, refs, num_shards)."""
     fs, root = storage.open_root(options.input)
     source = sources.detect(fs, root) if options.source == "auto" else options.source
     module = sources.get(source)
     meta, refs = module.plan(fs, root, {})
+    requested = requested_encoding(options)
+    encode = plan_videos(meta, options.video, requested)
     num_shards = options.num_shards or estimate_num_shards(meta, refs, options.target_shard_mb)
     out_fs, out_root = storage.open_root(options.output)
     output_url = storage.url_for(out_fs, out_root)
@@ -99,13 +129,14 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     source_url = storage.url_for(fs, root)
     sidecar_extra = {
         "converter_version": formats.__version__,
-        "options": {"source": source, "video": options.video, "num_shards": num_shards},
+        "options": {"source": source, "video": options.video, "num_shards": num_shards,
+                    "video_encoding": dataclasses.asdict(requested), "video_stats": options.video_stats},
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     (
         pipeline
         | "Read" >> ReadSequences(source, source_url, meta, refs)
-        | "Videos" >> WriteVideos(source_url, staging_url, meta.fps or 30.0, options.progress_every)
+        | "Videos" >> WriteVideos(source_url, staging_url, meta.fps or 30.0, encode, options.video_stats, options.progress_every)
         | "Write" >> WriteMixtrain(staging_url, output_url, meta, num_shards, sidecar_extra)
     )
     return meta, refs, num_shards
@@ -128,6 +159,11 @@ def run(argv: list[str]) -> int:
     options = PipelineOptions(argv).view_as(ConvertOptions)
     if not options.input or not options.output:
         print("error: --input and --output are required (python -m pipelines.convert --help)", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        requested_encoding(options)
+    except errors.ConversionError as error:
+        print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
     started = time.monotonic()
     run_id = time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]

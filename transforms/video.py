@@ -1,7 +1,10 @@
-"""WriteVideos: each sequence's camera segments become files/<column>/<sequence_id>.mp4.
+"""WriteVideos: each sequence's cameras become files/<column>/<sequence_id>.mp4.
 
 Runs in the same fused stage as the load, so video bytes never cross a shuffle: only the
-relative path travels on in the Sequence.
+relative path travels on in the Sequence. Per column, the plan decided (`video.plan_column`)
+whether segments are packet-copied or decoded and encoded; image sequences are always encoded.
+With image statistics on, sampled frames are summarised during the decode that encoding does
+anyway; copied segments are decoded once for them.
 """
 
 from __future__ import annotations
@@ -10,23 +13,29 @@ import io
 import sys
 
 import apache_beam as beam
+import av
 from apache_beam.metrics import Metrics
 
 from formats import mixtrain, storage, video
 from formats.errors import ConversionError, in_context
-from formats.sequence import Sequence, VideoSegment
+from formats.sequence import ImageFrames, Sequence, VideoSegment
+from formats.stats import ImageStats
 
 __all__ = ["WriteVideos"]
 
 
 class _WriteVideosFn(beam.DoFn):
-    def __init__(self, source_url: str, staging_url: str, fps: float, progress_every: int):
+    def __init__(self, source_url: str, staging_url: str, fps: float, encode: dict, video_stats: bool, progress_every: int):
         self._source_url = source_url
         self._staging_url = staging_url
         self._fps = fps
+        self._encode = encode
+        self._video_stats = video_stats
         self._progress_every = progress_every
         self._copied = Metrics.counter("mixtrain", "video_segments_copied")
         self._reencoded = Metrics.counter("mixtrain", "video_segments_reencoded")
+        self._encoded = Metrics.counter("mixtrain", "video_segments_encoded")
+        self._frames = Metrics.counter("mixtrain", "video_frames_encoded")
         self._sequences = Metrics.counter("mixtrain", "sequences_loaded")
 
     def setup(self):
@@ -35,47 +44,80 @@ class _WriteVideosFn(beam.DoFn):
         self._done = 0
 
     def process(self, sequence: Sequence):
-        for column, segment in sorted(sequence.videos.items()):
-            if isinstance(segment, VideoSegment):
-                sequence.videos[column] = self._copy(sequence, column, segment)
+        for column, item in sorted(sequence.videos.items()):
+            if isinstance(item, (VideoSegment, ImageFrames)):
+                sequence.videos[column] = self._write(sequence, column, item)
         self._sequences.inc()
         self._done += 1
         if self._progress_every and self._done % self._progress_every == 0:
             print(f"[mixtrain-convert] worker progress: {self._done} sequences converted", file=sys.stderr, flush=True)
         yield sequence
 
-    def _copy(self, sequence: Sequence, column: str, segment: VideoSegment) -> str:
-        path = storage.resolve_inside(self._source_root, segment.path, what="video file")
+    def _write(self, sequence: Sequence, column: str, item: VideoSegment | ImageFrames) -> str:
         relative = mixtrain.video_path(column, sequence.sequence_id)
+        options = self._encode.get(column)
+        stats = ImageStats(sequence.length) if self._video_stats else None
+        on_frame = _sampler(stats) if stats is not None else None
+        buffer = io.BytesIO()
+        path = None
         try:
-            if not self._source_fs.exists(path):
-                raise video.VideoError("video file not found")
-            buffer = io.BytesIO()
-            with self._source_fs.open(path, "rb") as handle:
-                result = video.copy_segment(handle, buffer, start=segment.start, end=segment.end,
-                                            frames=segment.frames, fps=self._fps)
+            if isinstance(item, ImageFrames):
+                if len(item) != sequence.length:
+                    raise video.VideoError(f"camera {column!r} has {len(item)} images for {sequence.length} steps")
+                result = video.encode_frames(item.frames, buffer, fps=self._fps, options=options or video.EncodeOptions(),
+                                             on_frame=on_frame)
+                self._encoded.inc()
+                self._frames.inc(result.frames)
+            else:
+                path = storage.resolve_inside(self._source_root, item.path, what="video file")
+                if not self._source_fs.exists(path):
+                    raise video.VideoError("video file not found")
+                with self._source_fs.open(path, "rb") as handle:
+                    if options is None:
+                        copied = video.copy_segment(handle, buffer, start=item.start, end=item.end, frames=item.frames, fps=self._fps)
+                        (self._reencoded if copied.reencoded else self._copied).inc()
+                        if on_frame is not None:
+                            for index, frame in enumerate(video.iter_frames(buffer.getvalue(), fps=self._fps)):
+                                on_frame(index, frame)
+                    else:
+                        result = video.reencode_segment(handle, buffer, start=item.start, end=item.end, frames=item.frames,
+                                                        fps=self._fps, options=options, on_frame=on_frame)
+                        self._encoded.inc()
+                        self._frames.inc(result.frames)
         except ConversionError as error:
-            raise in_context(error, file=path, sequence=sequence.sequence_id) from error
-        (self._reencoded if result.reencoded else self._copied).inc()
+            raise in_context(error, file=path, sequence=f"{sequence.sequence_id} ({column})") from error
+        if stats is not None and (summary := stats.result()) is not None:
+            sequence.video_stats[column] = summary
         target = storage.join(self._out_root, relative)
         self._out_fs.makedirs(storage.join(self._out_root, mixtrain.FILES_DIR, column), exist_ok=True)
         self._out_fs.pipe_file(target, buffer.getvalue())
         return relative
 
 
+def _sampler(stats: ImageStats):
+    def on_frame(index: int, frame: av.VideoFrame) -> None:
+        if index in stats.wanted:
+            stats.add(video.image_array(frame))
+
+    return on_frame
+
+
 class WriteVideos(beam.PTransform):
-    """Copy each sequence's video segments into the staging output (copy mode: packet remux).
+    """Write each sequence's cameras into the staging output: copy segments or encode them.
 
     Args:
       source_url: the source dataset root (video paths in segments are relative to it).
       staging_url: where this run writes before it publishes.
-      fps: the dataset frame rate (places the half-frame tolerance around segment bounds).
+      fps: the dataset frame rate (frame timing of encodes, tolerance around segment bounds).
+      encode: column -> EncodeOptions, or None to packet-copy that column (from `video.plan_column`).
+      video_stats: summarise sampled frames per channel into `Sequence.video_stats`.
       progress_every: print a worker progress line every N sequences (0: never).
     """
 
-    def __init__(self, source_url: str, staging_url: str, fps: float, progress_every: int = 100):
+    def __init__(self, source_url: str, staging_url: str, fps: float, encode: dict | None = None,
+                 video_stats: bool = False, progress_every: int = 100):
         super().__init__()
-        self._fn = _WriteVideosFn(source_url, staging_url, fps, progress_every)
+        self._fn = _WriteVideosFn(source_url, staging_url, fps, dict(encode or {}), video_stats, progress_every)
 
     def expand(self, sequences):
-        return sequences | "CopySegments" >> beam.ParDo(self._fn)
+        return sequences | "WriteVideoFiles" >> beam.ParDo(self._fn)

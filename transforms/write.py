@@ -8,6 +8,7 @@ place, and mixtrain.json, whose presence marks a finished dataset, is written af
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import apache_beam as beam
 import numpy as np
@@ -15,7 +16,7 @@ import pyarrow as pa
 
 from formats import mixtrain, storage
 from formats.errors import FormatError
-from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec, DatasetMeta, Sequence
+from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, VIDEO, ColumnSpec, DatasetMeta, Sequence
 from formats.stats import ColumnStats
 from transforms.stats import MergeShardStatsFn
 
@@ -58,6 +59,11 @@ def shard_stats(sequences: list[Sequence], columns: list[ColumnSpec]) -> dict[st
         else:
             values = np.concatenate([np.asarray(s.steps[spec.name]) for s in sequences])
         stats[spec.name] = ColumnStats.of(values)
+    for spec in columns:
+        if spec.kind == VIDEO:
+            partials = [s.video_stats[spec.name] for s in sequences if spec.name in s.video_stats]
+            if partials:
+                stats[spec.name] = functools.reduce(ColumnStats.merge, partials)
     return stats
 
 

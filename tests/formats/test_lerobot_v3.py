@@ -105,12 +105,15 @@ def test_wrong_type_in_metadata(writable_so100):
         _plan(writable_so100)
 
 
-def test_image_features_are_refused_not_dropped(writable_so100):
+def test_image_feature_missing_from_the_data_is_an_error_not_a_dropped_camera(writable_so100):
     info = _info(writable_so100)
     info["features"]["observation.image"] = {"dtype": "image", "shape": [48, 64, 3], "names": None}
     (writable_so100 / "meta/info.json").write_text(json.dumps(info))
-    with pytest.raises(FormatError, match=r"feature 'observation.image' has dtype 'image'.*refusing rather than dropping"):
-        _plan(writable_so100)
+    fs, root = storage.open_root(str(writable_so100))
+    meta, refs = lerobot_v3.plan(fs, root)
+    assert meta.column("video_image").meta["encoded_from"] == "images"
+    with pytest.raises(FormatError, match=r"file-000.parquet: episode_000000: columns \['observation.image'\] declared in meta/info.json are missing"):
+        lerobot_v3.load(fs, root, refs[0], meta)
 
 
 def _rewrite_episodes(path, change):

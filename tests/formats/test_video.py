@@ -97,6 +97,6 @@ def test_not_a_video_is_an_error(tmp_path):
 def test_encode_frames_roundtrip(codec):
     frames = np.random.default_rng(1).integers(0, 255, (12, 48, 64, 3), dtype=np.uint8)
     out = io.BytesIO()
-    assert video.encode_frames(frames, out, codec=codec, fps=30, crf=18) == 12
+    assert video.encode_frames(frames, out, fps=30, options=video.EncodeOptions(codec, crf=18)).frames == 12
     info = video.probe(io.BytesIO(out.getvalue()))
     assert (info.codec, info.width, info.height, info.frames, info.pix_fmt) == (codec, 64, 48, 12, "yuv420p")
