@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from formats import storage
-from formats.video import EncodeOptions, encode_frames
+from formats.video import EncodeOptions, encode_frames, padded_size
 
 __all__ = ["SyntheticLeRobot", "write_dataset", "synthetic_frames", "encode_image"]
 
@@ -296,12 +296,14 @@ def _info(spec: SyntheticLeRobot, total_frames: int) -> dict:
         features["next.reward"] = {"dtype": "float32", "shape": [1], "names": None}
         features["next.done"] = {"dtype": "bool", "shape": [1], "names": None}
         features["observation.sensor"] = {"dtype": "float64", "shape": [2], "names": ["a", "b"]}
+    # What the encoder really wrote: 4:2:0 pads odd sizes to even.
+    width, height = padded_size(spec.width, spec.height, "yuv420p")
     for camera in spec.cameras:
         features[camera] = {
             "dtype": "video",
-            "shape": [spec.height, spec.width, 3],
+            "shape": [height, width, 3],
             "names": ["height", "width", "channels"],
-            "info": {"video.height": spec.height, "video.width": spec.width, "video.codec": spec.codec,
+            "info": {"video.height": height, "video.width": width, "video.codec": spec.codec,
                      "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": spec.fps,
                      "video.channels": 3, "has_audio": False},
         }

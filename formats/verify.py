@@ -4,8 +4,9 @@ Used by the tests and by `python -m pipelines.validate --deep`. The reference is
 camera's frames were before conversion: the decoded source segment, or the source images.
 Frame i of the output must be at i/fps (within half a frame) and match reference frame i:
 bit-identical planes for a copy (or a lossless encode), luma PSNR above a threshold for a lossy
-encode. Luma is computed from RGB (BT.601 weights) on both sides, so a yuvj420p JPEG and a
-yuv420p video compare in one colour space; an output padded to even size is cropped back first.
+encode. Both sides are compared on the luma plane an encoder codes (converted to yuv420p by
+swscale where needed), so RGB arrays, yuvj420p JPEGs and yuv420p video compare in one colour
+space; an output padded to even size is cropped back first.
 """
 
 from __future__ import annotations
@@ -21,8 +22,6 @@ import numpy as np
 from formats import video
 
 __all__ = ["FrameReport", "compare_video", "psnr"]
-
-_LUMA = np.array([0.299, 0.587, 0.114], np.float64)
 
 
 @dataclasses.dataclass
@@ -57,15 +56,19 @@ def psnr(reference: np.ndarray, output: np.ndarray, peak: float) -> float:
     return math.inf if error == 0 else 10 * math.log10(peak**2 / error)
 
 
-def _luma(frame: av.VideoFrame, width: int, height: int) -> tuple[np.ndarray, float]:
-    """[H, W] luma cropped to width x height, and its peak value."""
+def _luma(frame: av.VideoFrame, width: int, height: int, gray: bool) -> tuple[np.ndarray, float]:
+    """[H, W] luma (the Y plane an encoder codes, BT.601 limited range) cropped to width x
+    height, and its peak value. When both sides are gray (`gray`), the gray values themselves."""
     name = frame.format.name
-    if name.startswith("gray"):
+    if gray:
         deep = video.is_high_bit_depth(name)
         plane = frame.to_ndarray(format="gray16le" if deep else "gray")
         return plane[:height, :width], 65535.0 if deep else 255.0
-    rgb = frame.to_ndarray(format="rgb24")[:height, :width]
-    return rgb @ _LUMA, 255.0
+    if name != "yuv420p":
+        frame = frame.reformat(format="yuv420p")
+    plane = frame.planes[0]
+    rows = np.frombuffer(plane, np.uint8).reshape(plane.height, plane.line_size)
+    return rows[:height, :width], 255.0
 
 
 def _same_planes(reference: av.VideoFrame, output: av.VideoFrame) -> bool:
@@ -110,8 +113,9 @@ def compare_video(output: BinaryIO | str | bytes, reference: Iterable, *, fps: f
         ref_frame = images.to_frame(ref_item, reference_frames - 1)
         if identical and not _same_planes(ref_frame, out_frame):
             identical = False
-        ref_luma, peak = _luma(ref_frame, ref_frame.width, ref_frame.height)
-        out_luma, _ = _luma(out_frame, ref_frame.width, ref_frame.height)
+        gray = ref_frame.format.name.startswith("gray") and out_frame.format.name.startswith("gray")
+        ref_luma, peak = _luma(ref_frame, ref_frame.width, ref_frame.height, gray)
+        out_luma, _ = _luma(out_frame, ref_frame.width, ref_frame.height, gray)
         if ref_luma.shape != out_luma.shape:
             scores.append(-math.inf)
             identical = False

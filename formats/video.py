@@ -66,7 +66,7 @@ _CODEC_NAMES = {"libdav1d": "av1", "libaom-av1": "av1", "h264": "h264", "hevc": 
 # Defaults chosen on measurements (README "Video"): luma PSNR >= 35 dB on real camera data at
 # yuv420p, a keyframe every 10 frames (random access decodes at most 9 extra frames, files
 # about half the size of lerobot's keyframe-every-2), the encoders' balanced presets.
-DEFAULT_CRF = {"h264": 16, "hevc": 14, "av1": 18}
+DEFAULT_CRF = {"h264": 16, "hevc": 16, "av1": 20}
 DEFAULT_GOP = 10
 DEFAULT_PRESET = {"h264": "medium", "hevc": "medium", "av1": "8"}
 CRF_RANGE = {"h264": (0, 51), "hevc": (0, 51), "av1": (0, 63)}

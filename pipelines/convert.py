@@ -49,7 +49,7 @@ class ConvertOptions(PipelineOptions):
         parser.add_argument("--video_codec", default="h264", choices=sorted(set(video.ENCODERS) - {"ffv1"}),
                             help="codec for encoded video (default h264: plays everywhere, decodes on NVDEC)")
         parser.add_argument("--video_crf", type=int, default=None,
-                            help="quality, lower is better (default per codec: h264 16, hevc 14, av1 18)")
+                            help="quality, lower is better (default per codec: h264 16, hevc 16, av1 20)")
         parser.add_argument("--video_gop", type=int, default=None, help=f"keyframe every N frames (default {video.DEFAULT_GOP})")
         parser.add_argument("--video_preset", default=None, help="encoder speed preset (default: h264/hevc medium, av1 8)")
         parser.add_argument("--video_pix_fmt", default="yuv420p", help="yuv420p (default), yuv422p or yuv444p (h264, hevc)")

@@ -1,23 +1,31 @@
 """Check a Mixtrain dataset against the contract this product writes.
 
-    python -m pipelines.validate DST
+    python -m pipelines.validate DST [--deep [--source=SRC] [--min_psnr=35]]
 
 Checks: mixtrain.json present and well-formed; every shard's schema matches column_types;
 sequence_ids unique across shards; T consistent across `length`, timestamps, trajectories and
-per-step columns; every referenced file exists and holds T frames; counts match the sidecar.
-Exit status 0 when clean, 1 with one finding per line otherwise.
+per-step columns; every referenced file exists, holds T frames, and has the codec and size
+column_types declares; counts match the sidecar.
+
+--deep decodes every video and compares it frame by frame with the source it came from (the
+source URI recorded in mixtrain.json, or --source): frame count, frame i at i/fps, and pixels:
+identical for copied and lossless columns, luma PSNR >= --min_psnr for lossy encodes. It prints
+one summary line per camera. Without a reachable source only the decode and timing are checked.
+Exit status 0 when clean, 1 with one finding per line otherwise, 2 on a bad command line.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import math
 import sys
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from formats import mixtrain, storage, video
+from formats import mixtrain, sources, storage, verify, video
 from formats.errors import ConversionError
 
 __all__ = ["validate", "main"]
@@ -128,6 +136,7 @@ def _check_files(fs, root: str, path: str, table: pa.Table, column_types: dict) 
         for sequence_id, relative, length in zip(table.column("sequence_id").to_pylist(),
                                                  table.column(name).to_pylist(), table.column("length").to_pylist()):
             if relative is None:
+                findings.append(f"{path}: {sequence_id}: {name} has no file (null path)")
                 continue
             file_path = relative if "://" in relative else storage.join(root, relative)
             if not fs.exists(file_path):
@@ -135,7 +144,9 @@ def _check_files(fs, root: str, path: str, table: pa.Table, column_types: dict) 
                 continue
             try:
                 with fs.open(file_path, "rb") as handle:
-                    frames = video.probe(handle).frames
+                    info = video.probe(handle)
+                frames = info.frames
+                findings += _check_video_info(file_path, sequence_id, info, entry)
             except ConversionError as error:
                 findings.append(f"{file_path}: {sequence_id}: {error}")
                 continue
@@ -144,18 +155,121 @@ def _check_files(fs, root: str, path: str, table: pa.Table, column_types: dict) 
     return findings
 
 
+def _check_video_info(file_path: str, sequence_id: str, info: video.VideoInfo, entry: dict) -> list[str]:
+    findings = []
+    if entry.get("codec") and info.codec != entry["codec"]:
+        findings.append(f"{file_path}: {sequence_id}: codec {info.codec}, column_types says {entry['codec']}")
+    resolution = entry.get("resolution") or {}
+    if resolution.get("width") and (info.width, info.height) != (resolution["width"], resolution["height"]):
+        findings.append(f"{file_path}: {sequence_id}: {info.width}x{info.height}, column_types says "
+                        f"{resolution['width']}x{resolution['height']}")
+    return findings
+
+
+def _lossless(entry: dict) -> bool:
+    """Copied columns (no encode recorded) and lossless encodes must match the source exactly."""
+    return bool(entry.get("lossless")) or ("crf" not in entry and entry.get("encoded_from") is None)
+
+
+def deep_check(url: str, source_url: str | None = None, min_psnr: float = 35.0) -> tuple[list[str], list[str]]:
+    """Decode every video and compare it with its source. Returns (findings, summary lines)."""
+    fs, root = storage.open_root(url)
+    sidecar = json.loads(fs.cat_file(storage.join(root, mixtrain.SIDECAR)))
+    columns = {name: entry for name, entry in sidecar["column_types"].items() if entry.get("type") == "video"}
+    if not columns:
+        return [], ["no video columns"]
+    source = sidecar.get("source") or {}
+    loader = _source_loader(source_url or source.get("uri"), source.get("format"))
+    notes = [] if loader is not None else [f"source {source_url or source.get('uri')!r} not reachable: checked decoding and timing only"]
+    findings: list[str] = []
+    totals = {name: {"sequences": 0, "frames": 0, "identical": 0, "psnr": math.inf} for name in columns}
+    for shard in sidecar.get("shards", []):
+        with fs.open(storage.join(root, shard), "rb") as handle:
+            table = pq.read_table(handle, columns=["sequence_id", "length", *columns])
+        for row in table.to_pylist():
+            sequence = loader(row["sequence_id"]) if loader is not None else None
+            for name, entry in columns.items():
+                if row[name] is None:
+                    continue
+                fps = float(entry.get("fps") or 30)
+                file_path = storage.join(root, row[name])
+                reference = _reference_frames(loader, sequence, name, fps) if sequence is not None else iter(())
+                with fs.open(file_path, "rb") as handle:
+                    report = verify.compare_video(handle, reference, fps=fps)
+                if sequence is None:
+                    report.reference_frames = row["length"]
+                problems = report.problems(expected_frames=row["length"], min_psnr=min_psnr if sequence is not None else None,
+                                           lossless=_lossless(entry) and sequence is not None)
+                findings += [f"{file_path}: {row['sequence_id']}: {problem}" for problem in problems]
+                total = totals[name]
+                total["sequences"] += 1
+                total["frames"] += report.frames
+                total["identical"] += int(report.identical)
+                total["psnr"] = min(total["psnr"], report.psnr_min)
+    summary = notes + [
+        f"{name}: {t['sequences']} videos, {t['frames']} frames, "
+        + (f"{t['identical']}/{t['sequences']} pixel-identical, min luma PSNR {t['psnr']:.2f} dB" if loader else "not compared")
+        for name, t in totals.items()
+    ]
+    return findings, summary
+
+
+def _source_loader(url: str | None, source_format: str | None):
+    """sequence_id -> the source's Sequence (videos as segments or images), or None if unreachable."""
+    if not url or source_format not in sources.SOURCES:
+        return None
+    try:
+        fs, root = storage.open_root(url)
+        if not fs.exists(root):
+            return None
+        module = sources.get(source_format)
+        meta, refs = module.plan(fs, root, {})
+    except (OSError, ConversionError):
+        return None
+    by_id = {ref.sequence_id: ref for ref in refs}
+
+    def load(sequence_id: str):
+        ref = by_id.get(sequence_id)
+        return None if ref is None else module.load(fs, root, ref, meta)
+
+    load.fs, load.root = fs, root
+    return load
+
+
+def _reference_frames(loader, sequence, column: str, fps: float):
+    item = sequence.videos.get(column)
+    if item is None:
+        return iter(())
+    if hasattr(item, "frames") and not hasattr(item, "path"):
+        return iter(item.frames)
+    path = storage.resolve_inside(loader.root, item.path, what="video file")
+    return video.iter_frames(loader.fs.open(path, "rb"), start=item.start, end=item.end, fps=fps)
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1 or args[0].startswith("-"):
-        print("usage: python -m pipelines.validate DST", file=sys.stderr)
-        return 2
-    findings = validate(args[0])
+    parser = argparse.ArgumentParser(prog="python -m pipelines.validate", description="Check a Mixtrain dataset.")
+    parser.add_argument("dataset", help="Mixtrain dataset root (path or fsspec URL)")
+    parser.add_argument("--deep", action="store_true", help="decode every video and compare it with the source")
+    parser.add_argument("--source", default=None, help="source dataset root for --deep (default: the URI in mixtrain.json)")
+    parser.add_argument("--min_psnr", type=float, default=35.0, help="lowest luma PSNR (dB) a lossy encode may have")
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as exit_:
+        return 2 if exit_.code else 0
+    findings = validate(args.dataset)
+    compared = False
+    if args.deep and not findings:
+        deep_findings, summary = deep_check(args.dataset, args.source, args.min_psnr)
+        findings += deep_findings
+        for line in summary:
+            print(line)
+        compared = not any("not reachable" in line for line in summary)
     for finding in findings:
         print(finding)
     if findings:
-        print(f"{len(findings)} finding(s): {args[0]} is not a valid Mixtrain dataset", file=sys.stderr)
+        print(f"{len(findings)} finding(s): {args.dataset} is not a valid Mixtrain dataset", file=sys.stderr)
         return 1
-    print(f"ok: {args[0]} is a valid Mixtrain dataset")
+    print(f"ok: {args.dataset} is a valid Mixtrain dataset" + (" (deep: videos match the source)" if compared else ""))
     return 0
 
 

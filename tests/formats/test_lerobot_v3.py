@@ -112,7 +112,8 @@ def test_image_feature_missing_from_the_data_is_an_error_not_a_dropped_camera(wr
     fs, root = storage.open_root(str(writable_so100))
     meta, refs = lerobot_v3.plan(fs, root)
     assert meta.column("video_image").meta["encoded_from"] == "images"
-    with pytest.raises(FormatError, match=r"file-000.parquet: episode_000000: columns \['observation.image'\] declared in meta/info.json are missing"):
+    message = r"file-000.parquet: episode_000000: columns \['observation.image'\] declared in meta/info.json are missing"
+    with pytest.raises(FormatError, match=message):
         lerobot_v3.load(fs, root, refs[0], meta)
 
 

@@ -1,0 +1,213 @@
+"""Re-encode and image-sequence encoding: options, quality bar, odd sizes, depth, verification."""
+
+import io
+
+import av
+import numpy as np
+import pytest
+
+from formats import lerobot_v3, storage, verify, video
+from formats.errors import ConversionError, VideoError
+from formats.lerobot_v3_writer import encode_image, synthetic_frames
+from formats.stats import ImageStats, sample_indices
+
+
+def test_encode_options_defaults_and_column_meta():
+    options = video.EncodeOptions().resolved()
+    assert (options.codec, options.crf, options.gop, options.preset, options.pix_fmt) == ("h264", 16, 10, "medium", "yuv420p")
+    assert video.EncodeOptions("av1").resolved().column_meta() == {"codec": "av1", "pix_fmt": "yuv420p", "gop": 10, "crf": 20, "preset": "8"}
+    assert video.EncodeOptions("hevc", crf=30, gop=1, preset="fast", pix_fmt="yuv444p").resolved().crf == 30
+
+
+@pytest.mark.parametrize("options, message", [
+    (video.EncodeOptions("av1", pix_fmt="yuv444p"), "pixel format 'yuv444p' is not available for av1 (choose from yuv420p)"),
+    (video.EncodeOptions("h264", crf=60), "crf 60 is outside 0..51 for h264"),
+    (video.EncodeOptions("vp9"), "video codec 'vp9' is not supported"),
+    (video.EncodeOptions("h264", gop=0), "gop 0 must be at least 1"),
+])
+def test_encode_options_refuse_impossible_combinations(options, message):
+    with pytest.raises(ConversionError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        options.resolved()
+
+
+def _h264_profile(data: bytes) -> tuple[str, str, int, int]:
+    with av.open(io.BytesIO(data)) as container:
+        context = container.streams.video[0].codec_context
+        return context.profile, context.pix_fmt, context.width, context.height
+
+
+def test_reencode_fixture_to_h264_meets_the_quality_bar(so100_tiny):
+    """AV1 (keyframe every 2) -> H.264 at defaults: T frames at i/fps, PSNR >= 35 dB, High profile yuv420p."""
+    fs, root = storage.open_root(str(so100_tiny))
+    meta, refs = lerobot_v3.plan(fs, root)
+    worst = np.inf
+    for ref in refs:
+        for _, segment in ref.videos:
+            source = storage.join(root, segment.path)
+            out = io.BytesIO()
+            result = video.reencode_segment(source, out, start=segment.start, end=segment.end, frames=segment.frames,
+                                            fps=meta.fps, options=video.EncodeOptions())
+            assert result.frames == segment.frames and result.padded_from is None
+            report = verify.compare_video(out.getvalue(), video.iter_frames(source, start=segment.start, end=segment.end,
+                                                                            fps=meta.fps), fps=meta.fps)
+            assert report.frames == report.reference_frames == segment.frames
+            assert report.timestamps_ok and report.first_timestamp == 0.0
+            assert report.last_timestamp == pytest.approx((segment.frames - 1) / meta.fps)
+            assert report.problems(expected_frames=segment.frames, min_psnr=35.0, lossless=False) == []
+            assert _h264_profile(out.getvalue()) == ("High", "yuv420p", 64, 48)
+            worst = min(worst, report.psnr_min)
+    assert 35.0 <= worst < 60  # lossy, yet above the bar
+
+
+def test_copy_is_reported_identical_and_a_shift_is_caught(so100_tiny):
+    fs, root = storage.open_root(str(so100_tiny))
+    meta, refs = lerobot_v3.plan(fs, root)
+    segment = refs[1].videos[0][1]
+    source = storage.join(root, segment.path)
+    out = io.BytesIO()
+    video.copy_segment(source, out, start=segment.start, end=segment.end, frames=segment.frames, fps=meta.fps)
+    frames = list(video.iter_frames(source, start=segment.start, end=segment.end, fps=meta.fps))
+    same = verify.compare_video(out.getvalue(), frames, fps=meta.fps)
+    assert same.identical and same.psnr_min == np.inf
+    assert same.problems(expected_frames=segment.frames, min_psnr=None, lossless=True) == []
+    shifted = verify.compare_video(out.getvalue(), frames[1:] + frames[:1], fps=meta.fps)
+    assert not shifted.identical and shifted.psnr_min < 30
+    problems = shifted.problems(expected_frames=segment.frames, min_psnr=None, lossless=True)
+    assert problems and "pixels differ from the source" in problems[0]
+    short = verify.compare_video(out.getvalue(), frames[:-1], fps=meta.fps)
+    assert f"{segment.frames} output frames, {segment.frames - 1} reference frames" in short.problems(
+        expected_frames=segment.frames, min_psnr=None, lossless=True)[0]
+
+
+@pytest.mark.parametrize("codec", ["h264", "hevc", "av1"])
+def test_odd_frames_are_padded_to_even_with_edge_pixels(codec):
+    frames = synthetic_frames(0, 0, 12, 49, 65)
+    out = io.BytesIO()
+    result = video.encode_frames(frames, out, fps=30, options=video.EncodeOptions(codec))
+    assert (result.frames, result.width, result.height, result.padded_from) == (12, 66, 50, (65, 49))
+    info = video.probe(io.BytesIO(out.getvalue()))
+    assert (info.codec, info.width, info.height, info.frames) == (codec, 66, 50, 12)
+    report = verify.compare_video(out.getvalue(), frames, fps=30)  # output cropped back to 65x49
+    assert report.frames == 12 and report.timestamps_ok and report.psnr_min >= 35
+    decoded = video.decode_frames(out.getvalue(), planar=False).astype(np.int16)
+    # The padding column repeats the last source column (up to coding error).
+    assert np.abs(decoded[:, :49, 65] - decoded[:, :49, 64]).mean() < 3
+
+
+def test_yuv444p_keeps_odd_sizes_and_full_chroma():
+    frames = synthetic_frames(1, 2, 6, 49, 65)
+    out = io.BytesIO()
+    result = video.encode_frames(frames, out, fps=30, options=video.EncodeOptions("h264", pix_fmt="yuv444p"))
+    assert result.padded_from is None
+    assert _h264_profile(out.getvalue())[1:] == ("yuv444p", 65, 49)
+    rgb = video.decode_frames(out.getvalue(), planar=False).astype(np.float64)
+    assert verify.psnr(frames.astype(np.float64), rgb, 255) > 35  # all three channels, not just luma
+
+
+@pytest.mark.parametrize("image_format, floor", [("png", 40.0), ("jpeg", 35.0)])
+def test_encoded_images_become_t_frames(image_format, floor):
+    frames = synthetic_frames(2, 1, 15, 48, 64)
+    blobs = [encode_image(frame, image_format) for frame in frames]
+    out = io.BytesIO()
+    assert video.encode_frames(blobs, out, fps=15, options=video.EncodeOptions()).frames == 15
+    report = verify.compare_video(out.getvalue(), blobs, fps=15)  # against the decoded images
+    assert report.frames == 15 and report.timestamps_ok
+    assert report.last_timestamp == pytest.approx(14 / 15)
+    assert report.psnr_min >= floor
+
+
+def test_gray_and_rgba_arrays_encode():
+    gray = synthetic_frames(0, 0, 5, 48, 64)[..., 1]
+    rgba = np.concatenate([synthetic_frames(0, 1, 5, 48, 64), np.full((5, 48, 64, 1), 255, np.uint8)], axis=3)
+    for frames in (gray, gray[..., None], rgba):
+        out = io.BytesIO()
+        assert video.encode_frames(frames, out, fps=30).frames == 5
+        assert verify.compare_video(out.getvalue(), frames, fps=30).psnr_min > 35
+
+
+def test_16_bit_depth_is_encoded_losslessly_whatever_was_asked():
+    depth = (np.arange(49 * 65, dtype=np.uint32).reshape(49, 65) * 13 % 65536).astype(np.uint16)
+    frames = np.stack([depth + i for i in range(8)])
+    options = video.options_for(video.EncodeOptions("h264"), source_pix_fmt="gray16le", is_depth=True)
+    assert (options.codec, options.pix_fmt) == ("ffv1", "gray16le")
+    out = io.BytesIO()
+    result = video.encode_frames(frames, out, fps=30, options=options)
+    assert (result.width, result.height, result.padded_from) == (65, 49, None)  # no chroma: no padding
+    decoded = np.stack([frame.to_ndarray() for frame in video.iter_frames(out.getvalue())])
+    assert decoded.dtype == np.uint16 and np.array_equal(decoded, frames)
+    assert verify.compare_video(out.getvalue(), frames, fps=30).identical
+    # A 10-bit colour source is routed the same way; an 8-bit colour one is not.
+    assert video.options_for(video.EncodeOptions(), source_pix_fmt="yuv420p10le", is_depth=False).codec == "ffv1"
+    assert video.options_for(video.EncodeOptions(), source_pix_fmt="yuv420p", is_depth=False).codec == "h264"
+
+
+def test_16_bit_source_copies_and_reencodes_bit_exactly():
+    depth = np.stack([(np.indices((48, 64)).sum(0) * 700 + 97 * i).astype(np.uint16) for i in range(10)])
+    source = io.BytesIO()
+    video.encode_frames(depth, source, fps=10, options=video.EncodeOptions("ffv1", pix_fmt="gray16le"))
+    copied, reencoded = io.BytesIO(), io.BytesIO()
+    assert not video.copy_segment(io.BytesIO(source.getvalue()), copied, start=0.3, end=0.8, frames=5, fps=10).reencoded
+    options = video.options_for(video.EncodeOptions(), source_pix_fmt="gray16le", is_depth=True)
+    video.reencode_segment(io.BytesIO(source.getvalue()), reencoded, start=0.3, end=0.8, frames=5, fps=10, options=options)
+    for output in (copied, reencoded):
+        got = np.stack([frame.to_ndarray() for frame in video.iter_frames(output.getvalue(), fps=10)])
+        assert np.array_equal(got, depth[3:8])
+
+
+@pytest.mark.parametrize("frames, message", [
+    ([b"GIF89a...."], "image 0 is neither JPEG nor PNG"),
+    ([b"\xff\xd8\xff\xe0broken"], "image 0: cannot decode mjpeg"),
+    ([np.zeros((48, 64, 3), np.uint8), np.zeros((40, 64, 3), np.uint8)], "image 1 is 64x40, the first is 64x48"),
+    ([np.zeros((48, 64, 2), np.uint8)], r"image 0: array of shape \[48, 64, 2\] and dtype uint8 is not an image"),
+    ([np.zeros((48, 64), np.float32)], "dtype float32 is not an image"),
+])
+def test_bad_images_name_the_frame(frames, message):
+    with pytest.raises(VideoError, match=message):
+        video.encode_frames(frames, io.BytesIO(), fps=30)
+
+
+def test_reencode_with_wrong_frame_count_is_an_error(so100_tiny):
+    fs, root = storage.open_root(str(so100_tiny))
+    meta, refs = lerobot_v3.plan(fs, root)
+    segment = refs[0].videos[0][1]
+    with pytest.raises(VideoError, match=r"segment \[0, 1.7\) s holds 51 frames, expected 52"):
+        video.reencode_segment(storage.join(root, segment.path), io.BytesIO(), start=segment.start, end=segment.end,
+                               frames=52, fps=meta.fps, options=video.EncodeOptions())
+
+
+def test_plan_column_describes_the_output():
+    source = {"fps": 30, "codec": "av1", "resolution": {"width": 65, "height": 49}, "pix_fmt": "yuv420p",
+              "is_depth_map": False, "source": "observation.images.top"}
+    assert video.plan_column(source, mode="copy", requested=video.EncodeOptions()) == (None, source)
+    options, entry = video.plan_column(source, mode="reencode", requested=video.EncodeOptions("hevc", crf=22))
+    assert options.codec == "hevc" and entry["source_codec"] == "av1" and entry["crf"] == 22
+    assert entry["resolution"] == {"width": 66, "height": 50} and entry["source_resolution"] == {"width": 65, "height": 49}
+    images = {"fps": 10, "resolution": {"width": 64, "height": 48}, "encoded_from": "images", "source": "observation.image"}
+    options, entry = video.plan_column(images, mode="copy", requested=video.EncodeOptions())
+    assert options.codec == "h264" and entry["codec"] == "h264" and "source_resolution" not in entry
+    depth = dict(source, pix_fmt="gray16le", is_depth_map=True, codec="ffv1")
+    options, entry = video.plan_column(depth, mode="reencode", requested=video.EncodeOptions())
+    assert entry["codec"] == "ffv1" and entry["lossless"] and entry["resolution"] == {"width": 65, "height": 49}
+
+
+def test_sample_indices_follow_lerobot():
+    assert sample_indices(50).tolist() == list(range(50))
+    assert len(sample_indices(1000)) == 177  # int(1000 ** 0.75)
+    assert len(sample_indices(10**7)) == 10_000
+    assert sample_indices(1000)[[0, -1]].tolist() == [0, 999]
+
+
+def test_image_stats_are_per_channel_in_unit_range():
+    frames = synthetic_frames(0, 0, 30, 48, 64)
+    stats = ImageStats(30)
+    for frame in frames:
+        stats.add(frame)
+    summary = stats.result().to_json()
+    values = frames.reshape(-1, 3) / 255.0
+    assert np.allclose(np.array(summary["mean"]).reshape(3), values.mean(0))
+    assert np.allclose(np.array(summary["std"]).reshape(3), values.std(0))
+    assert np.array(summary["max"]).shape == (3, 1, 1) and np.array(summary["q50"]).shape == (3, 1, 1)
+    assert summary["count"] == [30 * 48 * 64]
+    big = ImageStats(1)
+    big.add(np.zeros((480, 640, 3), np.uint8))
+    assert big.result().count == 120 * 160  # strided by int(640 / 150) = 4, like lerobot's auto_downsample
