@@ -65,7 +65,7 @@ def _luma(frame: av.VideoFrame, width: int, height: int, gray: bool) -> tuple[np
         plane = frame.to_ndarray(format="gray16le" if deep else "gray")
         return plane[:height, :width], 65535.0 if deep else 255.0
     if name != "yuv420p":
-        frame = frame.reformat(format="yuv420p")
+        frame = video.to_video_range(frame, "yuv420p")
     plane = frame.planes[0]
     rows = np.frombuffer(plane, np.uint8).reshape(plane.height, plane.line_size)
     return rows[:height, :width], 255.0

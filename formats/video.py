@@ -29,6 +29,7 @@ from typing import BinaryIO
 
 import av
 import numpy as np
+from av.video.reformatter import ColorRange, Colorspace
 
 from formats.errors import ConversionError, VideoError
 from formats.sequence import FROM_IMAGES
@@ -51,6 +52,7 @@ __all__ = [
     "options_for",
     "is_high_bit_depth",
     "padded_size",
+    "to_video_range",
     "plan_column",
     "image_array",
     "COPY",
@@ -374,22 +376,17 @@ def reencode_segment(
 
 class ImageDecoder:
     """Images (JPEG/PNG bytes, arrays) -> VideoFrame, with FFmpeg's own decoders and no temporary
-    files; one decoder context per image codec is kept for the whole sequence."""
+    files. Each image gets a fresh decoder context (about 40 us): FFmpeg's PNG decoder carries
+    state from one packet to the next (APNG), so a reused context returns blends of earlier images."""
 
     _MAGIC = ((b"\xff\xd8", "mjpeg"), (b"\x89PNG", "png"))
-
-    def __init__(self) -> None:
-        self._contexts: dict[str, av.CodecContext] = {}
 
     def decode(self, data: bytes, index: int) -> av.VideoFrame:
         name = next((codec for magic, codec in self._MAGIC if data[: len(magic)] == magic), None)
         if name is None:
             raise VideoError(f"image {index} is neither JPEG nor PNG (starts with {bytes(data[:4])!r})")
-        context = self._contexts.get(name)
-        if context is None:
-            context = self._contexts[name] = av.CodecContext.create(name, "r")
         try:
-            decoded = context.decode(av.Packet(data))
+            decoded = av.CodecContext.create(name, "r").decode(av.Packet(data))
         except av.error.FFmpegError as error:
             raise VideoError(f"image {index}: cannot decode {name}: {error}") from error
         if len(decoded) != 1:
@@ -423,6 +420,16 @@ def _array_format(array: np.ndarray, index: int) -> tuple[np.ndarray, str]:
 def _pad(array: np.ndarray, width: int, height: int) -> np.ndarray:
     extra = [(0, height - array.shape[0]), (0, width - array.shape[1])] + [(0, 0)] * (array.ndim - 2)
     return np.pad(array, extra, mode="edge")
+
+
+def to_video_range(frame: av.VideoFrame, pix_fmt: str) -> av.VideoFrame:
+    """Convert to `pix_fmt`, into limited ("MPEG") range for YUV: what decoders assume of
+    yuv420p. Left to itself swscale carries a full-range source (PNG/JPEG decodes, tagged
+    full range) into full-range YUV, which every player then shows washed out."""
+    limited = pix_fmt.startswith("yuv") and not pix_fmt.startswith("yuvj")
+    if not limited:
+        return frame.reformat(format=pix_fmt)
+    return frame.reformat(format=pix_fmt, dst_colorspace=Colorspace.ITU601, dst_color_range=ColorRange.MPEG)
 
 
 def _padded_frame(frame: av.VideoFrame, width: int, height: int) -> av.VideoFrame:
@@ -471,6 +478,8 @@ def encode_frames(
                 on_frame(count, frame)
             if padded != size:
                 frame = _padded_frame(frame, *padded)
+            if frame.format.name != options.pix_fmt:
+                frame = to_video_range(frame, options.pix_fmt)
             frame.pts = count
             frame.time_base = 1 / rate
             frame.pict_type = av.video.frame.PictureType.NONE

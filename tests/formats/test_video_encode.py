@@ -114,6 +114,11 @@ def test_encoded_images_become_t_frames(image_format, floor):
     assert report.frames == 15 and report.timestamps_ok
     assert report.last_timestamp == pytest.approx(14 / 15)
     assert report.psnr_min >= floor
+    # ... and against the raw frames, so a decoder that mixed images up would not pass unseen.
+    assert verify.compare_video(out.getvalue(), frames, fps=15).psnr_min >= 35
+    decoder = video.ImageDecoder()
+    if image_format == "png":  # lossless: every decoded image is its own frame, none blended
+        assert all(np.array_equal(decoder.decode(blob, i).to_ndarray(), frame) for i, (blob, frame) in enumerate(zip(blobs, frames)))
 
 
 def test_gray_and_rgba_arrays_encode():
