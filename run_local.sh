@@ -2,6 +2,7 @@
 # One command to set up and run mixtrain-convert locally.
 #   ./run_local.sh                 set up .venv, write a synthetic LeRobot v3 sample, convert it, validate it
 #   ./run_local.sh test            set up .venv and run the whole test suite (and ruff)
+#   ./run_local.sh bench [ARGS]    set up .venv and run the benchmarks under bench/ (minutes, not part of the tests)
 #   ./run_local.sh ARGS...         run `python -m pipelines.convert ARGS...` inside .venv
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -34,6 +35,10 @@ case "${1:-}" in
     shift
     "$VENV/bin/ruff" check .
     "$VENV/bin/python" -m pytest -q "$@"
+    ;;
+  bench)
+    shift
+    "$VENV/bin/python" bench/bench_reencode.py "$@"
     ;;
   *)
     exec "$VENV/bin/python" -m pipelines.convert "$@"

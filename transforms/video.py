@@ -9,6 +9,7 @@ anyway; copied segments are decoded once for them.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import sys
 
@@ -55,16 +56,20 @@ class _WriteVideosFn(beam.DoFn):
 
     def _write(self, sequence: Sequence, column: str, item: VideoSegment | ImageFrames) -> str:
         relative = mixtrain.video_path(column, sequence.sequence_id)
+        target = storage.join(self._out_root, relative)
+        self._out_fs.makedirs(storage.join(self._out_root, mixtrain.FILES_DIR, column), exist_ok=True)
+        # Local output: PyAV writes the file itself; remote: through memory, then one upload.
+        local_target = storage.local_path(self._out_fs, target)
+        destination = local_target or io.BytesIO()
         options = self._encode.get(column)
         stats = ImageStats(sequence.length) if self._video_stats else None
         on_frame = _sampler(stats) if stats is not None else None
-        buffer = io.BytesIO()
         path = None
         try:
             if isinstance(item, ImageFrames):
                 if len(item) != sequence.length:
                     raise video.VideoError(f"camera {column!r} has {len(item)} images for {sequence.length} steps")
-                result = video.encode_frames(item.frames, buffer, fps=self._fps, options=options or video.EncodeOptions(),
+                result = video.encode_frames(item.frames, destination, fps=self._fps, options=options or video.EncodeOptions(),
                                              on_frame=on_frame)
                 self._encoded.inc()
                 self._frames.inc(result.frames)
@@ -72,15 +77,17 @@ class _WriteVideosFn(beam.DoFn):
                 path = storage.resolve_inside(self._source_root, item.path, what="video file")
                 if not self._source_fs.exists(path):
                     raise video.VideoError("video file not found")
-                with self._source_fs.open(path, "rb") as handle:
+                with contextlib.ExitStack() as stack:
+                    source = storage.local_path(self._source_fs, path) or stack.enter_context(self._source_fs.open(path, "rb"))
                     if options is None:
-                        copied = video.copy_segment(handle, buffer, start=item.start, end=item.end, frames=item.frames, fps=self._fps)
+                        copied = video.copy_segment(source, destination, start=item.start, end=item.end, frames=item.frames, fps=self._fps)
                         (self._reencoded if copied.reencoded else self._copied).inc()
                         if on_frame is not None:
-                            for index, frame in enumerate(video.iter_frames(buffer.getvalue(), fps=self._fps)):
+                            written = destination if local_target else destination.getvalue()
+                            for index, frame in enumerate(video.iter_frames(written, fps=self._fps)):
                                 on_frame(index, frame)
                     else:
-                        result = video.reencode_segment(handle, buffer, start=item.start, end=item.end, frames=item.frames,
+                        result = video.reencode_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
                                                         fps=self._fps, options=options, on_frame=on_frame)
                         self._encoded.inc()
                         self._frames.inc(result.frames)
@@ -88,9 +95,8 @@ class _WriteVideosFn(beam.DoFn):
             raise in_context(error, file=path, sequence=f"{sequence.sequence_id} ({column})") from error
         if stats is not None and (summary := stats.result()) is not None:
             sequence.video_stats[column] = summary
-        target = storage.join(self._out_root, relative)
-        self._out_fs.makedirs(storage.join(self._out_root, mixtrain.FILES_DIR, column), exist_ok=True)
-        self._out_fs.pipe_file(target, buffer.getvalue())
+        if not local_target:
+            self._out_fs.pipe_file(target, destination.getvalue())
         return relative
 
 

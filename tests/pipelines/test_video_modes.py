@@ -93,7 +93,7 @@ IMAGES_SPEC = SyntheticLeRobot(
     height=49,
     codec="h264",
     cameras=("observation.images.front",),
-    image_cameras=("observation.images.png_cam", "observation.images.jpg_cam"),
+    image_cameras=("observation.images.png_cam", "observation.images.side_cam"),
     depth_cameras=("observation.images.depth",),
 )
 
@@ -111,7 +111,7 @@ def test_image_cameras_are_encoded_and_depth_is_copied(image_dataset, tmp_path):
     dst = tmp_path / "out"
     assert _convert(root, dst, "--video_stats") == 0
     types = _sidecar(dst)["column_types"]
-    for camera in ("png_cam", "jpg_cam"):
+    for camera in ("png_cam", "side_cam"):  # both PNG; JPEG has its own test
         entry = types[f"video_{camera}"]
         assert entry["encoded_from"] == "images" and entry["codec"] == "h264"
         assert entry["resolution"] == {"width": 66, "height": 50}
