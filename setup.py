@@ -24,6 +24,8 @@ setup(
         "fsspec>=2024.6",
         "gcsfs>=2024.6",
         "tensorflow-datasets>=4.9.7,<5",
+        # L5Kit zarr chunks (blosc): zarr-python 3 cannot read its structured dtypes, see formats/zarr_v2.py.
+        "numcodecs>=0.13,<0.17",
     ],
     extras_require={"test": ["pytest>=8", "ruff>=0.6"]},
     entry_points={"console_scripts": ["mixtrain-convert=pipelines.convert:main", "mixtrain-validate=pipelines.validate:main"]},

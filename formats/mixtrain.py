@@ -125,7 +125,7 @@ def column_types(columns: list[ColumnSpec]) -> dict[str, dict]:
             continue
         kind = {TIMESTAMPS: "timestamps", TRAJECTORY: "trajectory", VIDEO: "video", STEPS: "steps"}[spec.kind]
         entry = {"type": kind, **spec.meta}
-        if spec.kind == STEPS:
+        if spec.kind == STEPS and entry["type"] == "steps":
             entry.setdefault("dtype", str(spec.arrow_type.value_type))
         types[spec.name] = entry
     return types

@@ -121,7 +121,8 @@ class Sequence:
       steps: column -> [T] numpy array or a length-T Arrow array.
       videos: column -> VideoSegment or ImageFrames (before the video step), relative output
         path (after).
-      video_stats: column -> per-channel image ColumnStats (only with --video_stats).
+      extra_stats: stats.json key -> ColumnStats the reader or the video step computed itself
+        (per-channel image statistics, L5Kit agent fields), merged per shard like column stats.
     """
 
     sequence_id: str
@@ -131,7 +132,7 @@ class Sequence:
     trajectories: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     steps: dict[str, Any] = dataclasses.field(default_factory=dict)
     videos: dict[str, Any] = dataclasses.field(default_factory=dict)
-    video_stats: dict[str, Any] = dataclasses.field(default_factory=dict)
+    extra_stats: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 _OBSERVATION_PREFIXES = ("observation.", "observation/")
@@ -208,6 +209,9 @@ class DatasetMeta:
     fps: float | None
     columns: list[ColumnSpec]
     source: dict = dataclasses.field(default_factory=dict)
+    # Average bytes per step of columns whose size the specs cannot tell (nested per-step
+    # records such as L5Kit agents); sizes the shards.
+    extra_bytes_per_step: float = 0.0
 
     def column(self, name: str) -> ColumnSpec:
         for spec in self.columns:

@@ -63,7 +63,7 @@ class ConvertOptions(PipelineOptions):
 
 def estimate_num_shards(meta: DatasetMeta, refs: list, target_mb: float) -> int:
     """Shards from the planned size of the rows (trajectories + timestamps), at least one."""
-    bytes_per_step = 8
+    bytes_per_step = 8 + meta.extra_bytes_per_step
     for spec in meta.columns:
         if spec.kind == TRAJECTORY:
             bytes_per_step += spec.meta["dim"] * spec.arrow_type.value_type.value_type.bit_width // 8

@@ -94,7 +94,7 @@ class _WriteVideosFn(beam.DoFn):
         except ConversionError as error:
             raise in_context(error, file=path, sequence=f"{sequence.sequence_id} ({column})") from error
         if stats is not None and (summary := stats.result()) is not None:
-            sequence.video_stats[column] = summary
+            sequence.extra_stats[column] = summary
         if not local_target:
             self._out_fs.pipe_file(target, destination.getvalue())
         return relative
@@ -116,7 +116,7 @@ class WriteVideos(beam.PTransform):
       staging_url: where this run writes before it publishes.
       fps: the dataset frame rate (frame timing of encodes, tolerance around segment bounds).
       encode: column -> EncodeOptions, or None to packet-copy that column (from `video.plan_column`).
-      video_stats: summarise sampled frames per channel into `Sequence.video_stats`.
+      video_stats: summarise sampled frames per channel into `Sequence.extra_stats`.
       progress_every: print a worker progress line every N sequences (0: never).
     """
 

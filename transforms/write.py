@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from formats import mixtrain, storage
 from formats.errors import FormatError
-from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, VIDEO, ColumnSpec, DatasetMeta, Sequence
+from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec, DatasetMeta, Sequence
 from formats.stats import ColumnStats
 from transforms.stats import MergeShardStatsFn
 
@@ -40,6 +40,8 @@ def _stats_columns(columns: list[ColumnSpec]) -> list[ColumnSpec]:
     """Numeric per-step columns: trajectories, timestamps, numeric steps (not bool, not text)."""
     chosen = []
     for spec in columns:
+        if spec.meta.get("stats") is False:
+            continue
         if spec.kind in (TRAJECTORY, TIMESTAMPS):
             chosen.append(spec)
         elif spec.kind == STEPS:
@@ -59,11 +61,9 @@ def shard_stats(sequences: list[Sequence], columns: list[ColumnSpec]) -> dict[st
         else:
             values = np.concatenate([np.asarray(s.steps[spec.name]) for s in sequences])
         stats[spec.name] = ColumnStats.of(values)
-    for spec in columns:
-        if spec.kind == VIDEO:
-            partials = [s.video_stats[spec.name] for s in sequences if spec.name in s.video_stats]
-            if partials:
-                stats[spec.name] = functools.reduce(ColumnStats.merge, partials)
+    for key in sorted({key for s in sequences for key in s.extra_stats}):
+        partials = [s.extra_stats[key] for s in sequences if key in s.extra_stats]
+        stats[key] = functools.reduce(ColumnStats.merge, partials)
     return stats
 
 
