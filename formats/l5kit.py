@@ -28,7 +28,7 @@ import pyarrow as pa
 from formats import storage
 from formats.errors import ConversionError, FormatError, in_context
 from formats.sequence import SCALAR, ColumnSpec, DatasetMeta, Sequence, base_columns
-from formats.stats import ColumnStats
+from formats.stats import ColumnStats, sketch_level_for
 from formats.zarr_v2 import ZarrArray
 
 __all__ = ["FORMAT", "SceneRef", "detect", "plan", "load", "FRAME_RATE_HZ"]
@@ -244,7 +244,7 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: SceneRef, meta: DatasetM
         for field in AGENT_STATS_FIELDS:
             if len(agents):
                 values = np.asarray(agents[field], dtype=np.float64).reshape(len(agents), -1)
-                sequence.extra_stats[f"agents.{field}"] = ColumnStats.of(values)
+                sequence.extra_stats[f"agents.{field}"] = ColumnStats.of(values, sketch_level=sketch_level_for(len(values)))
         if with_faces:
             path = arrays["traffic_light_faces"].path
             sequence.steps["traffic_light_faces"], _ = _per_frame(

@@ -29,7 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from formats import storage
+from formats import storage, video
 from formats.errors import ConversionError, FormatError, in_context
 from formats.sequence import (
     FROM_IMAGES,
@@ -133,6 +133,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     data_schema = _first_data_schema(fs, root, data_template, episodes)
     for feature in parsed:
         columns.append(_column_for(feature, features[feature.key], data_schema, fps))
+    _probe_images(fs, root, data_template, episodes, columns)
     if multi_task:
         columns.append(ColumnSpec.steps("task_index", pa.int32(), source="task_index",
                                         description="per-step index into this row's tasks"))
@@ -170,7 +171,8 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: Datase
         sequence = _to_sequence(table, ref, meta)
         for spec in meta.columns:
             if spec.kind == VIDEO and spec.meta.get("encoded_from") == FROM_IMAGES:
-                sequence.videos[spec.name] = _images(fs, root, spec.meta["source"], table.column(spec.meta["source"]), ref)
+                images = _images(fs, root, spec.meta["source"], table.column(spec.meta["source"]), ref)
+                sequence.videos[spec.name] = ImageFrames(images.frames, source=data_path)
         return sequence
     except ConversionError as error:
         raise in_context(error, file=data_path, sequence=ref.sequence_id) from error
@@ -229,11 +231,11 @@ def _column_for(feature: _Feature, spec: dict, data_schema: pa.Schema, fps: floa
     if spec.get("names") is not None:
         meta["names"] = spec["names"]
     if feature.kind == VIDEO and feature.dtype == "image":
-        height, width = (feature.shape + (None, None))[:2]
+        width, height = _image_size(feature.shape, spec.get("names"))
         return ColumnSpec(feature.column, VIDEO, pa.string(), {
             "fps": fps,
             "resolution": {"width": width, "height": height},
-            "is_depth_map": False,
+            "is_depth_map": bool((spec.get("info") or {}).get("video.is_depth_map", False)),
             "source": feature.key,
             "encoded_from": FROM_IMAGES,
         })
@@ -321,6 +323,47 @@ def _parse_splits(splits, path: str) -> list[tuple[str, int, int]]:
             raise FormatError(f"{path}: split {name!r} has range {span!r}, expected 'start:end'") from error
         parsed.append((name, low, high))
     return parsed
+
+
+def _image_size(shape: tuple[int, ...], names) -> tuple[int | None, int | None]:
+    """(width, height) of an `image` feature: by its `names` when given (lerobot writes
+    ["height", "width", "channels"]; older datasets ["channels", "height", "width"]), else HWC."""
+    if isinstance(names, list) and "height" in names and "width" in names and len(names) == len(shape):
+        return shape[names.index("width")], shape[names.index("height")]
+    if len(shape) == 3 and shape[0] in (1, 3, 4) and shape[2] not in (1, 3, 4):
+        return shape[2], shape[1]
+    height, width = (tuple(shape) + (None, None))[:2]
+    return width, height
+
+
+def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: list[ColumnSpec]) -> None:
+    """Decode the first image of each image camera: its pixel format decides how the camera is
+    encoded (16-bit depth PNGs go lossless), and its size must be the one info.json declares."""
+    cameras = [i for i, spec in enumerate(columns) if spec.kind == VIDEO and spec.meta.get("encoded_from") == FROM_IMAGES]
+    first = episodes.slice(0, 1).to_pylist()
+    if not cameras or not first:
+        return
+    relative = template.format(chunk_index=first[0]["data/chunk_index"], file_index=first[0]["data/file_index"])
+    path = storage.resolve_inside(root, relative, what="data file")
+    with fs.open(path, "rb") as handle:
+        parquet = pq.ParquetFile(handle, metadata=_parquet_metadata(fs, path))
+        keys = [columns[i].meta["source"] for i in cameras]
+        if any(parquet.schema_arrow.get_field_index(key) < 0 for key in keys):
+            return  # load() names the missing column with the episode
+        table = parquet.read_row_group(0, columns=keys).slice(0, 1)
+    ref = EpisodeRef(int(first[0]["episode_index"]), "", 1, relative, 0, 1, (), (), ())
+    for position, key in zip(cameras, keys):
+        spec = columns[position]
+        try:
+            frame = video.ImageDecoder().decode(_images(fs, root, key, table.column(key), ref).frames[0], 0)
+        except ConversionError as error:
+            raise in_context(error, file=path, sequence=f"episode {first[0]['episode_index']} {key!r}") from error
+        declared = (spec.meta["resolution"]["width"], spec.meta["resolution"]["height"])
+        if None not in declared and declared != (frame.width, frame.height):
+            raise FormatError(f"{path}: {key!r} images are {frame.width}x{frame.height}, "
+                              f"info.json declares {declared[0]}x{declared[1]} (shape and names)")
+        columns[position] = dataclasses.replace(spec, meta={**spec.meta, "pix_fmt": frame.format.name,
+                                                            "resolution": {"width": frame.width, "height": frame.height}})
 
 
 def _first_data_schema(fs, root: str, template: str, episodes: pa.Table) -> pa.Schema:

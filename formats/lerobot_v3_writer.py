@@ -42,7 +42,7 @@ class SyntheticLeRobot:
     action_dim: int = 6
     cameras: Seq[str] = ("observation.images.front", "observation.images.wrist")
     image_cameras: Seq[str] = ()  # `image` features: frames as PNG/JPEG bytes inside the data Parquet
-    image_format: str = "png"  # png | jpeg
+    image_format: str = "png"  # png | jpeg | png16 (16-bit gray depth images)
     depth_cameras: Seq[str] = ()  # video features with is_depth_map: uint16 depth, lossless FFV1 gray16le
     width: int = 64
     height: int = 48
@@ -74,15 +74,17 @@ def synthetic_frames(episode: int, camera: int, length: int, height: int, width:
 
 
 def encode_image(frame: np.ndarray, image_format: str = "png") -> bytes:
-    """One [H, W, 3] uint8 frame as PNG or JPEG bytes, through FFmpeg's image encoders."""
-    codec = {"png": "png", "jpeg": "mjpeg"}[image_format]
+    """One [H, W, 3] uint8 frame as PNG or JPEG bytes (png16: one [H, W] uint16 depth frame as a
+    16-bit gray PNG), through FFmpeg's image encoders."""
+    codec = {"png": "png", "png16": "png", "jpeg": "mjpeg"}[image_format]
     context = av.CodecContext.create(codec, "w")
     context.width, context.height = frame.shape[1], frame.shape[0]
-    context.pix_fmt = "rgb24" if codec == "png" else "yuvj420p"
+    context.pix_fmt = {"png": "rgb24", "png16": "gray16be", "jpeg": "yuvj420p"}[image_format]
     context.time_base = Fraction(1, 30)
     if codec == "mjpeg":
         context.options = {"qscale": "2"}
-    packets = context.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")) + context.encode(None)
+    source = av.VideoFrame.from_ndarray(frame, format="gray16le" if image_format == "png16" else "rgb24")
+    packets = context.encode(source) + context.encode(None)
     return b"".join(bytes(packet) for packet in packets)
 
 
@@ -125,6 +127,8 @@ def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
             truth["sensor"].append(sensor)
         for number, camera in enumerate(spec.image_cameras):
             frames = synthetic_frames(episode, len(spec.cameras) + number, length, spec.height, spec.width)
+            if spec.image_format == "png16":
+                frames = (frames[..., 0].astype(np.uint16) * 251 + frames[..., 2]).astype(np.uint16)
             blobs = [encode_image(frame, spec.image_format) for frame in frames]
             columns[camera] = pa.StructArray.from_arrays(
                 [pa.array(blobs, pa.binary()), pa.array([None] * length, pa.string())], names=["bytes", "path"])
@@ -317,7 +321,8 @@ def _info(spec: SyntheticLeRobot, total_frames: int) -> dict:
                      "video.channels": 1, "has_audio": False},
         }
     for camera in spec.image_cameras:
-        features[camera] = {"dtype": "image", "shape": [spec.height, spec.width, 3], "names": ["height", "width", "channels"]}
+        channels = 1 if spec.image_format == "png16" else 3
+        features[camera] = {"dtype": "image", "shape": [spec.height, spec.width, channels], "names": ["height", "width", "channels"]}
     for name, dtype in (("timestamp", "float32"), ("frame_index", "int64"), ("episode_index", "int64"),
                         ("index", "int64"), ("task_index", "int64")):
         features[name] = {"dtype": dtype, "shape": [1], "names": None}

@@ -103,6 +103,7 @@ class ImageFrames:
     ([T, H, W, C] or a list). The video step encodes them into the camera's video file."""
 
     frames: Any
+    source: str | None = None  # the file they were read from, named in errors
 
     def __len__(self) -> int:
         return len(self.frames)

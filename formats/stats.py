@@ -17,7 +17,9 @@ import dataclasses
 
 import numpy as np
 
-__all__ = ["ColumnStats", "ImageStats", "QUANTILES", "sample_indices", "summarise"]
+from formats.errors import ConversionError
+
+__all__ = ["ColumnStats", "ImageStats", "QUANTILES", "sample_indices", "sketch_level_for", "summarise"]
 
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 DEFAULT_CAPACITY = 4096
@@ -124,6 +126,11 @@ class ColumnStats:
         return out
 
 
+def sketch_level_for(rows: int, capacity: int = DEFAULT_CAPACITY) -> int:
+    """The sketch level that feeds at most about 8 x capacity rows of `rows` to the quantile sketch."""
+    return max(0, int(np.ceil(np.log2(max(1.0, rows / (8 * capacity))))))
+
+
 def sample_indices(length: int, minimum: int = 100, maximum: int = 10_000, power: float = 0.75) -> np.ndarray:
     """Frames sampled for image statistics, by lerobot's rule (compute_stats.sample_indices):
     about length**0.75 evenly spaced frames, at least min(length, 100), at most 10,000."""
@@ -149,6 +156,11 @@ class ImageStats:
         scale = float(np.iinfo(image.dtype).max) if np.issubdtype(image.dtype, np.integer) else 1.0
         if image.ndim == 2:
             image = image[:, :, None]
+        if self._pixels and image.shape[2] != self._pixels[0].shape[1]:
+            if image.shape[2] == 1:  # a gray frame in a colour camera: gray is R = G = B
+                image = np.repeat(image, self._pixels[0].shape[1], axis=2)
+            else:
+                raise ConversionError(f"a frame with {image.shape[2]} channels after frames with {self._pixels[0].shape[1]}")
         height, width = image.shape[:2]
         if max(height, width) >= 300:
             factor = int(max(height, width) / 150)
@@ -159,8 +171,7 @@ class ImageStats:
         if not self._pixels:
             return None
         pixels = np.concatenate(self._pixels)
-        level = max(0, int(np.ceil(np.log2(max(1, len(pixels) / (8 * DEFAULT_CAPACITY))))))
-        return ColumnStats.of(pixels, sketch_level=level, image=True)
+        return ColumnStats.of(pixels, sketch_level=sketch_level_for(len(pixels)), image=True)
 
 
 def summarise(partials: list[dict[str, ColumnStats]]) -> dict[str, dict]:

@@ -54,7 +54,10 @@ __all__ = [
     "padded_size",
     "to_video_range",
     "plan_column",
+    "declared_size",
+    "lossless_pix_fmt",
     "image_array",
+    "array_format_of",
     "COPY",
     "REENCODE",
     "ENCODERS",
@@ -138,13 +141,23 @@ def options_for(requested: EncodeOptions, *, source_pix_fmt: str | None, is_dept
     """The options a column is encoded with: depth and >8-bit sources go lossless (FFV1, their own
     pixel format) whatever was requested, because a lossy 8-bit codec would destroy their values."""
     if is_depth or is_high_bit_depth(source_pix_fmt):
-        pix_fmt = source_pix_fmt if source_pix_fmt and _ffv1_accepts(source_pix_fmt) else "gray16le"
-        return EncodeOptions("ffv1", None, None, None, pix_fmt).resolved()
+        return EncodeOptions("ffv1", None, None, None, lossless_pix_fmt(source_pix_fmt)).resolved()
     return requested.resolved()
 
 
-def _ffv1_accepts(pix_fmt: str) -> bool:
-    return any(fmt.name == pix_fmt for fmt in av.Codec("ffv1", "w").video_formats or ())
+def lossless_pix_fmt(source_pix_fmt: str | None) -> str | None:
+    """The FFV1 pixel format that holds `source_pix_fmt` without loss (None: decided by the first
+    frame); big-endian 16-bit gray (16-bit PNG) maps to its little-endian twin."""
+    if not source_pix_fmt:
+        return None
+    if source_pix_fmt.endswith("be"):
+        source_pix_fmt = source_pix_fmt[:-2] + "le"
+    if any(fmt.name == source_pix_fmt for fmt in av.Codec("ffv1", "w").video_formats or ()):
+        return source_pix_fmt
+    deep = is_high_bit_depth(source_pix_fmt)
+    if source_pix_fmt.startswith(("gray", "ya")):
+        return "gray16le" if deep else "gray"
+    return "yuv444p16le" if deep else "yuv444p"
 
 
 def padded_size(width: int, height: int, pix_fmt: str) -> tuple[int, int]:
@@ -351,6 +364,7 @@ def reencode_segment(
     fps: float,
     options: EncodeOptions,
     on_frame: FrameCallback | None = None,
+    expected_size: tuple[int, int] | None = None,
 ) -> EncodeResult:
     """Decode the frames presented in [start, end) seconds and encode them with `options`.
 
@@ -364,7 +378,7 @@ def reencode_segment(
         stream.thread_type = "AUTO"
         low, high = _bounds(stream, start, end, fps)
         result = encode_frames(_segment_frames(container, stream, low, high), destination,
-                               fps=fps, options=options, on_frame=on_frame)
+                               fps=fps, options=options, on_frame=on_frame, expected_size=expected_size)
     except av.error.FFmpegError as error:
         raise VideoError(f"cannot decode video: {error}") from error
     finally:
@@ -423,19 +437,58 @@ def _pad(array: np.ndarray, width: int, height: int) -> np.ndarray:
 
 
 def to_video_range(frame: av.VideoFrame, pix_fmt: str) -> av.VideoFrame:
-    """Convert to `pix_fmt`, into limited ("MPEG") range for YUV: what decoders assume of
-    yuv420p. Left to itself swscale carries a full-range source (PNG/JPEG decodes, tagged
-    full range) into full-range YUV, which every player then shows washed out."""
+    """Convert to `pix_fmt`; into limited ("MPEG") range for YUV, which is what decoders assume
+    of yuv420p. Left to itself swscale carries full range through (PNG/JPEG decodes, full-range
+    AV1 reported as plain yuv420p), which players then show with crushed or washed-out levels.
+    RGB and gray sources get the BT.601 matrix, which the encoded stream is tagged with."""
     limited = pix_fmt.startswith("yuv") and not pix_fmt.startswith("yuvj")
     if not limited:
         return frame.reformat(format=pix_fmt)
+    if _is_yuv(frame.format.name):
+        return frame.reformat(format=pix_fmt, dst_color_range=ColorRange.MPEG)
     return frame.reformat(format=pix_fmt, dst_colorspace=Colorspace.ITU601, dst_color_range=ColorRange.MPEG)
 
 
+def _is_yuv(pix_fmt: str) -> bool:
+    return pix_fmt.startswith(("yuv", "nv"))
+
+
+_FULL_RANGE = 2  # AVCOL_RANGE_JPEG
+_MPEG_RANGE = 1
+_BT601 = 6  # AVCOL_SPC_SMPTE170M / AVCOL_PRI_SMPTE170M / AVCOL_TRC_SMPTE170M
+
+
+def _needs_conversion(frame: av.VideoFrame, pix_fmt: str) -> bool:
+    if frame.format.name != pix_fmt:
+        return True
+    return pix_fmt.startswith("yuv") and frame.color_range == _FULL_RANGE
+
+
+def _tag_colours(context, first: av.VideoFrame, pix_fmt: str) -> None:
+    """Say in the stream what the pixels are: limited range, and the matrix they were made with
+    (ours, BT.601, for RGB/gray input; the source's own for YUV passed through)."""
+    if not pix_fmt.startswith("yuv"):
+        return
+    context.color_range = _MPEG_RANGE
+    if _is_yuv(first.format.name):
+        for name in ("colorspace", "color_primaries", "color_trc"):
+            if getattr(first, name) not in (2, None):  # 2: unspecified
+                setattr(context, name, getattr(first, name))
+    else:
+        context.colorspace = context.color_primaries = context.color_trc = _BT601
+
+
 def _padded_frame(frame: av.VideoFrame, width: int, height: int) -> av.VideoFrame:
-    name = frame.format.name
-    target = "gray16le" if is_high_bit_depth(name) and "gray" in name else ("gray" if name.startswith("gray") else "rgb24")
+    target = array_format_of(frame.format.name)
     return av.VideoFrame.from_ndarray(_pad(frame.to_ndarray(format=target), width, height), format=target)
+
+
+def array_format_of(pix_fmt: str) -> str:
+    """A numpy-exportable format holding `pix_fmt`'s samples at their bit depth."""
+    deep = is_high_bit_depth(pix_fmt)
+    if pix_fmt.startswith("gray"):
+        return "gray16le" if deep else "gray"
+    return "rgb48le" if deep else "rgb24"
 
 
 def encode_frames(
@@ -445,13 +498,15 @@ def encode_frames(
     fps: float | Fraction,
     options: EncodeOptions = EncodeOptions(),
     on_frame: FrameCallback | None = None,
+    expected_size: tuple[int, int] | None = None,
 ) -> EncodeResult:
     """Encode a frame sequence into an MP4, frame i at pts i in a 1/fps time base.
 
     Items may be decoded VideoFrames, encoded JPEG/PNG bytes, or arrays (uint8 [H, W, 3] RGB,
-    [H, W, 4] RGBA, [H, W] gray; uint16 [H, W] depth). Every frame must have the first one's size.
-    x264 runs with `mbtree=0`, which makes repeated encodes of the same frames byte-identical
-    (NOTES.md).
+    [H, W, 4] RGBA, [H, W] gray; uint16 [H, W] depth). Every frame must have the first one's size,
+    and `expected_size` (width, height) when given: what the metadata declared. A frame deeper
+    than 8 bits is refused by a lossy codec (`options_for` routes such columns to FFV1). x264
+    runs with `mbtree=0`, which makes repeated encodes of the same frames byte-identical (NOTES.md).
     """
     options = options.resolved()
     encoder = ENCODERS[options.codec]
@@ -466,19 +521,27 @@ def encode_frames(
             frame = images.to_frame(item, count)
             if stream is None:
                 size = (frame.width, frame.height)
+                if expected_size is not None and tuple(expected_size) != size:
+                    raise VideoError(f"frames are {size[0]}x{size[1]}, the metadata declares {expected_size[0]}x{expected_size[1]}")
+                if options.pix_fmt is None:  # lossless, format of the source
+                    options = dataclasses.replace(options, pix_fmt=lossless_pix_fmt(frame.format.name))
                 padded = padded_size(frame.width, frame.height, options.pix_fmt)
                 stream = output.add_stream(encoder, rate=rate)
                 stream.width, stream.height = padded
                 stream.pix_fmt = options.pix_fmt
                 stream.codec_context.time_base = 1 / rate
+                _tag_colours(stream.codec_context, frame, options.pix_fmt)
                 stream.options = _encoder_options(options)
             elif (frame.width, frame.height) != size:
                 raise VideoError(f"image {count} is {frame.width}x{frame.height}, the first is {size[0]}x{size[1]}")
+            if options.codec != "ffv1" and is_high_bit_depth(frame.format.name):
+                raise VideoError(f"image {count} has more than 8 bits per sample ({frame.format.name}); "
+                                 f"{options.codec} would keep 8: refusing to lose depth precision")
             if on_frame is not None:
                 on_frame(count, frame)
             if padded != size:
                 frame = _padded_frame(frame, *padded)
-            if frame.format.name != options.pix_fmt:
+            if _needs_conversion(frame, options.pix_fmt):
                 frame = to_video_range(frame, options.pix_fmt)
             frame.pts = count
             frame.time_base = 1 / rate
@@ -486,9 +549,10 @@ def encode_frames(
             for packet in stream.encode(frame):
                 output.mux(packet)
             count += 1
-        if stream is not None:
-            for packet in stream.encode(None):
-                output.mux(packet)
+        if stream is None:
+            raise VideoError("no frames to encode")
+        for packet in stream.encode(None):
+            output.mux(packet)
     except av.error.FFmpegError as error:
         raise VideoError(f"cannot encode {options.codec}: {error}") from error
     finally:
@@ -556,15 +620,18 @@ def plan_column(meta: dict, *, mode: str, requested: EncodeOptions) -> tuple[Enc
     entry = dict(meta)
     from_images = meta.get("encoded_from") == FROM_IMAGES
     if mode == COPY and not from_images:
+        entry["written_as"] = "copy"  # packets of the source: pixels identical to it
         return None, entry
     options = options_for(requested, source_pix_fmt=meta.get("pix_fmt"), is_depth=bool(meta.get("is_depth_map")))
-    if not from_images and meta.get("codec"):
+    if meta.get("codec") and not from_images:
         entry["source_codec"] = meta["codec"]
-    entry.update(options.column_meta())
+    if meta.get("pix_fmt"):
+        entry["source_pix_fmt"] = meta["pix_fmt"]
+    entry.update(options.column_meta(), written_as="encode")
     resolution = meta.get("resolution") or {}
     width, height = resolution.get("width"), resolution.get("height")
     if width and height:
-        padded = padded_size(int(width), int(height), options.pix_fmt)
+        padded = padded_size(int(width), int(height), options.pix_fmt or "")
         entry["resolution"] = {"width": padded[0], "height": padded[1]}
         if padded != (width, height):
             entry["source_resolution"] = {"width": width, "height": height}
@@ -572,9 +639,14 @@ def plan_column(meta: dict, *, mode: str, requested: EncodeOptions) -> tuple[Enc
     return options, entry
 
 
+def declared_size(entry: dict) -> tuple[int, int] | None:
+    """(width, height) the source frames of a planned column must have, if the metadata says."""
+    resolution = entry.get("source_resolution") or entry.get("resolution") or {}
+    if resolution.get("width") and resolution.get("height"):
+        return int(resolution["width"]), int(resolution["height"])
+    return None
+
+
 def image_array(frame: av.VideoFrame) -> np.ndarray:
     """A decoded frame as [H, W, C] values for statistics: RGB uint8, or gray (uint8/uint16)."""
-    name = frame.format.name
-    if name.startswith("gray"):
-        return frame.to_ndarray(format="gray16le" if is_high_bit_depth(name) else "gray")
-    return frame.to_ndarray(format="rgb24")
+    return frame.to_ndarray(format=array_format_of(frame.format.name))

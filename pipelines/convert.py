@@ -104,14 +104,18 @@ def requested_encoding(options: ConvertOptions) -> video.EncodeOptions:
                                options.video_preset, options.video_pix_fmt).resolved()
 
 
-def plan_videos(meta: DatasetMeta, mode: str, requested: video.EncodeOptions) -> dict:
-    """Decide copy or encode per video column; rewrite meta.columns' entries to describe the output."""
-    encode = {}
+def plan_videos(meta: DatasetMeta, mode: str, requested: video.EncodeOptions) -> tuple[dict, dict]:
+    """Decide copy or encode per video column; rewrite meta.columns' entries to describe the output.
+
+    Returns (column -> EncodeOptions or None for copy, column -> declared source (width, height)).
+    """
+    encode, sizes = {}, {}
     for position, spec in enumerate(meta.columns):
         if spec.kind == VIDEO:
             encode[spec.name], entry = video.plan_column(spec.meta, mode=mode, requested=requested)
+            sizes[spec.name] = video.declared_size(entry)
             meta.columns[position] = dataclasses.replace(spec, meta=entry)
-    return encode
+    return encode, sizes
 
 
 def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str):
@@ -121,7 +125,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     module = sources.get(source)
     meta, refs = module.plan(fs, root, {})
     requested = requested_encoding(options)
-    encode = plan_videos(meta, options.video, requested)
+    encode, sizes = plan_videos(meta, options.video, requested)
     num_shards = options.num_shards or estimate_num_shards(meta, refs, options.target_shard_mb)
     out_fs, out_root = storage.open_root(options.output)
     output_url = storage.url_for(out_fs, out_root)
@@ -136,7 +140,8 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     (
         pipeline
         | "Read" >> ReadSequences(source, source_url, meta, refs)
-        | "Videos" >> WriteVideos(source_url, staging_url, meta.fps or 30.0, encode, options.video_stats, options.progress_every)
+        | "Videos" >> WriteVideos(source_url, staging_url, meta.fps or 30.0, encode, sizes,
+                                  options.video_stats, options.progress_every)
         | "Write" >> WriteMixtrain(staging_url, output_url, meta, num_shards, sidecar_extra)
     )
     return meta, refs, num_shards

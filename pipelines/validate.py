@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 
 from formats import mixtrain, sources, storage, verify, video
 from formats.errors import ConversionError
+from formats.sequence import ImageFrames
 
 __all__ = ["validate", "main"]
 
@@ -160,6 +161,9 @@ def _check_video_info(file_path: str, sequence_id: str, info: video.VideoInfo, e
     findings = []
     if entry.get("codec") and info.codec != entry["codec"]:
         findings.append(f"{file_path}: {sequence_id}: codec {info.codec}, column_types says {entry['codec']}")
+    # An encode's pixel format is ours to state; a copy repeats the source's own metadata.
+    if entry.get("written_as") == "encode" and entry.get("pix_fmt") and info.pix_fmt != entry["pix_fmt"]:
+        findings.append(f"{file_path}: {sequence_id}: pixel format {info.pix_fmt}, column_types says {entry['pix_fmt']}")
     resolution = entry.get("resolution") or {}
     if resolution.get("width") and (info.width, info.height) != (resolution["width"], resolution["height"]):
         findings.append(f"{file_path}: {sequence_id}: {info.width}x{info.height}, column_types says "
@@ -168,8 +172,8 @@ def _check_video_info(file_path: str, sequence_id: str, info: video.VideoInfo, e
 
 
 def _lossless(entry: dict) -> bool:
-    """Copied columns (no encode recorded) and lossless encodes must match the source exactly."""
-    return bool(entry.get("lossless")) or ("crf" not in entry and entry.get("encoded_from") is None)
+    """Copied columns and lossless encodes must match the source exactly."""
+    return bool(entry.get("lossless")) or entry.get("written_as") == "copy"
 
 
 def deep_check(url: str, source_url: str | None = None, min_psnr: float = 35.0) -> tuple[list[str], list[str]]:
@@ -189,6 +193,9 @@ def deep_check(url: str, source_url: str | None = None, min_psnr: float = 35.0) 
             table = pq.read_table(handle, columns=["sequence_id", "length", *columns])
         for row in table.to_pylist():
             sequence = loader(row["sequence_id"]) if loader is not None else None
+            if loader is not None and sequence is None:
+                findings.append(f"{storage.join(root, shard)}: {row['sequence_id']}: not in the source, nothing to compare with")
+                continue
             for name, entry in columns.items():
                 if row[name] is None:
                     continue
@@ -241,7 +248,7 @@ def _reference_frames(loader, sequence, column: str, fps: float):
     item = sequence.videos.get(column)
     if item is None:
         return iter(())
-    if hasattr(item, "frames") and not hasattr(item, "path"):
+    if isinstance(item, ImageFrames):
         return iter(item.frames)
     path = storage.resolve_inside(loader.root, item.path, what="video file")
     return video.iter_frames(loader.fs.open(path, "rb"), start=item.start, end=item.end, fps=fps)

@@ -26,11 +26,13 @@ __all__ = ["WriteVideos"]
 
 
 class _WriteVideosFn(beam.DoFn):
-    def __init__(self, source_url: str, staging_url: str, fps: float, encode: dict, video_stats: bool, progress_every: int):
+    def __init__(self, source_url: str, staging_url: str, fps: float, encode: dict, sizes: dict, video_stats: bool,
+                 progress_every: int):
         self._source_url = source_url
         self._staging_url = staging_url
         self._fps = fps
         self._encode = encode
+        self._sizes = sizes
         self._video_stats = video_stats
         self._progress_every = progress_every
         self._copied = Metrics.counter("mixtrain", "video_segments_copied")
@@ -62,15 +64,17 @@ class _WriteVideosFn(beam.DoFn):
         local_target = storage.local_path(self._out_fs, target)
         destination = local_target or io.BytesIO()
         options = self._encode.get(column)
+        size = self._sizes.get(column)
         stats = ImageStats(sequence.length) if self._video_stats else None
         on_frame = _sampler(stats) if stats is not None else None
         path = None
         try:
             if isinstance(item, ImageFrames):
+                path = item.source
                 if len(item) != sequence.length:
                     raise video.VideoError(f"camera {column!r} has {len(item)} images for {sequence.length} steps")
                 result = video.encode_frames(item.frames, destination, fps=self._fps, options=options or video.EncodeOptions(),
-                                             on_frame=on_frame)
+                                             on_frame=on_frame, expected_size=size)
                 self._encoded.inc()
                 self._frames.inc(result.frames)
             else:
@@ -88,13 +92,13 @@ class _WriteVideosFn(beam.DoFn):
                                 on_frame(index, frame)
                     else:
                         result = video.reencode_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
-                                                        fps=self._fps, options=options, on_frame=on_frame)
+                                                        fps=self._fps, options=options, on_frame=on_frame, expected_size=size)
                         self._encoded.inc()
                         self._frames.inc(result.frames)
+            if stats is not None and (summary := stats.result()) is not None:
+                sequence.extra_stats[column] = summary
         except ConversionError as error:
             raise in_context(error, file=path, sequence=f"{sequence.sequence_id} ({column})") from error
-        if stats is not None and (summary := stats.result()) is not None:
-            sequence.extra_stats[column] = summary
         if not local_target:
             self._out_fs.pipe_file(target, destination.getvalue())
         return relative
@@ -116,14 +120,15 @@ class WriteVideos(beam.PTransform):
       staging_url: where this run writes before it publishes.
       fps: the dataset frame rate (frame timing of encodes, tolerance around segment bounds).
       encode: column -> EncodeOptions, or None to packet-copy that column (from `video.plan_column`).
+      sizes: column -> (width, height) the metadata declares for the source frames (checked on encode).
       video_stats: summarise sampled frames per channel into `Sequence.extra_stats`.
       progress_every: print a worker progress line every N sequences (0: never).
     """
 
-    def __init__(self, source_url: str, staging_url: str, fps: float, encode: dict | None = None,
+    def __init__(self, source_url: str, staging_url: str, fps: float, encode: dict | None = None, sizes: dict | None = None,
                  video_stats: bool = False, progress_every: int = 100):
         super().__init__()
-        self._fn = _WriteVideosFn(source_url, staging_url, fps, dict(encode or {}), video_stats, progress_every)
+        self._fn = _WriteVideosFn(source_url, staging_url, fps, dict(encode or {}), dict(sizes or {}), video_stats, progress_every)
 
     def expand(self, sequences):
         return sequences | "WriteVideoFiles" >> beam.ParDo(self._fn)

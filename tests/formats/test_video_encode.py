@@ -183,7 +183,7 @@ def test_reencode_with_wrong_frame_count_is_an_error(so100_tiny):
 def test_plan_column_describes_the_output():
     source = {"fps": 30, "codec": "av1", "resolution": {"width": 65, "height": 49}, "pix_fmt": "yuv420p",
               "is_depth_map": False, "source": "observation.images.top"}
-    assert video.plan_column(source, mode="copy", requested=video.EncodeOptions()) == (None, source)
+    assert video.plan_column(source, mode="copy", requested=video.EncodeOptions()) == (None, {**source, "written_as": "copy"})
     options, entry = video.plan_column(source, mode="reencode", requested=video.EncodeOptions("hevc", crf=22))
     assert options.codec == "hevc" and entry["source_codec"] == "av1" and entry["crf"] == 22
     assert entry["resolution"] == {"width": 66, "height": 50} and entry["source_resolution"] == {"width": 65, "height": 49}
@@ -216,3 +216,51 @@ def test_image_stats_are_per_channel_in_unit_range():
     big = ImageStats(1)
     big.add(np.zeros((480, 640, 3), np.uint8))
     assert big.result().count == 120 * 160  # strided by int(640 / 150) = 4, like lerobot's auto_downsample
+
+
+def test_full_range_yuv_is_brought_to_limited_range_and_tagged():
+    frames = []
+    for _ in range(4):
+        frame = av.VideoFrame.from_ndarray(np.full((72, 64), 250, np.uint8), format="yuv420p")
+        frame.color_range = 2  # what dav1d reports for a full-range AV1 stream
+        frames.append(frame)
+    out = io.BytesIO()
+    video.encode_frames(frames, out, fps=30)
+    with av.open(io.BytesIO(out.getvalue())) as container:
+        context = container.streams.video[0].codec_context
+        assert context.color_range != 2  # not full range (x264 writes limited range as the default it is)
+        luma = next(container.decode(video=0)).to_ndarray()[:48]
+    assert abs(int(np.median(luma)) - (16 + round(250 * 219 / 255))) <= 1  # 231, not 250
+
+
+def test_rgb_input_is_tagged_bt601():
+    out = io.BytesIO()
+    video.encode_frames(synthetic_frames(0, 0, 3, 48, 64), out, fps=30)
+    with av.open(io.BytesIO(out.getvalue())) as container:
+        context = container.streams.video[0].codec_context
+        assert (context.color_range, context.colorspace) == (1, 6)
+
+
+def test_declared_size_is_checked_and_empty_input_refused():
+    frames = synthetic_frames(0, 0, 3, 48, 64)
+    with pytest.raises(VideoError, match="frames are 64x48, the metadata declares 65x49"):
+        video.encode_frames(frames, io.BytesIO(), fps=30, expected_size=(65, 49))
+    with pytest.raises(VideoError, match="no frames to encode"):
+        video.encode_frames([], io.BytesIO(), fps=30)
+
+
+def test_16_bit_images_are_refused_by_a_lossy_codec_and_kept_by_ffv1():
+    depth = (np.indices((48, 64)).sum(0) * 900).astype(np.uint16)
+    with pytest.raises(VideoError, match=r"image 0 has more than 8 bits per sample \(gray16le\); h264 would keep 8"):
+        video.encode_frames([depth], io.BytesIO(), fps=30)
+    odd = np.stack([np.pad(depth, ((0, 1), (0, 1)), mode="edge")] * 2)  # 65x49, no chroma: no padding either
+    out = io.BytesIO()
+    video.encode_frames(odd, out, fps=30, options=video.options_for(video.EncodeOptions(), source_pix_fmt=None, is_depth=True))
+    assert np.array_equal(np.stack([f.to_ndarray() for f in video.iter_frames(out.getvalue())]), odd)
+
+
+def test_image_stats_accept_a_gray_frame_in_a_colour_camera():
+    stats = ImageStats(2)
+    stats.add(np.full((4, 4, 3), 255, np.uint8))
+    stats.add(np.zeros((4, 4), np.uint8))
+    assert np.array(stats.result().to_json()["mean"]).ravel().tolist() == [0.5, 0.5, 0.5]

@@ -169,7 +169,7 @@ def test_a_corrupt_image_names_file_episode_camera_and_frame(tmp_path, capsys):
     dst = tmp_path / "out"
     assert _convert(src, dst) == 1
     error = capsys.readouterr().err.strip().splitlines()[-1]
-    assert error.startswith("error: episode_000001 (video_image): image 2: cannot decode png")
+    assert error.startswith(f"error: {data}: episode_000001 (video_image): image 2: cannot decode png")
     assert not dst.exists()
 
 
@@ -181,3 +181,45 @@ def test_impossible_video_options_are_usage_errors(so100_tiny, tmp_path, capsys,
     assert _convert(so100_tiny, tmp_path / "out", "--video=reencode", *flags) == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_16_bit_depth_images_stay_lossless_in_both_modes(tmp_path):
+    src = tmp_path / "depth"
+    truth = write_dataset(str(src), SyntheticLeRobot(lengths=(8, 5), cameras=(), image_cameras=("observation.images.depth",),
+                                                     image_format="png16", width=65, height=49))
+    for mode in ("copy", "reencode"):
+        dst = tmp_path / mode
+        assert _convert(src, dst, f"--video={mode}") == 0
+        entry = _sidecar(dst)["column_types"]["video_depth"]
+        assert (entry["codec"], entry["pix_fmt"], entry["lossless"], entry["source_pix_fmt"]) == ("ffv1", "gray16le", True, "gray16be")
+        assert entry["resolution"] == {"width": 65, "height": 49} and "source_resolution" not in entry
+        for row, path in enumerate(_rows(dst).column("video_depth").to_pylist()):
+            got = np.stack([frame.to_ndarray() for frame in video.iter_frames(str(dst / path))])
+            assert got.dtype == np.uint16 and np.array_equal(got, truth["frames"]["observation.images.depth"][row])
+        findings, summary = validate.deep_check(str(dst))
+        assert findings == [] and summary == ["video_depth: 2 videos, 13 frames, 2/2 pixel-identical, min luma PSNR inf dB"]
+
+
+def test_deep_check_flags_sequences_the_source_does_not_have(so100_tiny, tmp_path):
+    dst = tmp_path / "out"
+    assert _convert(so100_tiny, dst) == 0
+    other = tmp_path / "other"
+    write_dataset(str(other), SyntheticLeRobot(lengths=(51, 54)))  # episodes 0 and 1 only
+    findings, _ = validate.deep_check(str(dst), source_url=str(other))
+    missing = [f for f in findings if "not in the source" in f]
+    assert [f.split(": ")[1] for f in missing] == ["episode_000002", "episode_000003", "episode_000004"]
+    assert any("pixels differ from the source" in f for f in findings)  # episodes 0-1 exist but are other pictures
+
+
+def test_image_shape_that_contradicts_the_images_is_refused_at_plan(tmp_path):
+    src = tmp_path / "ds"
+    write_dataset(str(src), SyntheticLeRobot(lengths=(4,), cameras=(), image_cameras=("observation.image",)))
+    info = json.loads((src / "meta/info.json").read_text())
+    info["features"]["observation.image"]["shape"] = [3, 48, 64]
+    info["features"]["observation.image"]["names"] = ["channels", "height", "width"]  # legal: names say where H and W are
+    (src / "meta/info.json").write_text(json.dumps(info))
+    assert _convert(src, tmp_path / "ok") == 0
+    info["features"]["observation.image"]["shape"] = [50, 64, 3]
+    info["features"]["observation.image"]["names"] = ["height", "width", "channels"]
+    (src / "meta/info.json").write_text(json.dumps(info))
+    assert _convert(src, tmp_path / "bad") == 1
