@@ -39,6 +39,7 @@ case "${1:-}" in
   bench)
     shift
     "$VENV/bin/python" bench/bench_reencode.py "$@"
+    "$VENV/bin/python" bench/bench_l5kit.py
     ;;
   *)
     exec "$VENV/bin/python" -m pipelines.convert "$@"

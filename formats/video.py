@@ -464,6 +464,18 @@ def _needs_conversion(frame: av.VideoFrame, pix_fmt: str) -> bool:
     return pix_fmt.startswith("yuv") and frame.color_range == _FULL_RANGE
 
 
+def _has_alpha(pix_fmt: str) -> bool:
+    return any(component.is_alpha for component in av.VideoFormat(pix_fmt).components)
+
+
+def _check_opaque(frame: av.VideoFrame, index: int) -> None:
+    """Video has no alpha: dropping a constant opaque one loses nothing, any other would be lost."""
+    deep = is_high_bit_depth(frame.format.name)
+    rgba = frame.to_ndarray(format="rgba64le" if deep else "rgba")
+    if not (rgba[..., 3] == (65535 if deep else 255)).all():
+        raise VideoError(f"image {index} has transparency ({frame.format.name}); video cannot keep an alpha channel")
+
+
 def _tag_colours(context, first: av.VideoFrame, pix_fmt: str) -> None:
     """Say in the stream what the pixels are: limited range, and the matrix they were made with
     (ours, BT.601, for RGB/gray input; the source's own for YUV passed through)."""
@@ -534,6 +546,8 @@ def encode_frames(
                 stream.options = _encoder_options(options)
             elif (frame.width, frame.height) != size:
                 raise VideoError(f"image {count} is {frame.width}x{frame.height}, the first is {size[0]}x{size[1]}")
+            if _has_alpha(frame.format.name):
+                _check_opaque(frame, count)
             if options.codec != "ffv1" and is_high_bit_depth(frame.format.name):
                 raise VideoError(f"image {count} has more than 8 bits per sample ({frame.format.name}); "
                                  f"{options.codec} would keep 8: refusing to lose depth precision")

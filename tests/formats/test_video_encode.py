@@ -264,3 +264,11 @@ def test_image_stats_accept_a_gray_frame_in_a_colour_camera():
     stats.add(np.full((4, 4, 3), 255, np.uint8))
     stats.add(np.zeros((4, 4), np.uint8))
     assert np.array(stats.result().to_json()["mean"]).ravel().tolist() == [0.5, 0.5, 0.5]
+
+
+def test_transparent_images_are_refused_opaque_ones_encode():
+    rgba = np.concatenate([synthetic_frames(0, 1, 2, 48, 64), np.full((2, 48, 64, 1), 255, np.uint8)], axis=3)
+    assert video.encode_frames(rgba, io.BytesIO(), fps=30).frames == 2
+    rgba[1, 5, 5, 3] = 128
+    with pytest.raises(VideoError, match=r"image 1 has transparency \(rgba\); video cannot keep an alpha channel"):
+        video.encode_frames(rgba, io.BytesIO(), fps=30)
