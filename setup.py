@@ -26,6 +26,8 @@ setup(
         "tensorflow-datasets>=4.9.7,<5",
         # L5Kit zarr chunks (blosc): zarr-python 3 cannot read its structured dtypes, see formats/zarr_v2.py.
         "numcodecs>=0.13,<0.17",
+        # TFRecord checksums (RLDS) without TensorFlow: the C crc32c gcsfs already uses.
+        "google-crc32c>=1.5",
     ],
     extras_require={"test": ["pytest>=8", "ruff>=0.6"]},
     entry_points={"console_scripts": ["mixtrain-convert=pipelines.convert:main", "mixtrain-validate=pipelines.validate:main"]},

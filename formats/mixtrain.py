@@ -86,14 +86,19 @@ def _column_array(spec: ColumnSpec, sequences: list[Sequence]) -> pa.Array:
         return pa.ListArray.from_arrays(_offsets(lengths), steps, type=spec.arrow_type)
     if spec.kind == STEPS:
         value_type = spec.arrow_type.value_type
-        chunks = []
+        chunks, present = [], []
         for s in sequences:
-            value = s.steps[spec.name]
+            value = s.steps.get(spec.name)
+            present.append(value is not None)  # None: no value for this row (a null cell)
+            if value is None:
+                continue
             if len(value) != s.length:
                 raise ValueError(f"{s.sequence_id}: column {spec.name} has {len(value)} steps, expected {s.length}")
             chunks.append(value if isinstance(value, pa.Array) else pa.array(value, type=value_type))
         flat = pa.concat_arrays(chunks) if chunks else pa.array([], type=value_type)
-        return pa.ListArray.from_arrays(_offsets(lengths), flat, type=spec.arrow_type)
+        cell_lengths = [n if ok else 0 for n, ok in zip(lengths, present)]
+        mask = None if all(present) else pa.array([not ok for ok in present])
+        return pa.ListArray.from_arrays(_offsets(cell_lengths), flat, type=spec.arrow_type, mask=mask)
     if spec.kind == VIDEO:
         return pa.array([s.videos.get(spec.name) for s in sequences], type=pa.string())
     if spec.name == "sequence_id":

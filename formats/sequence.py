@@ -213,6 +213,8 @@ class DatasetMeta:
     # Average bytes per step of columns whose size the specs cannot tell (nested per-step
     # records such as L5Kit agents); sizes the shards.
     extra_bytes_per_step: float = 0.0
+    # Total bytes of the source when refs do not know their lengths (RLDS shards): sizes the shards.
+    estimated_bytes: float = 0.0
 
     def column(self, name: str) -> ColumnSpec:
         for spec in self.columns:

@@ -59,6 +59,11 @@ class ConvertOptions(PipelineOptions):
         parser.add_argument("--target_shard_mb", type=float, default=256.0, help="approximate uncompressed MB of rows per shard")
         parser.add_argument("--overwrite", action="store_true", default=False, help="replace an existing Mixtrain dataset at --output")
         parser.add_argument("--progress_every", type=int, default=100, help="worker progress line every N sequences (0: off)")
+        parser.add_argument("--split", default="", help="RLDS: comma-separated splits to convert (default: all, with a split column)")
+        parser.add_argument("--fps", type=float, default=0.0,
+                            help="RLDS: control rate in Hz (known Open X-Embodiment datasets have a default)")
+        parser.add_argument("--bgr_cameras", default="",
+                            help="RLDS: comma-separated cameras stored as BGR (column or feature names, or all): swapped to RGB")
 
 
 def estimate_num_shards(meta: DatasetMeta, refs: list, target_mb: float) -> int:
@@ -67,8 +72,9 @@ def estimate_num_shards(meta: DatasetMeta, refs: list, target_mb: float) -> int:
     for spec in meta.columns:
         if spec.kind == TRAJECTORY:
             bytes_per_step += spec.meta["dim"] * spec.arrow_type.value_type.value_type.bit_width // 8
-    total = sum(getattr(ref, "length", 0) for ref in refs) * bytes_per_step
-    return max(1, min(len(refs) or 1, math.ceil(total / (target_mb * 1e6))))
+    total = sum(getattr(ref, "length", 0) for ref in refs) * bytes_per_step or meta.estimated_bytes
+    limit = len(refs) if all(hasattr(ref, "length") for ref in refs) else max(len(refs), 1) * 1000
+    return max(1, min(limit or 1, math.ceil(total / (target_mb * 1e6))))
 
 
 def _runner(options: PipelineOptions):
@@ -98,6 +104,15 @@ def prepare_output(output_url: str, overwrite: bool) -> None:
     raise errors.ConversionError(f"{root}: output is not empty and is not a Mixtrain dataset ({', '.join(sorted(names))}); choose another --output")
 
 
+def source_options(options: ConvertOptions) -> dict:
+    """What `plan` may use of the command line (each source reads what concerns it)."""
+    return {
+        "splits": [s for s in options.split.split(",") if s],
+        "fps": options.fps or None,
+        "bgr_cameras": [c for c in options.bgr_cameras.split(",") if c],
+    }
+
+
 def requested_encoding(options: ConvertOptions) -> video.EncodeOptions:
     """The --video_* flags as checked EncodeOptions (raises ConversionError on a bad combination)."""
     return video.EncodeOptions(options.video_codec, options.video_crf, options.video_gop,
@@ -123,7 +138,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     fs, root = storage.open_root(options.input)
     source = sources.detect(fs, root) if options.source == "auto" else options.source
     module = sources.get(source)
-    meta, refs = module.plan(fs, root, {})
+    meta, refs = module.plan(fs, root, source_options(options))
     requested = requested_encoding(options)
     encode, sizes = plan_videos(meta, options.video, requested)
     num_shards = options.num_shards or estimate_num_shards(meta, refs, options.target_shard_mb)
@@ -133,7 +148,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     source_url = storage.url_for(fs, root)
     sidecar_extra = {
         "converter_version": formats.__version__,
-        "options": {"source": source, "video": options.video, "num_shards": num_shards,
+        "options": {"source": source, "source_options": source_options(options), "video": options.video, "num_shards": num_shards,
                     "video_encoding": dataclasses.asdict(requested), "video_stats": options.video_stats},
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
@@ -178,7 +193,8 @@ def run(argv: list[str]) -> int:
         prepare_output(options.output, options.overwrite)
         pipeline = beam.Pipeline(runner=_runner(options), options=options)
         meta, refs, num_shards = build_pipeline(pipeline, options, run_id)
-        print(f"[mixtrain-convert] {meta.format}: {len(refs)} sequences -> {options.output} ({num_shards} shards)", file=sys.stderr)
+        units = "source shards" if hasattr(sources.get(meta.format), "expand_ref") else "sequences"
+        print(f"[mixtrain-convert] {meta.format}: {len(refs)} {units} -> {options.output} ({num_shards} shards)", file=sys.stderr)
         pipeline.run().wait_until_finish()
     except Exception as error:  # noqa: BLE001 - every failure becomes one line and a clean output
         message = user_message(error)

@@ -184,7 +184,8 @@ def deep_check(url: str, source_url: str | None = None, min_psnr: float = 35.0) 
     if not columns:
         return [], ["no video columns"]
     source = sidecar.get("source") or {}
-    loader = _source_loader(source_url or source.get("uri"), source.get("format"))
+    plan_options = (sidecar.get("converter") or {}).get("options", {}).get("source_options") or {}
+    loader = _source_loader(source_url or source.get("uri"), source.get("format"), plan_options)
     notes = [] if loader is not None else [f"source {source_url or source.get('uri')!r} not reachable: checked decoding and timing only"]
     findings: list[str] = []
     totals = {name: {"sequences": 0, "frames": 0, "identical": 0, "psnr": math.inf} for name in columns}
@@ -222,7 +223,7 @@ def deep_check(url: str, source_url: str | None = None, min_psnr: float = 35.0) 
     return findings, summary
 
 
-def _source_loader(url: str | None, source_format: str | None):
+def _source_loader(url: str | None, source_format: str | None, plan_options: dict):
     """sequence_id -> the source's Sequence (videos as segments or images), or None if unreachable."""
     if not url or source_format not in sources.SOURCES:
         return None
@@ -231,7 +232,9 @@ def _source_loader(url: str | None, source_format: str | None):
         if not fs.exists(root):
             return None
         module = sources.get(source_format)
-        meta, refs = module.plan(fs, root, {})
+        meta, refs = module.plan(fs, root, plan_options)
+        if hasattr(module, "expand_ref"):
+            refs = [record for ref in refs for record in module.expand_ref(fs, root, ref, meta)]
     except (OSError, ConversionError):
         return None
     by_id = {ref.sequence_id: ref for ref in refs}

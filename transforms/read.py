@@ -26,10 +26,27 @@ class _LoadSequenceFn(beam.DoFn):
         yield self._module.load(self._fs, self._root, ref, self._meta)
 
 
+class _ExpandRefFn(beam.DoFn):
+    """Sources whose planned units hold many sequences (RLDS shards) index them on a worker."""
+
+    def __init__(self, source: str, root_url: str, meta: DatasetMeta):
+        self._source = source
+        self._root_url = root_url
+        self._meta = meta
+
+    def setup(self):
+        self._module = sources.get(self._source)
+        self._fs, self._root = storage.open_root(self._root_url)
+
+    def process(self, ref):
+        yield from self._module.expand_ref(self._fs, self._root, ref, self._meta)
+
+
 class ReadSequences(beam.PTransform):
     """Create the refs, spread them over workers, load each sequence.
 
-    Only the small refs cross the Reshuffle; sequence data is produced after it.
+    Only the small refs cross the Reshuffle; sequence data is produced after it. A source with
+    `expand_ref` (RLDS: a shard -> its records) gets a second fan-out on the workers.
 
     Args:
       source: format id (`formats.sources.SOURCES`).
@@ -46,9 +63,11 @@ class ReadSequences(beam.PTransform):
         self._refs = refs
 
     def expand(self, pbegin):
-        return (
-            pbegin
-            | "CreateRefs" >> beam.Create(self._refs, reshuffle=False)
-            | "SpreadRefs" >> beam.Reshuffle()
-            | "LoadSequences" >> beam.ParDo(_LoadSequenceFn(self._source, self._root_url, self._meta))
-        )
+        refs = pbegin | "CreateRefs" >> beam.Create(self._refs, reshuffle=False) | "SpreadRefs" >> beam.Reshuffle()
+        if hasattr(sources.get(self._source), "expand_ref"):
+            refs = (
+                refs
+                | "ExpandRefs" >> beam.ParDo(_ExpandRefFn(self._source, self._root_url, self._meta))
+                | "SpreadExpandedRefs" >> beam.Reshuffle()
+            )
+        return refs | "LoadSequences" >> beam.ParDo(_LoadSequenceFn(self._source, self._root_url, self._meta))
