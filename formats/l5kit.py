@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import uuid
 
 import fsspec
 import numpy as np
@@ -27,7 +28,7 @@ import pyarrow as pa
 
 from formats import storage
 from formats.errors import ConversionError, FormatError, in_context
-from formats.sequence import SCALAR, ColumnSpec, DatasetMeta, Sequence, base_columns
+from formats.sequence import SCALAR, ColumnSpec, DatasetMeta, Sequence, base_columns, check_unique_columns, column_name
 from formats.stats import ColumnStats, sketch_level_for
 from formats.zarr_v2 import ZarrArray
 
@@ -58,26 +59,68 @@ class SceneRef:
     host: str
     start_time: int
     end_time: int
+    extras: tuple = ()  # (column, value) of scene fields beyond the format's
+
+
+def _python(value):
+    value = np.asarray(value)
+    if value.dtype.kind == "U":
+        return value.tolist()
+    return value.item() if value.ndim == 0 else value.reshape(-1).tolist()
+
+
+def _check_coverage(scenes: np.ndarray, frame_rows: int, path: str) -> None:
+    """Scenes must tile the frames: a frame outside every scene would not reach any row."""
+    intervals = np.asarray(scenes["frame_index_interval"], np.int64).reshape(-1, 2)
+    order = np.argsort(intervals[:, 0], kind="stable")
+    covered = 0
+    for index in order:
+        start, end = (int(v) for v in intervals[index])
+        if start > covered:
+            raise FormatError(f"{path}: frames [{covered}, {start}) belong to no scene; they would be dropped")
+        if start < covered and end > start:
+            raise FormatError(f"{path}: scene_{index:06d} overlaps frames of an earlier scene (from frame {start})")
+        covered = max(covered, end)
+    if covered < frame_rows:
+        raise FormatError(f"{path}: frames [{covered}, {frame_rows}) belong to no scene; they would be dropped")
 
 
 def detect(fs: fsspec.AbstractFileSystem, root: str) -> bool:
     return fs.exists(storage.join(root, ".zgroup")) and fs.exists(storage.join(root, "scenes", ".zarray"))
 
 
+# Field shapes the format defines (the rest of a record is carried as found).
+_SHAPES = {
+    "scenes": {"frame_index_interval": (2,)},
+    "frames": {"agent_index_interval": (2,), "traffic_light_faces_index_interval": (2,), "ego_translation": (3,),
+               "ego_rotation": (3, 3), "timestamp": ()},
+}
+
+
 @functools.lru_cache(maxsize=16)
-def _array(fs: fsspec.AbstractFileSystem, path: str) -> ZarrArray:
-    """One reader per array and worker: its chunk cache serves consecutive scenes."""
+def _array(fs: fsspec.AbstractFileSystem, path: str, plan_id: str) -> ZarrArray:
+    """One reader per array, plan and worker: its chunk cache serves scenes sharing chunks."""
     return ZarrArray(fs, path)
 
 
-def _arrays(fs, root: str, with_faces: bool) -> dict[str, ZarrArray]:
+def _arrays(fs, root: str, with_faces: bool, plan_id: str) -> dict[str, ZarrArray]:
     names = ["scenes", "frames", "agents"] + (["traffic_light_faces"] if with_faces else [])
-    arrays = {name: _array(fs, storage.join(root, name)) for name in names}
+    arrays = {name: _array(fs, storage.join(root, name), plan_id) for name in names}
     for name, array in arrays.items():
         missing = [field for field in _REQUIRED[name] if field not in (array.dtype.names or ())]
         if missing:
             raise FormatError(f"{array.path}/.zarray: dtype lacks field(s) {missing} of the L5Kit {name} format")
+        for field, shape in _SHAPES.get(name, {}).items():
+            if field in array.dtype.names and array.dtype[field].shape != shape:
+                raise FormatError(f"{array.path}/.zarray: field {field!r} has shape {list(array.dtype[field].shape)}, "
+                                  f"the L5Kit format defines {list(shape)}")
     return arrays
+
+
+def _extra_fields(dtype: np.dtype, name: str) -> list[str]:
+    """Fields of `scenes`/`frames` beyond the format's: carried into the row, not dropped."""
+    known = set(_REQUIRED[name]) | set(_SHAPES.get(name, {}))
+    return [field for field in dtype.names if field not in known]
 
 
 def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) -> tuple[DatasetMeta, list[SceneRef]]:
@@ -94,11 +137,14 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     version = attrs.get("format_version", 1)
     if version not in SUPPORTED_VERSIONS:
         raise FormatError(f"{attrs_path}: format_version {version!r} is not supported (known: {list(SUPPORTED_VERSIONS)})")
-    frames_array = _array(fs, storage.join(root, "frames"))
+    plan_id = uuid.uuid4().hex
+    frames_array = _array(fs, storage.join(root, "frames"), plan_id)
     with_faces = "traffic_light_faces_index_interval" in (frames_array.dtype.names or ()) and fs.exists(
         storage.join(root, "traffic_light_faces", ".zarray"))
-    arrays = _arrays(fs, root, with_faces)
+    arrays = _arrays(fs, root, with_faces, plan_id)
     labels = attrs.get("labels")
+    if labels is not None and not (isinstance(labels, list) and all(isinstance(label, str) for label in labels)):
+        raise FormatError(f"{attrs_path}: labels must be a list of strings, found {labels!r}")
     label_count = arrays["agents"].dtype["label_probabilities"].shape[0] if arrays["agents"].dtype["label_probabilities"].shape else 1
     if labels is not None and len(labels) != label_count:
         raise FormatError(f"{attrs_path}: {len(labels)} labels but agents carry {label_count} label_probabilities")
@@ -114,8 +160,10 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
                               f"outside frames ({frame_rows} rows)")
         if start == end:
             raise FormatError(f"{arrays['scenes'].path}: {sequence_id}: scene has no frames")
+        extras = tuple((column_name(field), _python(scene[field])) for field in _extra_fields(scenes.dtype, "scenes"))
         refs.append(SceneRef(index, sequence_id, end - start, start, end, str(scene["host"]),
-                             int(scene["start_time"]), int(scene["end_time"])))
+                             int(scene["start_time"]), int(scene["end_time"]), extras))
+    _check_coverage(scenes, frame_rows, arrays["scenes"].path)
 
     columns = base_columns() + [
         ColumnSpec("scene_index", SCALAR, pa.int64(), {"source": "scenes index"}),
@@ -128,18 +176,33 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
         ColumnSpec.trajectory("ego_rotation", np.float64, 9, source="frames.ego_rotation", shape=[3, 3],
                               description="row-major 3x3 rotation, world from ego", coordinate_frame="world"),
         ColumnSpec.trajectory("ego_yaw", np.float64, 1, source="frames.ego_rotation", units="rad",
-                              description="derived: atan2(R[1,0], R[0,0]), l5kit's rotation33_as_yaw"),
+                              description="derived: atan2(R[1,0], R[0,0]); l5kit's rotation33_as_yaw agrees within 1e-7 rad"),
         _struct_column("agents", arrays["agents"].dtype, {
             "type": "agents", "source": "agents", "labels": labels,
             "units": {"centroid": "m", "extent": "m", "yaw": "rad", "velocity": "m/s"},
             "coordinate_frame": "world",
         }),
     ]
+    for field in _extra_fields(scenes.dtype, "scenes"):
+        base = scenes.dtype[field].base
+        arrow = pa.string() if base.kind == "U" else pa.from_numpy_dtype(base)
+        columns.append(ColumnSpec(column_name(field), SCALAR, pa.list_(arrow) if scenes.dtype[field].shape else arrow,
+                                  {"source": f"scenes.{field}"}))
+    for field in _extra_fields(arrays["frames"].dtype, "frames"):
+        kind = arrays["frames"].dtype[field]
+        if kind.base.kind == "U":
+            columns.append(ColumnSpec.steps(column_name(field), pa.string(), source=f"frames.{field}"))
+        elif kind.shape:
+            columns.append(ColumnSpec.trajectory(column_name(field), kind.base, int(np.prod(kind.shape)), source=f"frames.{field}",
+                                                 **({"shape": list(kind.shape)} if len(kind.shape) > 1 else {})))
+        else:
+            columns.append(ColumnSpec.steps(column_name(field), pa.from_numpy_dtype(kind), source=f"frames.{field}"))
     if with_faces:
         columns.append(_struct_column("traffic_light_faces", arrays["traffic_light_faces"].dtype, {
             "type": "traffic_light_faces", "source": "traffic_light_faces",
             "status_names": ["ACTIVE", "INACTIVE", "UNKNOWN"],  # l5kit TL_FACE_LABELS
         }))
+    check_unique_columns(columns)
     meta = DatasetMeta(
         format=FORMAT,
         uri=storage.url_for(fs, root),
@@ -157,6 +220,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             "num_traffic_light_faces": len(arrays["traffic_light_faces"]) if with_faces else None,
             "dtypes": {name: str(array.dtype.descr) for name, array in arrays.items()},
         },
+        plan_id=plan_id,
         extra_bytes_per_step=sum(len(a) * a.dtype.itemsize for n, a in arrays.items() if n in ("agents", "traffic_light_faces"))
         / max(frame_rows, 1),
     )
@@ -202,13 +266,13 @@ def _struct_array(records: np.ndarray) -> pa.StructArray:
     return pa.StructArray.from_arrays(arrays, names=list(records.dtype.names))
 
 
-def _per_frame(array: ZarrArray, intervals: np.ndarray, what: str) -> tuple[pa.ListArray, np.ndarray]:
+def _per_frame(array: ZarrArray, intervals: np.ndarray, what: str, first_frame: int) -> tuple[pa.ListArray, np.ndarray]:
     """One list per frame of the rows `intervals` [T, 2] point at, read as one covering slice."""
     starts, ends = intervals[:, 0].astype(np.int64), intervals[:, 1].astype(np.int64)
     counts = ends - starts
     if (counts < 0).any():
         frame = int(np.argmax(counts < 0))
-        raise FormatError(f"frame {frame}: {what}_index_interval [{starts[frame]}, {ends[frame]}) is reversed")
+        raise FormatError(f"frame {first_frame + frame}: {what}_index_interval [{starts[frame]}, {ends[frame]}) is reversed")
     low, high = int(starts.min()), int(ends.max())
     if low < 0 or high > len(array):
         raise FormatError(f"{what}_index_interval reaches [{low}, {high}), outside {array.path} ({len(array)} rows)")
@@ -228,19 +292,32 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: SceneRef, meta: DatasetM
     path = storage.join(root, "frames")
     try:
         with_faces = any(spec.name == "traffic_light_faces" for spec in meta.columns)
-        arrays = _arrays(fs, root, with_faces)
+        arrays = _arrays(fs, root, with_faces, meta.plan_id)
         frames = arrays["frames"].read(ref.frame_start, ref.frame_end)
+        if not with_faces and "traffic_light_faces_index_interval" in frames.dtype.names:
+            faces = frames["traffic_light_faces_index_interval"]
+            if (faces[:, 1] > faces[:, 0]).any():
+                raise FormatError("frames point at traffic-light faces but the dataset has no traffic_light_faces array")
         timestamps = frames["timestamp"].astype(np.int64)
         sequence = Sequence(ref.sequence_id, ref.length, (timestamps - timestamps[0]) / 1e9)
         sequence.scalars.update(scene_index=ref.scene_index, host=ref.host, start_time=ref.start_time,
                                 end_time=ref.end_time, length=ref.length, duration_seconds=ref.length / FRAME_RATE_HZ)
+        sequence.scalars.update(dict(ref.extras))
+        for field in _extra_fields(frames.dtype, "frames"):
+            values = frames[field]
+            if values.dtype.kind == "U":
+                sequence.steps[column_name(field)] = pa.array(values.tolist(), pa.string())
+            elif values.ndim > 1:
+                sequence.trajectories[column_name(field)] = np.ascontiguousarray(values).reshape(ref.length, -1)
+            else:
+                sequence.steps[column_name(field)] = np.ascontiguousarray(values)
         rotation = np.ascontiguousarray(frames["ego_rotation"], dtype=np.float64).reshape(ref.length, 9)
         sequence.steps["timestamp_ns"] = timestamps
         sequence.trajectories["ego_translation"] = np.ascontiguousarray(frames["ego_translation"], dtype=np.float64)
         sequence.trajectories["ego_rotation"] = rotation
         sequence.trajectories["ego_yaw"] = np.arctan2(rotation[:, 3], rotation[:, 0])[:, None]
         path = arrays["agents"].path
-        sequence.steps["agents"], agents = _per_frame(arrays["agents"], frames["agent_index_interval"], "agent")
+        sequence.steps["agents"], agents = _per_frame(arrays["agents"], frames["agent_index_interval"], "agent", ref.frame_start)
         for field in AGENT_STATS_FIELDS:
             if len(agents):
                 values = np.asarray(agents[field], dtype=np.float64).reshape(len(agents), -1)
@@ -248,7 +325,7 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: SceneRef, meta: DatasetM
         if with_faces:
             path = arrays["traffic_light_faces"].path
             sequence.steps["traffic_light_faces"], _ = _per_frame(
-                arrays["traffic_light_faces"], frames["traffic_light_faces_index_interval"], "traffic_light_faces")
+                arrays["traffic_light_faces"], frames["traffic_light_faces_index_interval"], "traffic_light_faces", ref.frame_start)
         return sequence
     except ConversionError as error:
         raise in_context(error, file=path, sequence=ref.sequence_id) from error

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import uuid
 from typing import Any
 
 import numpy as np
@@ -215,6 +216,9 @@ class DatasetMeta:
     extra_bytes_per_step: float = 0.0
     # Total bytes of the source when refs do not know their lengths (RLDS shards): sizes the shards.
     estimated_bytes: float = 0.0
+    # Identifies this plan on the workers (per-worker caches of source readers are keyed by it,
+    # so a dataset rewritten in place is never served from an earlier plan's cache).
+    plan_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
 
     def column(self, name: str) -> ColumnSpec:
         for spec in self.columns:

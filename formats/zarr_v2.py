@@ -15,6 +15,7 @@ import base64
 import collections
 import json
 import math
+import threading
 from typing import Any
 
 import fsspec
@@ -94,6 +95,7 @@ class ZarrArray:
             raise FormatError(f"{meta_path}: {message}") from error
         self._cache: collections.OrderedDict[int, np.ndarray] = collections.OrderedDict()
         self._cache_chunks = cache_chunks
+        self._lock = threading.Lock()  # a worker may load scenes in several threads
 
     def __len__(self) -> int:
         return self.length
@@ -117,16 +119,24 @@ class ZarrArray:
         return np.concatenate(parts) if len(parts) > 1 else parts[0].copy()
 
     def _chunk(self, index: int) -> np.ndarray:
-        if index in self._cache:
-            self._cache.move_to_end(index)
-            return self._cache[index]
-        key = f"{self.path}/{index}"
+        with self._lock:
+            if index in self._cache:
+                self._cache.move_to_end(index)
+                return self._cache[index]
+        values = self._fetch(index)
+        with self._lock:
+            self._cache[index] = values
+            while len(self._cache) > self._cache_chunks:
+                self._cache.popitem(last=False)
+        return values
+
+    def _fetch(self, index: int) -> np.ndarray:
+        key = f"{self.path}/{index}"  # one-dimensional: the key is the index whatever the separator
         try:
             raw = self.fs.cat_file(key)
         except FileNotFoundError:
-            # Zarr would substitute the fill value; inside the declared shape of a dataset that
-            # is data loss, so it is an error here.
-            raise FormatError(f"{key}: chunk {index} of {self.path} is missing") from None
+            # Zarr would substitute the fill value; for dataset rows that is data loss, not data.
+            raise FormatError(f"{key}: chunk {index} of {self.path} is missing (zarr would read it as fill values)") from None
         try:
             data = self.compressor.decode(raw) if self.compressor is not None else raw
             for codec in reversed(self.filters):
@@ -137,9 +147,6 @@ class ZarrArray:
         expected = min(self.chunk_length, self.length - index * self.chunk_length)
         if len(values) < expected:
             raise FormatError(f"{key}: chunk {index} holds {len(values)} rows, expected at least {expected}")
-        self._cache[index] = values
-        while len(self._cache) > self._cache_chunks:
-            self._cache.popitem(last=False)
         return values
 
 
