@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from formats.sequence import SCALAR, STEPS, TIMESTAMPS, TRAJECTORY, VIDEO, ColumnSpec, DatasetMeta, Sequence
+from formats.sequence import FILE, SCALAR, STEPS, TIMESTAMPS, TRAJECTORY, VIDEO, ColumnSpec, DatasetMeta, Sequence
 
 __all__ = [
     "VERSION",
@@ -24,6 +24,7 @@ __all__ = [
     "shard_of",
     "shard_path",
     "video_path",
+    "file_path",
     "arrow_schema",
     "sequences_to_table",
     "write_shard",
@@ -59,6 +60,15 @@ def shard_path(index: int) -> str:
 
 
 def video_path(column: str, sequence_id: str, extension: str = "mp4") -> str:
+    return f"{FILES_DIR}/{column}/{sequence_id}.{extension}"
+
+
+def file_path(column: str, sequence_id: str, source_name: str, several: bool) -> str:
+    """Where a copied source file goes: files/<column>/<id>.<ext>, or files/<column>/<id>/<name>
+    when a row holds several files in that column."""
+    if several:
+        return f"{FILES_DIR}/{column}/{sequence_id}/{source_name}"
+    extension = source_name.rsplit(".", 1)[-1] if "." in source_name else "bin"
     return f"{FILES_DIR}/{column}/{sequence_id}.{extension}"
 
 
@@ -101,6 +111,8 @@ def _column_array(spec: ColumnSpec, sequences: list[Sequence]) -> pa.Array:
         return pa.ListArray.from_arrays(_offsets(cell_lengths), flat, type=spec.arrow_type, mask=mask)
     if spec.kind == VIDEO:
         return pa.array([s.videos.get(spec.name) for s in sequences], type=pa.string())
+    if spec.kind == FILE:
+        return pa.array([s.files.get(spec.name) for s in sequences], type=spec.arrow_type)
     if spec.name == "sequence_id":
         return pa.array([s.sequence_id for s in sequences], type=pa.string())
     return pa.array([_scalar(s, spec) for s in sequences], type=spec.arrow_type)
@@ -123,13 +135,16 @@ def write_shard(table: pa.Table, handle) -> None:
 
 
 def column_types(columns: list[ColumnSpec]) -> dict[str, dict]:
-    """mixtrain.json `column_types`: every non-scalar column, and scalars taken from a source feature."""
+    """mixtrain.json `column_types`: every non-scalar column, and scalars that declare a type (json...)."""
     types: dict[str, dict] = {}
     for spec in columns:
-        if spec.kind == SCALAR:
+        if spec.kind == SCALAR and "type" not in spec.meta:
             continue
-        kind = {TIMESTAMPS: "timestamps", TRAJECTORY: "trajectory", VIDEO: "video", STEPS: "steps"}[spec.kind]
+        kind = {TIMESTAMPS: "timestamps", TRAJECTORY: "trajectory", VIDEO: "video", STEPS: "steps", FILE: "file",
+                SCALAR: "scalar"}[spec.kind]
         entry = {"type": kind, **spec.meta}
+        if spec.kind == FILE:
+            entry["file_reference"] = True  # paths relative to the dataset root
         if spec.kind == STEPS and entry["type"] == "steps":
             entry.setdefault("dtype", str(spec.arrow_type.value_type))
         types[spec.name] = entry

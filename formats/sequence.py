@@ -10,6 +10,8 @@ Column kinds (`ColumnSpec.kind`):
   trajectory  list<fixed_size_list<dtype, D>>: a numpy [T, D] array per sequence
   steps       list<type>: one value per step, a numpy [T] array or an Arrow array of length T
   video       string path relative to the output root, one file per sequence and camera
+  file        other files copied with the row (audio, depth NPZ, annotation images): a string
+              path, or list<string> for several, relative to the output root
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ __all__ = [
     "Sequence",
     "VideoSegment",
     "ImageFrames",
+    "FileRef",
     "column_name",
     "check_unique_columns",
     "safe_sequence_id",
@@ -42,7 +45,8 @@ TIMESTAMPS = "timestamps"
 TRAJECTORY = "trajectory"
 STEPS = "steps"
 VIDEO = "video"
-KINDS = (SCALAR, TIMESTAMPS, TRAJECTORY, STEPS, VIDEO)
+FILE = "file"
+KINDS = (SCALAR, TIMESTAMPS, TRAJECTORY, STEPS, VIDEO, FILE)
 # column_types `encoded_from` of a video column whose source stores one image per step.
 FROM_IMAGES = "images"
 
@@ -90,12 +94,22 @@ class VideoSegment:
     `path` is relative to the source root (or an absolute URL). `start`/`end` are seconds in
     that file's presentation time, half-open [start, end); None means the whole file.
     `frames` is the number of frames the segment must hold (the sequence length).
+    `frame_indices`, when given, says which frame of the file each step shows (a camera slower
+    than the steps repeats frames): the frames are then picked and re-timed, not cut.
     """
 
     path: str
     frames: int
     start: float | None = None
     end: float | None = None
+    frame_indices: tuple[int, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class FileRef:
+    """A source file copied as is into files/<column>/: `path` relative to the source root."""
+
+    path: str
 
 
 @dataclasses.dataclass
@@ -123,6 +137,8 @@ class Sequence:
       steps: column -> [T] numpy array or a length-T Arrow array.
       videos: column -> VideoSegment or ImageFrames (before the video step), relative output
         path (after).
+      files: column -> FileRef or list of FileRefs (before the copy step), relative output path(s)
+        or None (after).
       extra_stats: stats.json key -> ColumnStats the reader or the video step computed itself
         (per-channel image statistics, L5Kit agent fields), merged per shard like column stats.
     """
@@ -135,6 +151,7 @@ class Sequence:
     steps: dict[str, Any] = dataclasses.field(default_factory=dict)
     videos: dict[str, Any] = dataclasses.field(default_factory=dict)
     extra_stats: dict[str, Any] = dataclasses.field(default_factory=dict)
+    files: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 _OBSERVATION_PREFIXES = ("observation.", "observation/")

@@ -6,12 +6,12 @@ import types
 
 import fsspec
 
-from formats import l5kit, lerobot_v3, rlds
+from formats import l5kit, lerobot_v3, ortf, rlds
 from formats.errors import FormatError
 
 __all__ = ["SOURCES", "get", "detect"]
 
-SOURCES: dict[str, types.ModuleType] = {lerobot_v3.FORMAT: lerobot_v3, l5kit.FORMAT: l5kit, rlds.FORMAT: rlds}
+SOURCES: dict[str, types.ModuleType] = {lerobot_v3.FORMAT: lerobot_v3, ortf.FORMAT: ortf, l5kit.FORMAT: l5kit, rlds.FORMAT: rlds}
 
 
 def get(name: str) -> types.ModuleType:
@@ -29,7 +29,7 @@ def detect(fs: fsspec.AbstractFileSystem, root: str) -> str:
         raise FormatError(
             f"{root}: not a dataset of a known format ({', '.join(sorted(SOURCES))}); "
             "for LeRobot v3 expected meta/info.json, for L5Kit a zarr group with scenes/.zarray, "
-            "for RLDS a TFDS version folder with dataset_info.json and features.json"
+            "for RLDS a TFDS version folder with dataset_info.json and features.json, for ORTF meta/manifest.json"
         )
     if len(found) > 1:
         raise FormatError(f"{root}: looks like several formats ({', '.join(found)}); pass --source")

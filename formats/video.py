@@ -46,6 +46,8 @@ __all__ = [
     "probe",
     "copy_segment",
     "reencode_segment",
+    "retime",
+    "near_lossless_options",
     "encode_frames",
     "decode_frames",
     "iter_frames",
@@ -341,17 +343,57 @@ _LOSSLESS_ENOUGH_CRF = {"h264": 10, "hevc": 10, "av1": 8}
 
 def _reencode_in_place(container, stream, destination, low, high, frames: int) -> CopyResult:
     """Copy mode's fallback: encode the segment with the source's codec at visually lossless quality."""
-    codec = _codec_name(stream)
-    source_pix_fmt = stream.codec_context.pix_fmt
-    if codec in _LOSSLESS_ENOUGH_CRF and source_pix_fmt in PIX_FMTS[codec]:
-        options = EncodeOptions(codec, _LOSSLESS_ENOUGH_CRF[codec], None, "12" if codec == "av1" else None, source_pix_fmt)
-    else:
-        options = EncodeOptions("ffv1", pix_fmt=source_pix_fmt or "yuv420p")
+    options = near_lossless_options(_codec_name(stream), stream.codec_context.pix_fmt)
     result = encode_frames(_segment_frames(container, stream, low, high), destination,
                            fps=stream.average_rate or Fraction(30), options=options)
     if result.frames != frames:
         raise VideoError(f"re-encoded segment holds {result.frames} frames, expected {frames}")
     return CopyResult(frames=result.frames, reencoded=True, info=_info_of(stream, frames))
+
+
+def near_lossless_options(codec: str, pix_fmt: str | None) -> EncodeOptions:
+    """What copy mode encodes with when it cannot copy packets: the source's codec at visually
+    lossless quality, or FFV1 (lossless) for what those encoders cannot hold."""
+    if codec in _LOSSLESS_ENOUGH_CRF and pix_fmt in PIX_FMTS[codec]:
+        return EncodeOptions(codec, _LOSSLESS_ENOUGH_CRF[codec], None, "12" if codec == "av1" else None, pix_fmt)
+    return EncodeOptions("ffv1", pix_fmt=lossless_pix_fmt(pix_fmt))
+
+
+def retime(
+    source: BinaryIO | str,
+    destination: BinaryIO | str,
+    *,
+    indices: tuple[int, ...],
+    fps: float,
+    options: EncodeOptions | None,
+) -> EncodeResult:
+    """Write a video whose frame i is frame `indices[i]` of `source` (a camera slower or offset
+    against the steps), at i/fps. `options` None: the source codec at near-lossless quality."""
+    if any(b < a for a, b in zip(indices, indices[1:])):
+        raise VideoError("frame_index goes backwards within the episode; cannot re-time")
+    container = _open_input(source)
+    try:
+        stream = _video_stream(container)
+        stream.thread_type = "AUTO"
+        options = options or near_lossless_options(_codec_name(stream), stream.codec_context.pix_fmt)
+
+        def picked() -> Iterator[av.VideoFrame]:
+            wanted = iter(indices)
+            target = next(wanted, None)
+            for position, frame in enumerate(container.decode(stream)):
+                while target is not None and target == position:
+                    yield frame
+                    target = next(wanted, None)
+                if target is None:
+                    return
+            if target is not None:
+                raise VideoError(f"frame_index {target} is beyond the video's {position + 1} frames")
+
+        return encode_frames(picked(), destination, fps=fps, options=options)
+    except av.error.FFmpegError as error:
+        raise VideoError(f"cannot decode video: {error}") from error
+    finally:
+        container.close()
 
 
 def reencode_segment(
@@ -634,7 +676,9 @@ def plan_column(meta: dict, *, mode: str, requested: EncodeOptions) -> tuple[Enc
     entry = dict(meta)
     from_images = meta.get("encoded_from") == FROM_IMAGES
     if mode == COPY and not from_images:
-        entry["written_as"] = "copy"  # packets of the source: pixels identical to it
+        # Packets of the source, pixels identical to it; a camera slower than the steps has its
+        # frames repeated by re-timing, encoded at near-lossless quality.
+        entry["written_as"] = "retime" if meta.get("retimed") else "copy"
         return None, entry
     options = options_for(requested, source_pix_fmt=meta.get("pix_fmt"), is_depth=bool(meta.get("is_depth_map")))
     if meta.get("codec") and not from_images:

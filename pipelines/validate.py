@@ -119,7 +119,8 @@ def _check_lengths(path: str, table: pa.Table, column_types: dict) -> list[str]:
     lengths = table.column("length").combine_chunks()
     for name, entry in column_types.items():
         # Every list column column_types describes is per step (trajectories, flags, agents...).
-        if entry.get("type") == "video" or name not in table.column_names or not pa.types.is_list(table.schema.field(name).type):
+        if (entry.get("type") == "video" or entry.get("file_reference") or name not in table.column_names
+                or not pa.types.is_list(table.schema.field(name).type)):
             continue
         cells = pc.list_value_length(table.column(name).combine_chunks())
         mismatch = pc.not_equal(cells, lengths)
@@ -132,6 +133,14 @@ def _check_lengths(path: str, table: pa.Table, column_types: dict) -> list[str]:
 
 def _check_files(fs, root: str, path: str, table: pa.Table, column_types: dict) -> list[str]:
     findings = []
+    for name, entry in column_types.items():
+        if not entry.get("file_reference") or name not in table.column_names:
+            continue
+        for sequence_id, cell in zip(table.column("sequence_id").to_pylist(), table.column(name).to_pylist()):
+            for relative in cell if isinstance(cell, list) else [cell] if cell else []:
+                file_path = relative if "://" in relative else storage.join(root, relative)
+                if not fs.exists(file_path):
+                    findings.append(f"{path}: {sequence_id}: {name} file {relative} is missing")
     for name, entry in column_types.items():
         if entry.get("type") != "video" or name not in table.column_names:
             continue
@@ -254,6 +263,9 @@ def _reference_frames(loader, sequence, column: str, fps: float):
     if isinstance(item, ImageFrames):
         return iter(item.frames)
     path = storage.resolve_inside(loader.root, item.path, what="video file")
+    if getattr(item, "frame_indices", None) is not None:
+        frames = list(video.iter_frames(loader.fs.open(path, "rb"), fps=fps))
+        return (frames[i] for i in item.frame_indices if i < len(frames))
     return video.iter_frames(loader.fs.open(path, "rb"), start=item.start, end=item.end, fps=fps)
 
 

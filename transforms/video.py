@@ -18,8 +18,8 @@ import av
 from apache_beam.metrics import Metrics
 
 from formats import mixtrain, storage, video
-from formats.errors import ConversionError, in_context
-from formats.sequence import ImageFrames, Sequence, VideoSegment
+from formats.errors import ConversionError, FormatError, in_context
+from formats.sequence import FileRef, ImageFrames, Sequence, VideoSegment
 from formats.stats import ImageStats
 
 __all__ = ["WriteVideos"]
@@ -40,6 +40,7 @@ class _WriteVideosFn(beam.DoFn):
         self._encoded = Metrics.counter("mixtrain", "video_segments_encoded")
         self._frames = Metrics.counter("mixtrain", "video_frames_encoded")
         self._sequences = Metrics.counter("mixtrain", "sequences_loaded")
+        self._files = Metrics.counter("mixtrain", "files_copied")
 
     def setup(self):
         self._source_fs, self._source_root = storage.open_root(self._source_url)
@@ -50,6 +51,11 @@ class _WriteVideosFn(beam.DoFn):
         for column, item in sorted(sequence.videos.items()):
             if isinstance(item, (VideoSegment, ImageFrames)):
                 sequence.videos[column] = self._write(sequence, column, item)
+        for column, item in sorted(sequence.files.items()):
+            if isinstance(item, FileRef):
+                sequence.files[column] = self._copy_file(sequence, column, item, several=False)
+            elif isinstance(item, (list, tuple)):
+                sequence.files[column] = [self._copy_file(sequence, column, ref, several=True) for ref in item]
         self._sequences.inc()
         self._done += 1
         if self._progress_every and self._done % self._progress_every == 0:
@@ -83,7 +89,21 @@ class _WriteVideosFn(beam.DoFn):
                     raise video.VideoError("video file not found")
                 with contextlib.ExitStack() as stack:
                     source = storage.local_path(self._source_fs, path) or stack.enter_context(self._source_fs.open(path, "rb"))
-                    if options is None:
+                    if item.frame_indices is not None:
+                        result = video.retime(source, destination, indices=item.frame_indices, fps=self._fps, options=options)
+                        (self._encoded if options is not None else self._reencoded).inc()
+                        if on_frame is not None:
+                            written = destination if local_target else destination.getvalue()
+                            for index, frame in enumerate(video.iter_frames(written, fps=self._fps)):
+                                on_frame(index, frame)
+                    elif options is None and item.start is None and item.end is None:
+                        self._copy_whole(source, destination, item)
+                        self._copied.inc()
+                        if on_frame is not None:
+                            written = destination if local_target else destination.getvalue()
+                            for index, frame in enumerate(video.iter_frames(written, fps=self._fps)):
+                                on_frame(index, frame)
+                    elif options is None:
                         copied = video.copy_segment(source, destination, start=item.start, end=item.end, frames=item.frames, fps=self._fps)
                         (self._reencoded if copied.reencoded else self._copied).inc()
                         if on_frame is not None:
@@ -101,6 +121,38 @@ class _WriteVideosFn(beam.DoFn):
             raise in_context(error, file=path, sequence=f"{sequence.sequence_id} ({column})") from error
         if not local_target:
             self._out_fs.pipe_file(target, destination.getvalue())
+        return relative
+
+
+    @staticmethod
+    def _copy_whole(source, destination, item: VideoSegment) -> None:
+        """A file that is exactly the episode: copied byte for byte (checked to hold its frames)."""
+        if isinstance(source, str):
+            with open(source, "rb") as handle:
+                data = handle.read()
+        else:
+            data = source.read()
+        frames = video.probe(io.BytesIO(data)).frames
+        if frames != item.frames:
+            raise video.VideoError(f"video holds {frames} frames, the episode has {item.frames} steps")
+        if isinstance(destination, str):
+            with open(destination, "wb") as handle:
+                handle.write(data)
+        else:
+            destination.write(data)
+
+    def _copy_file(self, sequence: Sequence, column: str, ref: FileRef, several: bool) -> str:
+        """Copy a non-video source file (audio, depth NPZ, annotation image) byte for byte."""
+        path = storage.resolve_inside(self._source_root, ref.path, what="file")
+        relative = mixtrain.file_path(column, sequence.sequence_id, ref.path.rsplit("/", 1)[-1], several)
+        target = storage.join(self._out_root, relative)
+        try:
+            data = self._source_fs.cat_file(path)
+        except FileNotFoundError:
+            raise in_context(FormatError(f"{column} file not found"), file=path, sequence=sequence.sequence_id) from None
+        self._out_fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+        self._out_fs.pipe_file(target, data)
+        self._files.inc()
         return relative
 
 
