@@ -132,6 +132,16 @@ def _leaves(feature, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield prefix.rstrip("/"), feature
 
 
+def _instruction_path(step_leaves: list) -> str | None:
+    """The step feature holding the language instruction: a known name, top level first."""
+    for key in INSTRUCTION_KEYS:
+        for path, feature in sorted(step_leaves, key=lambda leaf: leaf[0].count("/")):
+            if path.rsplit("/", 1)[-1] == key and (_kind(feature) == "text" or (
+                    _kind(feature) == "tensor" and np.dtype(feature.np_dtype).kind in "iu" and len(feature.shape) == 1)):
+                return path
+    return None
+
+
 def _kind(feature) -> str:
     import tensorflow_datasets.core.features as tff
 
@@ -139,6 +149,8 @@ def _kind(feature) -> str:
         return "image"
     if isinstance(feature, tff.Text):
         return "text"
+    if isinstance(feature, tff.Tensor) and np.dtype(feature.np_dtype).kind in "OSU" and tuple(feature.shape) == ():
+        return "text"  # a scalar string Tensor (taco_play, fractal ... store instructions so)
     if isinstance(feature, tff.ClassLabel):
         return "label"
     if isinstance(feature, tff.Dataset):
@@ -238,14 +250,15 @@ def _columns(features, features_path: str, fps: float, bgr: set) -> tuple[list[C
         raise FormatError(f"{features_path}: no 'steps' Dataset feature: not an RLDS dataset")
     columns = base_columns() + [ColumnSpec("split", SCALAR, pa.string())]
     layout: dict[str, dict] = {}
+    bgr_found: set = set()
     step_leaves = list(_leaves(features["steps"].feature))
-    step_keys = {path for path, _ in step_leaves}
-    instruction = next((key for key in INSTRUCTION_KEYS if key in step_keys), None)
+    instruction = _instruction_path(step_leaves)
     if instruction:
         columns.append(ColumnSpec("task", SCALAR, pa.string(), {"source": instruction}))
-    if "is_last" in step_keys:
+    if "is_last" in {path for path, _ in step_leaves}:
         columns.append(ColumnSpec("truncated", SCALAR, pa.bool_(),
-                                  {"description": "no step has is_last: the episode was cut short in the source"}))
+                                  {"description": "the episode did not end in a terminal state: is_last never set, "
+                                                  "or the last step is not is_terminal (RLDS)"}))
     for path, feature in step_leaves:
         kind = _kind(feature)
         source = path
@@ -254,14 +267,24 @@ def _columns(features, features_path: str, fps: float, bgr: set) -> tuple[list[C
             height, width = feature.shape[0], feature.shape[1]
             channels = feature.shape[2] if len(feature.shape) > 2 else 1
             deep = np.dtype(feature.np_dtype).itemsize > 1
+            asked = name in bgr or path in bgr
+            if asked and (deep or channels != 3):
+                raise FormatError(f"{features_path}: --bgr_cameras names {path!r}, which is not an 8-bit colour camera")
+            swap = asked or ("all" in bgr and not deep and channels == 3)
+            bgr_found.update({name, path} & bgr)
             pix_fmt = ("gray16le" if deep else "gray") if channels == 1 else ("rgb48le" if deep else "rgb24")
             columns.append(ColumnSpec(name, "video", pa.string(), {
                 "fps": fps, "resolution": {"width": width, "height": height}, "pix_fmt": pix_fmt,
                 "is_depth_map": deep or "depth" in path, "source": source, "encoded_from": FROM_IMAGES,
                 "image_format": getattr(feature, "_encoding_format", None),
-                "channel_order": "bgr (swapped to rgb)" if (name in bgr or path in bgr or "all" in bgr) else "rgb",
+                "channel_order": "bgr (swapped to rgb)" if swap else "rgb",
             }))
-            layout[name] = {"kind": "image", "path": path, "bgr": name in bgr or path in bgr or "all" in bgr}
+            layout[name] = {"kind": "image", "path": path, "bgr": swap}
+        elif path == instruction and kind == "tensor":  # language_table: UTF-8 codes in an int tensor
+            name = column_name(path)
+            columns.append(ColumnSpec.steps(name, pa.string(), source=source, encoding="utf-8 codes decoded to text",
+                                            description="per step, only where it changes within the episode (else see task)"))
+            layout[name] = {"kind": "instruction", "path": path, "codes": True}
         elif kind == "text":
             name = column_name(path)
             columns.append(ColumnSpec.steps(name, pa.string(), source=source,
@@ -296,6 +319,10 @@ def _columns(features, features_path: str, fps: float, bgr: set) -> tuple[list[C
             layout[name] = entry
         else:
             raise FormatError(f"{features_path}: steps/{path} is a {type(feature).__name__} feature, which this version does not convert")
+    unknown = bgr - bgr_found - {"all"}
+    if unknown:
+        cameras = [spec.name for spec in columns if spec.kind == "video"]
+        raise FormatError(f"{features_path}: --bgr_cameras names {sorted(unknown)}, which are not cameras (cameras: {cameras})")
     for key in features.keys():
         if key == "steps":
             continue
@@ -308,9 +335,13 @@ def _columns(features, features_path: str, fps: float, bgr: set) -> tuple[list[C
             elif kind in ("tensor", "label"):
                 dtype = np.dtype("int64" if kind == "label" else feature.np_dtype)
                 shape = tuple(feature.shape)
+                if dtype.kind in "OSU" or any(d is None or d < 0 for d in shape):
+                    raise FormatError(f"{features_path}: {path} is a {dtype.name} tensor of shape {list(shape)}; "
+                                      "only fixed-shape numeric episode tensors are converted")
                 arrow = pa.from_numpy_dtype(dtype) if shape == () else pa.list_(pa.from_numpy_dtype(dtype))
                 columns.append(ColumnSpec(name, SCALAR, arrow, {"source": path, **({"shape": list(shape)} if shape else {})}))
-                layout[name] = {"kind": "episode_value", "path": path, "dtype": dtype.name, "shape": list(shape)}
+                encoding = str(getattr(feature, "_encoding", "none")).lower().rsplit(".", 1)[-1]
+                layout[name] = {"kind": "episode_value", "path": path, "dtype": dtype.name, "shape": list(shape), "encoding": encoding}
             else:
                 raise FormatError(f"{features_path}: {path} is a {type(feature).__name__} episode feature, which this version does not convert")
     return columns, layout
@@ -354,7 +385,10 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: RecordRef, meta: Dataset
             example = parser.parse_example(data)
         except Exception as error:  # noqa: BLE001 - protobuf/numpy errors on a corrupt record
             raise FormatError(f"record {ref.index}: cannot parse tf.train.Example: {error}") from error
-        return _to_sequence(example, ref, meta, path)
+        try:
+            return _to_sequence(example, ref, meta, path)
+        except (zlib.error, ValueError, TypeError, KeyError) as error:
+            raise FormatError(f"record {ref.index}: features do not match features.json ({type(error).__name__}: {error})") from error
     except ConversionError as error:
         raise in_context(error, file=path, sequence=ref.sequence_id) from error
 
@@ -391,7 +425,7 @@ def _to_sequence(example: dict, ref: RecordRef, meta: DatasetMeta, path: str) ->
         elif kind == "text":
             sequence.steps[spec.name] = pa.array(_texts(steps[entry["path"]]), pa.string())
         elif kind == "instruction":
-            texts = _texts(steps[entry["path"]])
+            texts = _code_texts(steps[entry["path"]], length) if entry.get("codes") else _texts(steps[entry["path"]])
             constant = all(text == texts[0] for text in texts)
             sequence.scalars["task"] = texts[0] if constant else None
             sequence.steps[spec.name] = None if constant else pa.array(texts, pa.string())
@@ -399,11 +433,21 @@ def _to_sequence(example: dict, ref: RecordRef, meta: DatasetMeta, path: str) ->
             value = episode.get(entry["path"])
             sequence.scalars[spec.name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
         elif kind == "episode_value":
-            value = np.asarray(episode.get(entry["path"]))
+            raw = episode.get(entry["path"])
+            if entry.get("encoding") in ("zlib", "bytes"):
+                raw = _numeric([raw], entry, 1, ref)
+            value = np.asarray(raw)
             sequence.scalars[spec.name] = value.item() if value.ndim == 0 else value.reshape(-1).tolist()
     if "is_last" in steps and any(spec.name == "truncated" for spec in meta.columns):
-        sequence.scalars["truncated"] = not bool(np.asarray(steps["is_last"]).any())
+        is_last = np.asarray(steps["is_last"]).astype(bool)
+        terminal = bool(np.asarray(steps["is_terminal"])[-1]) if "is_terminal" in steps else False
+        sequence.scalars["truncated"] = not (is_last.any() and terminal)
     return sequence
+
+
+def _code_texts(values, length: int) -> list[str]:
+    codes = np.asarray(values).reshape(length, -1)
+    return [bytes(row[row != 0].astype(np.uint8)).decode("utf-8", "replace") for row in codes]
 
 
 def _texts(values) -> list[str]:

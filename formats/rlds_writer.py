@@ -19,7 +19,7 @@ import numpy as np
 from formats import storage, tfrecord
 from formats.lerobot_v3_writer import encode_image, synthetic_frames
 
-__all__ = ["SyntheticRLDS", "write_dataset"]
+__all__ = ["SyntheticRLDS", "write_dataset", "write_episodes"]
 
 
 @dataclasses.dataclass
@@ -31,7 +31,7 @@ class SyntheticRLDS:
     height: int = 48
     template: str = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
     terminal_episodes: Seq[int] = (0, 2)  # per split: is_last and is_terminal on the last step
-    truncated_episodes: Seq[int] = (1,)  # per split: is_last never true
+    truncated_episodes: Seq[int] = (1,)  # per split: is_last never true (the others end on is_last alone)
     varying_instruction_episodes: Seq[int] = (3,)  # the instruction changes half-way
     depth_camera: bool = False  # a 16-bit PNG depth camera
     seed: int = 0
@@ -127,40 +127,49 @@ def _episode(spec: SyntheticRLDS, rng, number: int, length: int, camera_offset: 
 
 def write_dataset(url: str, spec: SyntheticRLDS | None = None) -> dict:
     """Write the dataset at `url` (the version folder); return {split: [truth per record, in shard order]}."""
+    spec = spec or SyntheticRLDS()
+    rng = np.random.default_rng(spec.seed)
+    truth: dict = {}
+    episodes: dict = {}
+    for split, lengths in spec.splits.items():
+        truth[split], episodes[split] = [], []
+        for number, length in enumerate(lengths):
+            episode, values = _episode(spec, rng, number, length, camera_offset=len(truth) - 1)
+            episodes[split].append(episode)
+            truth[split].append(values)
+    write_episodes(url, spec.name, _features(spec), episodes, spec.shards, spec.template)
+    return truth
+
+
+def write_episodes(url: str, name: str, features, episodes: dict, shards: dict | None = None,
+                   template: str = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}") -> None:
+    """Serialize {split: [episode dicts]} with TFDS' encoder into shards laid out as TFDS does."""
     from google.protobuf import json_format
     from tensorflow_datasets.core import example_serializer
 
-    spec = spec or SyntheticRLDS()
     fs, root = storage.open_root(url)
     fs.makedirs(root, exist_ok=True)
-    features = _features(spec)
     serializer = example_serializer.ExampleSerializer(features.get_serialized_info())
-    rng = np.random.default_rng(spec.seed)
-    truth: dict = {}
     info_splits = []
-    for split, lengths in spec.splits.items():
-        count = spec.shards[split]
-        shard_of = [number * count // len(lengths) for number in range(len(lengths))]  # contiguous, like TFDS
+    for split, split_episodes in episodes.items():
+        count = (shards or {}).get(split, 1)
+        shard_of = [number * count // len(split_episodes) for number in range(len(split_episodes))]  # contiguous, like TFDS
         records: list[list[bytes]] = [[] for _ in range(count)]
-        truth[split] = []
-        for number, length in enumerate(lengths):
-            episode, values = _episode(spec, rng, number, length, camera_offset=len(truth))
+        for number, episode in enumerate(split_episodes):
             records[shard_of[number]].append(serializer.serialize_example(features.encode_example(episode)))
-            truth[split].append(values)
         sizes = 0
         for position, shard in enumerate(records):
-            name = spec.template.format(DATASET=spec.name, SPLIT=split, FILEFORMAT="tfrecord", SHARD_INDEX=f"{position:05d}",
+            file_name = template.format(DATASET=name, SPLIT=split, FILEFORMAT="tfrecord", SHARD_INDEX=f"{position:05d}",
                                         NUM_SHARDS=f"{count:05d}", SHARD_X_OF_Y=f"{position:05d}-of-{count:05d}")
-            fs.makedirs(storage.join(root, name).rsplit("/", 1)[0], exist_ok=True)
-            with fs.open(storage.join(root, name), "wb") as handle:
+            fs.makedirs(storage.join(root, file_name).rsplit("/", 1)[0], exist_ok=True)
+            with fs.open(storage.join(root, file_name), "wb") as handle:
                 tfrecord.write_records(handle, shard)
-            sizes += fs.size(storage.join(root, name))
-        info_splits.append({"name": split, "filepathTemplate": spec.template, "numBytes": str(sizes),
+            sizes += fs.size(storage.join(root, file_name))
+        info_splits.append({"name": split, "filepathTemplate": template, "numBytes": str(sizes),
                             "shardLengths": [str(len(shard)) for shard in records]})
-    info = {"name": spec.name, "fileFormat": "tfrecord", "version": "1.0.0", "moduleName": f"{spec.name}.builder",
+    info = {"name": name, "fileFormat": "tfrecord", "version": "1.0.0", "moduleName": f"{name}.builder",
             "description": "synthetic RLDS written by mixtrain-convert's tests", "splits": info_splits}
     fs.pipe_file(storage.join(root, "dataset_info.json"), json.dumps(info, indent=2).encode())
     # What FeatureConnector.save_config writes: the feature proto as JSON.
     features_json = json_format.MessageToDict(features.to_proto())
     fs.pipe_file(storage.join(root, "features.json"), json.dumps(features_json, indent=4, sort_keys=True).encode())
-    return truth

@@ -102,7 +102,8 @@ def test_written_dataset_round_trips_every_value(written):
             assert sequence.steps["obs_gripper"].tobytes() == values["gripper"].tobytes()
             assert sequence.steps["is_last"].tolist() == values["is_last"].tolist()
             assert sequence.steps["is_terminal"].tolist() == values["is_terminal"].tolist()
-            assert sequence.scalars["truncated"] == (number in spec.truncated_episodes)
+            # RLDS: an episode is truncated unless it ends on a terminal step (is_last never set, or not is_terminal).
+            assert sequence.scalars["truncated"] == (number not in spec.terminal_episodes)
             assert sequence.scalars["success"] == (number in spec.terminal_episodes)
             if number in spec.varying_instruction_episodes:
                 assert sequence.scalars["task"] is None
@@ -217,3 +218,70 @@ def test_malformed_metadata(written, tmp_path):
     (path / "dataset_info.json").write_text(json.dumps({"name": "x", "fileFormat": "array_record", "splits": []}))
     with pytest.raises(FormatError, match="fileFormat 'array_record' is not supported"):
         rlds.plan(fs, root, {"fps": 10})
+
+
+def _custom(tmp_path, features, steps_of, metadata=None, name="custom_rlds"):
+    """A one-split dataset of two episodes with the given TFDS features."""
+    from formats.rlds_writer import write_episodes
+
+    path = tmp_path / name / "1.0.0"
+    episodes = [{"steps": steps_of(number), **({"episode_metadata": metadata(number)} if metadata else {})} for number in range(2)]
+    write_episodes(str(path), name, features, {"train": episodes})
+    return _all(path, fps=3)
+
+
+def test_string_tensor_instruction_inside_observation_becomes_task(tmp_path):
+    import tensorflow_datasets.core.features as tff
+
+    features = tff.FeaturesDict({"steps": tff.Dataset({
+        "observation": {"natural_language_instruction": tff.Tensor(shape=(), dtype=np.str_), "base_pose": tff.Tensor(shape=(3,), dtype=np.float32)},
+        "action": {"world_vector": tff.Tensor(shape=(3,), dtype=np.float32)},
+        "is_last": tff.Scalar(dtype=np.bool_), "is_terminal": tff.Scalar(dtype=np.bool_)})})
+    meta, _, _, sequences = _custom(tmp_path, features, lambda n: [
+        {"observation": {"natural_language_instruction": f"pick {n}", "base_pose": np.ones(3, np.float32) * i},
+         "action": {"world_vector": np.zeros(3, np.float32)}, "is_last": i == 2, "is_terminal": i == 2} for i in range(3)])
+    assert meta.column("task").meta["source"] == "observation/natural_language_instruction"
+    assert [s.scalars["task"] for s in sequences] == ["pick 0", "pick 1"]
+    assert [s.scalars["truncated"] for s in sequences] == [False, False]
+
+
+def test_language_table_instruction_codes_are_decoded(tmp_path):
+    import tensorflow_datasets.core.features as tff
+
+    features = tff.FeaturesDict({"steps": tff.Dataset({
+        "observation": {"instruction": tff.Tensor(shape=(16,), dtype=np.int32), "effector_translation": tff.Tensor(shape=(2,), dtype=np.float32)},
+        "action": tff.Tensor(shape=(2,), dtype=np.float32), "is_last": tff.Scalar(dtype=np.bool_)})})
+
+    def codes(text):
+        raw = np.zeros(16, np.int32)
+        raw[:len(text.encode())] = list(text.encode())
+        return raw
+
+    _, _, _, sequences = _custom(tmp_path, features, lambda n: [
+        {"observation": {"instruction": codes("push the red star" [:16] if n == 0 else ("push" if i < 1 else "pull")),
+                         "effector_translation": np.zeros(2, np.float32)},
+         "action": np.zeros(2, np.float32), "is_last": i == 1} for i in range(2)])
+    assert sequences[0].scalars["task"] == "push the red sta"
+    assert sequences[1].scalars["task"] is None and sequences[1].steps["obs_instruction"].to_pylist() == ["push", "pull"]
+
+
+def test_episode_level_zlib_tensor_is_decoded(tmp_path):
+    import tensorflow_datasets.core.features as tff
+
+    features = tff.FeaturesDict({
+        "steps": tff.Dataset({"action": tff.Tensor(shape=(2,), dtype=np.float32)}),
+        "episode_metadata": {"calibration": tff.Tensor(shape=(2, 2), dtype=np.float64, encoding="zlib")}})
+    _, _, _, sequences = _custom(tmp_path, features, lambda n: [{"action": np.zeros(2, np.float32)}] * 2,
+                                 metadata=lambda n: {"calibration": np.eye(2) * (n + 1)})
+    assert [s.scalars["calibration"] for s in sequences] == [[1.0, 0.0, 0.0, 1.0], [2.0, 0.0, 0.0, 2.0]]
+
+
+def test_bgr_all_leaves_depth_alone_and_unknown_names_are_refused(written):
+    path, _, _ = written
+    fs, root = storage.open_root(str(path))
+    meta, _ = rlds.plan(fs, root, {"fps": 10, "bgr_cameras": ["all"]})
+    assert meta.column("video_depth").meta["channel_order"] == "rgb" and meta.column("video_image").meta["channel_order"] != "rgb"
+    with pytest.raises(FormatError, match=r"--bgr_cameras names \['image_9'\], which are not cameras"):
+        rlds.plan(fs, root, {"fps": 10, "bgr_cameras": ["image_9"]})
+    with pytest.raises(FormatError, match="--bgr_cameras names 'observation/depth', which is not an 8-bit colour camera"):
+        rlds.plan(fs, root, {"fps": 10, "bgr_cameras": ["video_depth"]})
