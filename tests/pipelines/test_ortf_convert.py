@@ -1,0 +1,74 @@
+"""End to end: ORTF -> Mixtrain through the CLI."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from formats.ortf_writer import SyntheticORTF, write_dataset
+from pipelines import convert, validate
+
+
+def _convert(src, dst, *extra):
+    return convert.run([f"--input={src}", f"--output={dst}", "--progress_every=0", *extra])
+
+
+def _rows(dst):
+    return pa.concat_tables([pq.read_table(p) for p in sorted((dst / "data").glob("*.parquet"))]).sort_by("sequence_id")
+
+
+def test_copy_mode_identical_videos_files_and_manifest(tmp_path):
+    src = tmp_path / "ortf"
+    truth = write_dataset(str(src), SyntheticORTF(slow_camera=None))
+    dst = tmp_path / "out"
+    assert _convert(src, dst, "--num_shards=2") == 0
+    assert validate.validate(str(dst)) == []
+    findings, summary = validate.deep_check(str(dst))
+    assert findings == []
+    assert sorted(summary) == sorted(f"video_{camera}: 5 videos, 54 frames, 5/5 pixel-identical, min luma PSNR inf dB"
+                                     for camera in ("cam_wrist", "cam_overhead", "depth"))
+    rows = _rows(dst)
+    assert rows.num_rows == 5
+    by_id = {row["episode_id"]: row for row in rows.to_pylist()}
+    for number, row in enumerate(truth["episode_rows"]):
+        out = by_id[row["episode_id"]]
+        # Copied files are the source's bytes; videos that are exactly the episode too.
+        assert (dst / out["audio"]).read_bytes() == (src / row["audio_file"]).read_bytes()
+        assert (dst / out["video_cam_wrist"]).read_bytes() == (src / row["video_files"]["cam_wrist"]).read_bytes()
+        assert (dst / out["annotation_files"][0]).read_bytes() == (src / f"annotations/episode_{number:06d}/first_frame.jpg").read_bytes()
+        assert json.loads(out["scene_objects"]) == truth["episodes"][number]["scene_objects"]
+        assert out["operator_notes"] == row["operator_notes"] and out["failure_reason"] == row["failure_reason"]
+    sidecar = json.loads((dst / "mixtrain.json").read_text())
+    assert sidecar["source"]["manifest"]["robot"]["name"] == "Franka Panda"
+    assert sidecar["column_types"]["audio"]["type"] == "audio" and sidecar["column_types"]["audio"]["file_reference"]
+    assert sidecar["column_types"]["scene_objects"]["type"] == "json"
+    assert sidecar["column_types"]["action"]["names"][-1] == "gripper"
+
+
+def test_slow_camera_retimed_and_reencode_mode(tmp_path):
+    src = tmp_path / "ortf"
+    write_dataset(str(src), SyntheticORTF(lengths=(8, 6, 9)))
+    for mode in ("copy", "reencode"):
+        dst = tmp_path / mode
+        assert _convert(src, dst, f"--video={mode}") == 0
+        findings, summary = validate.deep_check(str(dst))
+        assert findings == [], findings
+        overhead = next(line for line in summary if line.startswith("video_cam_overhead"))
+        assert "3 videos, 23 frames" in overhead and float(overhead.split("PSNR ")[1].split(" ")[0]) >= 35
+        assert json.loads((dst / "mixtrain.json").read_text())["column_types"]["video_cam_overhead"]["written_as"] == (
+            "retime" if mode == "copy" else "encode")
+
+
+def test_frame_index_beyond_the_video_is_a_clear_error(tmp_path, capsys):
+    src = tmp_path / "ortf"
+    write_dataset(str(src), SyntheticORTF(lengths=(8, 6)))
+    steps = src / "data/chunk-000/steps.parquet"
+    table = pq.read_table(steps)
+    column = "observation.images.cam_overhead.frame_index"
+    values = table.column(column).to_pylist()
+    values[7] = 40
+    pq.write_table(table.set_column(table.schema.get_field_index(column), column, pa.array(values)), steps)
+    assert _convert(src, tmp_path / "out") == 1
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.startswith("error: ") and "cam_overhead/chunk-000/episode_000000.mp4: ep-0000_kitchen_0 (video_cam_overhead)" in error
+    assert error.endswith("frame_index 40 is beyond the video's 4 frames")
