@@ -24,8 +24,23 @@ def _rows(dst):
 
 def _run_without_tensorflow(*args) -> subprocess.CompletedProcess:
     """The CLI in a fresh interpreter that reports whether TensorFlow got imported."""
-    script = ("import sys; from pipelines import convert; code = convert.run(sys.argv[1:]); "
-              "print('TENSORFLOW_IMPORTED' if 'tensorflow' in sys.modules else 'NO_TENSORFLOW'); sys.exit(code)")
+    # TensorFlow is not installed here, so "not in sys.modules" alone proves little: a finder
+    # first on sys.meta_path records every attempt to import it, in this process and the workers
+    # (which inherit nothing: the runner below is in-process unless asked otherwise).
+    script = (
+        "import sys\n"
+        "attempts = []\n"
+        "class Spy:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'tensorflow' or name.startswith('tensorflow.'):\n"
+        "            attempts.append(name)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Spy())\n"
+        "from pipelines import convert\n"
+        "code = convert.run(sys.argv[1:])\n"
+        "print('TENSORFLOW_IMPORTED' if attempts or 'tensorflow' in sys.modules else 'NO_TENSORFLOW', attempts)\n"
+        "sys.exit(code)\n"
+    )
     return subprocess.run([sys.executable, "-c", script, "--progress_every=0", *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=600)
 
