@@ -29,6 +29,6 @@ setup(
         # TFRecord checksums (RLDS) without TensorFlow: the C crc32c gcsfs already uses.
         "google-crc32c>=1.5",
     ],
-    extras_require={"test": ["pytest>=8", "ruff>=0.6"]},
+    extras_require={"test": ["pytest>=8", "ruff>=0.6", "gcp-storage-emulator>=2024.8"]},
     entry_points={"console_scripts": ["mixtrain-convert=pipelines.convert:main", "mixtrain-validate=pipelines.validate:main"]},
 )

@@ -199,9 +199,21 @@ def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
         if fs.exists(target):
             fs.rm(target, recursive=True)
         if fs.exists(source):
-            fs.mv(source, target, recursive=True)
+            _move(fs, source, target)
     fs.pipe_file(sidecar_path, dumps(sidecar_value).encode())
     discard_staging(fs, staging, output)
+
+
+def _move(fs, source: str, target: str) -> None:
+    """A rename on a local disk; on object stores (no rename there) a server-side copy of every
+    object, then the delete. gcsfs' own `mv` was measured at 33 s per call against the GCS
+    emulator (it probes a folder-rename API first); copy + rm take milliseconds."""
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    if {"file", "local"} & set(protocols):
+        fs.mv(source, target, recursive=True)
+        return
+    fs.copy(source, target, recursive=True)
+    fs.rm(source, recursive=True)
 
 
 def discard_staging(fs, staging: str, output: str) -> None:
