@@ -13,7 +13,7 @@ PYTHON=${PYTHON:-python3}
 export SVT_LOG=${SVT_LOG:-1}
 
 setup() {
-  local stamp="$VENV/.installed-$(cat setup.py | sha1sum | cut -c1-12)"
+  local stamp="$VENV/.installed-$(cat setup.py BEAM_VERSION | sha1sum | cut -c1-12)"
   if [ ! -f "$stamp" ]; then
     [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
     "$VENV/bin/python" -m pip install --quiet --upgrade pip

@@ -7,8 +7,9 @@ from setuptools import find_packages, setup
 
 VERSION = re.search(r'__version__ = "([^"]+)"', Path(__file__).with_name("formats").joinpath("__init__.py").read_text()).group(1)
 
-# The Beam version lives here and only here: workers, the launcher and the SDK container must agree.
-BEAM_VERSION = "2.77.0"
+# The Beam version lives in BEAM_VERSION and only there: this package, the launcher and the SDK
+# container image (Dockerfile, --build-arg BEAM_VERSION="$(cat BEAM_VERSION)") must agree.
+BEAM_VERSION = Path(__file__).with_name("BEAM_VERSION").read_text().strip()
 
 setup(
     name="mixtrain-convert",
@@ -17,7 +18,8 @@ setup(
     packages=find_packages(include=["formats", "formats.*", "transforms", "transforms.*", "pipelines", "pipelines.*"]),
     python_requires=">=3.10",
     install_requires=[
-        f"apache-beam=={BEAM_VERSION}",
+        # [gcp]: the DataflowRunner, GCS I/O and job submission for the launcher (the SDK container has them).
+        f"apache-beam[gcp]=={BEAM_VERSION}",
         "pyarrow>=17,<26",
         "numpy>=1.26,<2.5",
         "av>=14,<19",

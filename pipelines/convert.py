@@ -37,6 +37,14 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 LOCAL_RUNNERS = {None, "DirectRunner", "FnApiRunner", "BundleBasedDirectRunner"}
 
 
+def _boolean(text: str) -> bool:
+    """`--flag`, `--flag=true` and `--flag=false` all work: Flex Templates pass booleans as values."""
+    value = text.strip().lower()
+    if value not in ("true", "false", "1", "0", "yes", "no"):
+        raise ValueError(f"expected true or false, found {text!r}")
+    return value in ("true", "1", "yes")
+
+
 class ConvertOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
@@ -53,11 +61,12 @@ class ConvertOptions(PipelineOptions):
         parser.add_argument("--video_gop", type=int, default=None, help=f"keyframe every N frames (default {video.DEFAULT_GOP})")
         parser.add_argument("--video_preset", default=None, help="encoder speed preset (default: h264/hevc medium, av1 8)")
         parser.add_argument("--video_pix_fmt", default="yuv420p", help="yuv420p (default), yuv422p or yuv444p (h264, hevc)")
-        parser.add_argument("--video_stats", action="store_true", default=False,
+        parser.add_argument("--video_stats", type=_boolean, nargs="?", const=True, default=False,
                             help="per-channel image statistics of sampled frames into stats.json")
         parser.add_argument("--num_shards", type=int, default=0, help="number of Parquet shards (0: from --target_shard_mb)")
         parser.add_argument("--target_shard_mb", type=float, default=256.0, help="approximate uncompressed MB of rows per shard")
-        parser.add_argument("--overwrite", action="store_true", default=False, help="replace an existing Mixtrain dataset at --output")
+        parser.add_argument("--overwrite", type=_boolean, nargs="?", const=True, default=False,
+                            help="replace an existing Mixtrain dataset at --output")
         parser.add_argument("--progress_every", type=int, default=100, help="worker progress line every N sequences (0: off)")
         parser.add_argument("--split", default="", help="RLDS: comma-separated splits to convert (default: all, with a split column)")
         parser.add_argument("--fps", type=float, default=0.0,
@@ -84,6 +93,18 @@ def _runner(options: PipelineOptions):
 
         return FnApiRunner()
     return name
+
+
+def check_reachable_by_workers(options: PipelineOptions) -> None:
+    """On a remote runner the workers cannot see the launcher's disk: --input and --output must be
+    URLs of shared storage (gs://...), not local paths."""
+    if options.view_as(StandardOptions).runner in LOCAL_RUNNERS:
+        return
+    for flag, url in (("--input", options.input), ("--output", options.output)):
+        fs, _ = storage.open_root(url)
+        if storage.local_path(fs, "/") is not None:
+            raise errors.ConversionError(f"{flag}={url} is on this machine's disk, which {options.view_as(StandardOptions).runner} "
+                                         "workers cannot read; use a gs:// (or other shared storage) URL")
 
 
 def prepare_output(output_url: str, overwrite: bool) -> None:
@@ -182,6 +203,7 @@ def run(argv: list[str]) -> int:
         return EXIT_USAGE
     try:
         requested_encoding(options)
+        check_reachable_by_workers(options)
     except errors.ConversionError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
