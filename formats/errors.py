@@ -7,7 +7,7 @@ sequence on the way out, so every message a user sees names both. The command li
 
 from __future__ import annotations
 
-__all__ = ["ConversionError", "FormatError", "VideoError", "ColumnNameError"]
+__all__ = ["ConversionError", "FormatError", "VideoError", "ColumnNameError", "error_record"]
 
 
 class ConversionError(ValueError):
@@ -38,7 +38,21 @@ def in_context(error: ConversionError, *, file: str | None = None, sequence: str
     if sequence and sequence not in message:
         parts.append(sequence)
     if not parts:
+        error.file = getattr(error, "file", None) or file
+        error.sequence = getattr(error, "sequence", None) or sequence
         return error
     new = type(error)(f"{': '.join(parts)}: {message}")
     new.__cause__ = error.__cause__ or error
+    new.file = getattr(error, "file", None) or file
+    new.sequence = getattr(error, "sequence", None) or sequence
     return new
+
+
+def error_record(error: ConversionError, *, sequence: str | None, stage: str) -> dict:
+    """What `--on_error=skip` writes to _errors.jsonl for one bad sequence (or source unit)."""
+    return {
+        "sequence_id": sequence,
+        "source_file": getattr(error, "file", None),
+        "stage": stage,
+        "error": str(error).splitlines()[0],
+    }

@@ -165,7 +165,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
 
 def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: DatasetMeta) -> Sequence:
     """Read exactly one episode's rows and return its Sequence (videos still as segments)."""
-    data_path = storage.resolve_inside(root, ref.data_file, what="data file")
+    data_path = storage.resolve_inside(root, ref.data_file, what="data file", fs=fs)
     try:
         table = _read_episode_rows(fs, data_path, ref, meta)
         sequence = _to_sequence(table, ref, meta)
@@ -344,7 +344,7 @@ def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: lis
     if not cameras or not first:
         return
     relative = template.format(chunk_index=first[0]["data/chunk_index"], file_index=first[0]["data/file_index"])
-    path = storage.resolve_inside(root, relative, what="data file")
+    path = storage.resolve_inside(root, relative, what="data file", fs=fs)
     with fs.open(path, "rb") as handle:
         parquet = pq.ParquetFile(handle, metadata=_parquet_metadata(fs, path))
         keys = [columns[i].meta["source"] for i in cameras]
@@ -371,7 +371,7 @@ def _first_data_schema(fs, root: str, template: str, episodes: pa.Table) -> pa.S
     if not first:
         return pa.schema([])
     relative = template.format(chunk_index=first[0]["data/chunk_index"], file_index=first[0]["data/file_index"])
-    path = storage.resolve_inside(root, relative, what="data file")
+    path = storage.resolve_inside(root, relative, what="data file", fs=fs)
     try:
         return _parquet_metadata(fs, path).schema.to_arrow_schema()
     except FileNotFoundError as error:
@@ -540,7 +540,7 @@ def _images(fs, root: str, key: str, column: pa.ChunkedArray, ref: EpisodeRef) -
     frames = []
     for step, (blob, path) in enumerate(zip(blobs, paths)):
         if blob is None and path:
-            image_path = storage.resolve_inside(root, path, what="image file")
+            image_path = storage.resolve_inside(root, path, what="image file", fs=fs)
             if not fs.exists(image_path):
                 raise FormatError(f"episode {ref.episode_index}: {key!r} frame {step}: image file {path} not found")
             blob = fs.cat_file(image_path)

@@ -21,6 +21,7 @@ __all__ = [
     "VERSION",
     "SIDECAR",
     "STATS_FILE",
+    "ERRORS_FILE",
     "shard_of",
     "shard_path",
     "video_path",
@@ -39,6 +40,8 @@ __all__ = [
 VERSION = "1.0"
 SIDECAR = "mixtrain.json"
 STATS_FILE = "stats.json"
+# Sequences a run skipped under --on_error=skip: one JSON object per line.
+ERRORS_FILE = "_errors.jsonl"
 DATA_DIR = "data"
 # A run writes under DST/_staging/<run>/ (skipped by Parquet dataset readers as a `_` path).
 STAGING_DIR = "_staging"
@@ -152,8 +155,9 @@ def column_types(columns: list[ColumnSpec]) -> dict[str, dict]:
 
 
 def sidecar(meta: DatasetMeta, *, num_sequences: int, num_timesteps: int, num_shards: int,
-            converter_version: str, options: dict, created_at: str) -> dict:
-    return {
+            converter_version: str, options: dict, created_at: str, num_skipped: int = 0,
+            non_finite: dict | None = None) -> dict:
+    value = {
         "mixtrain": VERSION,
         "column_types": column_types(meta.columns),
         "source": _jsonable(meta.source),
@@ -165,6 +169,12 @@ def sidecar(meta: DatasetMeta, *, num_sequences: int, num_timesteps: int, num_sh
         "converter": {"name": "mixtrain-convert", "version": converter_version, "options": options},
         "created_at": created_at,
     }
+    if non_finite:
+        value["non_finite_values"] = non_finite  # NaN/inf kept in these columns, counted
+    if num_skipped:
+        value["num_skipped"] = num_skipped
+        value["errors"] = ERRORS_FILE
+    return value
 
 
 def _jsonable(value: Any) -> Any:
@@ -194,7 +204,7 @@ def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
     sidecar_path = f"{output}/{SIDECAR}"
     if fs.exists(sidecar_path):
         fs.rm(sidecar_path)
-    for name in (DATA_DIR, FILES_DIR, STATS_FILE):
+    for name in (DATA_DIR, FILES_DIR, STATS_FILE, ERRORS_FILE):
         target, source = f"{output}/{name}", f"{staging}/{name}"
         if fs.exists(target):
             fs.rm(target, recursive=True)

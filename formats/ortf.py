@@ -358,7 +358,7 @@ def _episode_camera(row: dict, key: str, spec: ColumnSpec, sensor: dict, chunk_f
 
 
 def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: DatasetMeta) -> Sequence:
-    path = storage.resolve_inside(root, ref.steps_file, what="steps file")
+    path = storage.resolve_inside(root, ref.steps_file, what="steps file", fs=fs)
     try:
         table = _episode_rows(fs, path, ref, meta)
         return _to_sequence(fs, root, table, ref, meta)
@@ -460,7 +460,7 @@ def _camera(table: pa.Table, camera: Camera, length: int, fps: float):
 
 
 def _annotations(fs, root: str, ref: EpisodeRef, sequence: Sequence) -> None:
-    folder = storage.resolve_inside(root, ref.annotations, what="annotations folder")
+    folder = storage.resolve_inside(root, ref.annotations, what="annotations folder", fs=fs)
     names = sorted(posixpath.basename(p) for p in fs.ls(folder, detail=False)) if fs.exists(folder) else []
     sequence.scalars["scene_objects"] = None
     if "scene_objects.json" in names:

@@ -349,7 +349,7 @@ def _columns(features, features_path: str, fps: float, bgr: set) -> tuple[list[C
 
 def expand_ref(fs: fsspec.AbstractFileSystem, root: str, ref: ShardRef, meta: DatasetMeta) -> Iterator[RecordRef]:
     """Index one shard: read its record headers (not the records) into RecordRefs."""
-    path = storage.resolve_inside(root, ref.path, what="shard")
+    path = storage.resolve_inside(root, ref.path, what="shard", fs=fs)
     try:
         size = fs.size(path)
         with fs.open(path, "rb") as handle:
@@ -376,7 +376,7 @@ def _flatten(values: dict, prefix: str = "") -> dict[str, Any]:
 
 def load(fs: fsspec.AbstractFileSystem, root: str, ref: RecordRef, meta: DatasetMeta) -> Sequence:
     """Read and parse one record (one episode) into a Sequence; images stay encoded."""
-    path = storage.resolve_inside(root, ref.path, what="shard")
+    path = storage.resolve_inside(root, ref.path, what="shard", fs=fs)
     try:
         with fs.open(path, "rb") as handle:
             data = tfrecord.read_record(handle, ref.offset, ref.nbytes)

@@ -6,6 +6,7 @@ Inner code only ever sees an fsspec filesystem and a root path inside it (zarr's
 
 from __future__ import annotations
 
+import os
 import posixpath
 
 import fsspec
@@ -31,14 +32,21 @@ def url_for(fs: fsspec.AbstractFileSystem, path: str) -> str:
     return fs.unstrip_protocol(path)
 
 
-def resolve_inside(root: str, relative: str, *, what: str) -> str:
-    """Join a path read from metadata to root, refusing one that escapes the dataset root."""
+def resolve_inside(root: str, relative: str, *, what: str, fs: fsspec.AbstractFileSystem | None = None) -> str:
+    """Join a path read from metadata to root, refusing one that escapes the dataset root:
+    absolute paths, `../`, and (on a local disk, given `fs`) symlinks that lead outside it."""
     if relative.startswith("/") or "://" in relative:
         raise FormatError(f"{what} {relative!r} is absolute; paths in metadata must be inside the dataset")
     normalized = posixpath.normpath(relative)
     if normalized == ".." or normalized.startswith("../"):
         raise FormatError(f"{what} {relative!r} escapes the dataset root")
-    return posixpath.join(root, normalized)
+    path = posixpath.join(root, normalized)
+    if fs is not None and local_path(fs, path) is not None:
+        real_root = os.path.realpath(root)
+        real = os.path.realpath(path)
+        if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+            raise FormatError(f"{what} {relative!r} is a symlink to {real}, outside the dataset root")
+    return path
 
 
 def local_path(fs: fsspec.AbstractFileSystem, path: str) -> str | None:

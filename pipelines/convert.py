@@ -5,7 +5,8 @@
         [--num_shards=N | --target_shard_mb=256] [--overwrite] [--runner=DirectRunner] [beam options]
 
 Exit status: 0 converted; 1 bad input or a failed conversion (one line on stderr naming the file
-and the sequence; the output is left as it was); 2 bad command line.
+and the sequence; the output is left as it was); 2 bad command line; 3 converted and published
+with --on_error=skip, but some sequences were skipped (listed in DST/_errors.jsonl).
 """
 
 from __future__ import annotations
@@ -24,13 +25,15 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 import formats
 from formats import errors, mixtrain, sources, storage, video
 from formats.sequence import TRAJECTORY, VIDEO, DatasetMeta
+from transforms.errors import ERRORS, FAIL
+from transforms.errors import MODES as ERROR_MODES
 from transforms.read import ReadSequences
 from transforms.video import WriteVideos
 from transforms.write import WriteMixtrain
 
 __all__ = ["ConvertOptions", "build_pipeline", "main", "run"]
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SKIPPED = 0, 1, 2, 3
 # Runner names that mean "run here": served by Beam's FnApiRunner directly, because Beam's
 # DirectRunner first tries Prism, which downloads a binary (NOTES.md) and ignores
 # --direct_num_workers / --direct_running_mode.
@@ -68,6 +71,9 @@ class ConvertOptions(PipelineOptions):
         parser.add_argument("--overwrite", type=_boolean, nargs="?", const=True, default=False,
                             help="replace an existing Mixtrain dataset at --output")
         parser.add_argument("--progress_every", type=int, default=100, help="worker progress line every N sequences (0: off)")
+        parser.add_argument("--on_error", default=FAIL, choices=list(ERROR_MODES),
+                            help="fail: the first bad sequence stops the run, output untouched; "
+                                 "skip: bad sequences go to DST/_errors.jsonl, the rest is published (exit 3)")
         parser.add_argument("--split", default="", help="RLDS: comma-separated splits to convert (default: all, with a split column)")
         parser.add_argument("--fps", type=float, default=0.0,
                             help="RLDS: control rate in Hz (known Open X-Embodiment datasets have a default)")
@@ -170,20 +176,20 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     sidecar_extra = {
         "converter_version": formats.__version__,
         "options": {"source": source, "source_options": source_options(options), "video": options.video, "num_shards": num_shards,
+                    "on_error": options.on_error,
                     "video_encoding": dataclasses.asdict(requested), "video_stats": options.video_stats},
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    (
-        pipeline
-        | "Read" >> ReadSequences(source, source_url, meta, refs)
-        | "Videos" >> WriteVideos(source_url, staging_url, meta.fps or 30.0, encode, sizes,
-                                  options.video_stats, options.progress_every)
-        | "Write" >> WriteMixtrain(staging_url, output_url, meta, num_shards, sidecar_extra)
-    )
+    read = pipeline | "Read" >> ReadSequences(source, source_url, meta, refs, options.on_error)
+    videos = read["sequences"] | "Videos" >> WriteVideos(source_url, staging_url, meta.fps or 30.0, encode, sizes,
+                                                         options.video_stats, options.progress_every, options.on_error)
+    bad = read[ERRORS] + videos[ERRORS] | "BadSequences" >> beam.Flatten()
+    _ = {"sequences": videos["sequences"], ERRORS: bad} | "Write" >> WriteMixtrain(
+        staging_url, output_url, meta, num_shards, sidecar_extra, options.on_error)
     return meta, refs, num_shards
 
 
-_ERROR_LINE = re.compile(r"(?:^|\s|\.)(?:" + "|".join(errors.__all__) + r"): (.+)")
+_ERROR_LINE = re.compile(r"(?:^|\s|\.)(?:" + "|".join(n for n in errors.__all__ if n[0].isupper()) + r"): (.+)")
 
 
 def user_message(error: BaseException) -> str | None:
@@ -225,9 +231,9 @@ def run(argv: list[str]) -> int:
             raise
         print(f"error: {message}", file=sys.stderr)
         return EXIT_FAILED
-    summary = _summary(options.output, time.monotonic() - started)
+    summary, skipped = _summary(options.output, time.monotonic() - started)
     print(summary)
-    return EXIT_OK
+    return EXIT_SKIPPED if skipped else EXIT_OK
 
 
 def _discard(fs, staging: str, out_root: str) -> None:
@@ -244,10 +250,17 @@ def _summary(output_url: str, seconds: float) -> str:
     fs, root = storage.open_root(output_url)
     sidecar = mixtrain.read_sidecar(fs, root)
     total_bytes = sum(info["size"] for info in fs.find(root, detail=True).values())
-    return (
+    skipped = int(sidecar.get("num_skipped", 0))
+    line = (
         f"converted {sidecar['num_sequences']} sequences, {sidecar['num_timesteps']} timesteps, "
         f"{total_bytes / 1e6:.2f} MB in {seconds:.1f} s -> {output_url}"
     )
+    non_finite = sidecar.get("non_finite_values") or {}
+    if non_finite:
+        line += f"; kept {sum(non_finite.values())} NaN/inf value(s) (" + ", ".join(f"{k}: {v}" for k, v in non_finite.items()) + ")"
+    if skipped:
+        line += f"; skipped {skipped} bad sequence(s), listed in {storage.join(root, mixtrain.ERRORS_FILE)}"
+    return line, skipped
 
 
 def main() -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import apache_beam as beam
 
 from formats import sources, storage
+from formats.errors import ConversionError
 from formats.sequence import DatasetMeta
+from transforms.errors import ERRORS, FAIL, skip_or_raise
 
 __all__ = ["ReadSequences"]
 
@@ -13,40 +15,50 @@ __all__ = ["ReadSequences"]
 class _LoadSequenceFn(beam.DoFn):
     """Loads one sequence per ref; the filesystem is opened once per worker in setup()."""
 
-    def __init__(self, source: str, root_url: str, meta: DatasetMeta):
+    def __init__(self, source: str, root_url: str, meta: DatasetMeta, on_error: str = FAIL):
         self._source = source
         self._root_url = root_url
         self._meta = meta
+        self._on_error = on_error
 
     def setup(self):
         self._module = sources.get(self._source)
         self._fs, self._root = storage.open_root(self._root_url)
 
     def process(self, ref):
-        yield self._module.load(self._fs, self._root, ref, self._meta)
+        try:
+            yield self._module.load(self._fs, self._root, ref, self._meta)
+        except ConversionError as error:
+            yield skip_or_raise(error, self._on_error, getattr(ref, "sequence_id", None), "load")
 
 
 class _ExpandRefFn(beam.DoFn):
     """Sources whose planned units hold many sequences (RLDS shards) index them on a worker."""
 
-    def __init__(self, source: str, root_url: str, meta: DatasetMeta):
+    def __init__(self, source: str, root_url: str, meta: DatasetMeta, on_error: str = FAIL):
         self._source = source
         self._root_url = root_url
         self._meta = meta
+        self._on_error = on_error
 
     def setup(self):
         self._module = sources.get(self._source)
         self._fs, self._root = storage.open_root(self._root_url)
 
     def process(self, ref):
-        yield from self._module.expand_ref(self._fs, self._root, ref, self._meta)
+        try:
+            yield from list(self._module.expand_ref(self._fs, self._root, ref, self._meta))
+        except ConversionError as error:  # a shard that cannot be indexed: all its sequences
+            yield skip_or_raise(error, self._on_error, None, "index")
 
 
 class ReadSequences(beam.PTransform):
     """Create the refs, spread them over workers, load each sequence.
 
     Only the small refs cross the Reshuffle; sequence data is produced after it. A source with
-    `expand_ref` (RLDS: a shard -> its records) gets a second fan-out on the workers.
+    `expand_ref` (RLDS: a shard -> its records) gets a second fan-out on the workers. Returns
+    {"sequences": PCollection, "errors": [PCollections of error records]} (records only under
+    on_error=skip; under fail the first bad sequence stops the run).
 
     Args:
       source: format id (`formats.sources.SOURCES`).
@@ -55,19 +67,23 @@ class ReadSequences(beam.PTransform):
       refs: the EpisodeRefs from the source's `plan`.
     """
 
-    def __init__(self, source: str, root_url: str, meta: DatasetMeta, refs: list):
+    def __init__(self, source: str, root_url: str, meta: DatasetMeta, refs: list, on_error: str = FAIL):
         super().__init__()
         self._source = source
         self._root_url = root_url
         self._meta = meta
         self._refs = refs
+        self._on_error = on_error
 
     def expand(self, pbegin):
         refs = pbegin | "CreateRefs" >> beam.Create(self._refs, reshuffle=False) | "SpreadRefs" >> beam.Reshuffle()
+        errors = []
         if hasattr(sources.get(self._source), "expand_ref"):
-            refs = (
-                refs
-                | "ExpandRefs" >> beam.ParDo(_ExpandRefFn(self._source, self._root_url, self._meta))
-                | "SpreadExpandedRefs" >> beam.Reshuffle()
-            )
-        return refs | "LoadSequences" >> beam.ParDo(_LoadSequenceFn(self._source, self._root_url, self._meta))
+            expanded = refs | "ExpandRefs" >> beam.ParDo(
+                _ExpandRefFn(self._source, self._root_url, self._meta, self._on_error)).with_outputs(ERRORS, main="refs")
+            refs = expanded.refs | "SpreadExpandedRefs" >> beam.Reshuffle()
+            errors.append(expanded[ERRORS])
+        loaded = refs | "LoadSequences" >> beam.ParDo(
+            _LoadSequenceFn(self._source, self._root_url, self._meta, self._on_error)).with_outputs(ERRORS, main="sequences")
+        errors.append(loaded[ERRORS])
+        return {"sequences": loaded.sequences, ERRORS: errors}

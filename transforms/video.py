@@ -21,18 +21,20 @@ from formats import mixtrain, storage, video
 from formats.errors import ConversionError, FormatError, in_context
 from formats.sequence import FileRef, ImageFrames, Sequence, VideoSegment
 from formats.stats import ImageStats
+from transforms.errors import ERRORS, FAIL, skip_or_raise
 
 __all__ = ["WriteVideos"]
 
 
 class _WriteVideosFn(beam.DoFn):
     def __init__(self, source_url: str, staging_url: str, fps: float, encode: dict, sizes: dict, video_stats: bool,
-                 progress_every: int):
+                 progress_every: int, on_error: str = FAIL):
         self._source_url = source_url
         self._staging_url = staging_url
         self._fps = fps
         self._encode = encode
         self._sizes = sizes
+        self._on_error = on_error
         self._video_stats = video_stats
         self._progress_every = progress_every
         self._copied = Metrics.counter("mixtrain", "video_segments_copied")
@@ -48,14 +50,19 @@ class _WriteVideosFn(beam.DoFn):
         self._done = 0
 
     def process(self, sequence: Sequence):
-        for column, item in sorted(sequence.videos.items()):
-            if isinstance(item, (VideoSegment, ImageFrames)):
-                sequence.videos[column] = self._write(sequence, column, item)
-        for column, item in sorted(sequence.files.items()):
-            if isinstance(item, FileRef):
-                sequence.files[column] = self._copy_file(sequence, column, item, several=False)
-            elif isinstance(item, (list, tuple)):
-                sequence.files[column] = [self._copy_file(sequence, column, ref, several=True) for ref in item]
+        try:
+            for column, item in sorted(sequence.videos.items()):
+                if isinstance(item, (VideoSegment, ImageFrames)):
+                    sequence.videos[column] = self._write(sequence, column, item)
+            for column, item in sorted(sequence.files.items()):
+                if isinstance(item, FileRef):
+                    sequence.files[column] = self._copy_file(sequence, column, item, several=False)
+                elif isinstance(item, (list, tuple)):
+                    sequence.files[column] = [self._copy_file(sequence, column, ref, several=True) for ref in item]
+        except ConversionError as error:
+            self._discard_written(sequence)
+            yield skip_or_raise(error, self._on_error, sequence.sequence_id, "video")
+            return
         self._sequences.inc()
         self._done += 1
         if self._progress_every and self._done % self._progress_every == 0:
@@ -84,7 +91,7 @@ class _WriteVideosFn(beam.DoFn):
                 self._encoded.inc()
                 self._frames.inc(result.frames)
             else:
-                path = storage.resolve_inside(self._source_root, item.path, what="video file")
+                path = storage.resolve_inside(self._source_root, item.path, what="video file", fs=self._source_fs)
                 if not self._source_fs.exists(path):
                     raise video.VideoError("video file not found")
                 with contextlib.ExitStack() as stack:
@@ -124,6 +131,19 @@ class _WriteVideosFn(beam.DoFn):
         return relative
 
 
+    def _discard_written(self, sequence: Sequence) -> None:
+        """A skipped sequence leaves no files behind in the staging output."""
+        written = [value for value in sequence.videos.values() if isinstance(value, str)]
+        for value in sequence.files.values():
+            if isinstance(value, str):
+                written.append(value)
+            elif isinstance(value, list):
+                written += [v for v in value if isinstance(v, str)]
+        for relative in written:
+            target = storage.join(self._out_root, relative)
+            if self._out_fs.exists(target):
+                self._out_fs.rm(target)
+
     @staticmethod
     def _copy_whole(source, destination, item: VideoSegment) -> None:
         """A file that is exactly the episode: copied byte for byte (checked to hold its frames)."""
@@ -143,7 +163,7 @@ class _WriteVideosFn(beam.DoFn):
 
     def _copy_file(self, sequence: Sequence, column: str, ref: FileRef, several: bool) -> str:
         """Copy a non-video source file (audio, depth NPZ, annotation image) byte for byte."""
-        path = storage.resolve_inside(self._source_root, ref.path, what="file")
+        path = storage.resolve_inside(self._source_root, ref.path, what="file", fs=self._source_fs)
         relative = mixtrain.file_path(column, sequence.sequence_id, ref.path.rsplit("/", 1)[-1], several)
         target = storage.join(self._out_root, relative)
         try:
@@ -175,12 +195,16 @@ class WriteVideos(beam.PTransform):
       sizes: column -> (width, height) the metadata declares for the source frames (checked on encode).
       video_stats: summarise sampled frames per channel into `Sequence.extra_stats`.
       progress_every: print a worker progress line every N sequences (0: never).
+      on_error: FAIL stops at the first bad sequence; SKIP drops it (and its files) into the errors output.
     """
 
     def __init__(self, source_url: str, staging_url: str, fps: float, encode: dict | None = None, sizes: dict | None = None,
-                 video_stats: bool = False, progress_every: int = 100):
+                 video_stats: bool = False, progress_every: int = 100, on_error: str = FAIL):
         super().__init__()
-        self._fn = _WriteVideosFn(source_url, staging_url, fps, dict(encode or {}), dict(sizes or {}), video_stats, progress_every)
+        self._fn = _WriteVideosFn(source_url, staging_url, fps, dict(encode or {}), dict(sizes or {}), video_stats, progress_every,
+                                  on_error)
 
     def expand(self, sequences):
-        return sequences | "WriteVideoFiles" >> beam.ParDo(self._fn)
+        """Returns {"sequences": ..., "errors": [error records]} (see ReadSequences)."""
+        written = sequences | "WriteVideoFiles" >> beam.ParDo(self._fn).with_outputs(ERRORS, main="sequences")
+        return {"sequences": written.sequences, ERRORS: [written[ERRORS]]}

@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
 
 from formats import mixtrain, storage
-from formats.errors import FormatError
+from formats.errors import FormatError, error_record
 from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec, DatasetMeta, Sequence
 from formats.stats import ColumnStats
+from transforms.errors import ERRORS, FAIL, SKIP
 from transforms.stats import MergeShardStatsFn
 
 __all__ = ["WriteMixtrain", "ShardResult"]
@@ -30,6 +32,8 @@ class ShardResult:
     timesteps: int
     bytes: int
     stats: dict[str, ColumnStats]
+    errors: list = dataclasses.field(default_factory=list)
+    non_finite: dict = dataclasses.field(default_factory=dict)  # column -> NaN/inf values kept
 
 
 def _key_by_shard(sequence: Sequence, num_shards: int):
@@ -67,10 +71,27 @@ def shard_stats(sequences: list[Sequence], columns: list[ColumnSpec]) -> dict[st
     return stats
 
 
+def non_finite_counts(sequences: list[Sequence], columns: list[ColumnSpec]) -> dict[str, int]:
+    """NaN and inf values per float column: kept as they are, counted for the summary."""
+    counts = {}
+    for spec in columns:
+        if spec.kind == TRAJECTORY:
+            arrays = [s.trajectories[spec.name] for s in sequences]
+        elif spec.kind == STEPS:
+            arrays = [np.asarray(s.steps[spec.name]) for s in sequences if s.steps.get(spec.name) is not None]
+        else:
+            continue
+        total = sum(int(np.count_nonzero(~np.isfinite(a))) for a in arrays if a.dtype.kind == "f")
+        if total:
+            counts[spec.name] = total
+    return counts
+
+
 class _WriteShardFn(beam.DoFn):
-    def __init__(self, staging_url: str, columns: list[ColumnSpec]):
+    def __init__(self, staging_url: str, columns: list[ColumnSpec], on_error: str = FAIL):
         self._staging_url = staging_url
         self._columns = columns
+        self._on_error = on_error
 
     def setup(self):
         self._fs, self._root = storage.open_root(self._staging_url)
@@ -78,9 +99,14 @@ class _WriteShardFn(beam.DoFn):
     def process(self, element):
         index, sequences = element
         ordered = sorted(sequences, key=lambda s: s.sequence_id)
-        for previous, current in zip(ordered, ordered[1:]):
-            if previous.sequence_id == current.sequence_id:
-                raise FormatError(f"{current.sequence_id}: duplicate sequence id (two source episodes map to it)")
+        errors = []
+        duplicates = {current.sequence_id for previous, current in zip(ordered, ordered[1:]) if previous.sequence_id == current.sequence_id}
+        for sequence_id in sorted(duplicates):
+            error = FormatError(f"{sequence_id}: duplicate sequence id (two source episodes map to it)")
+            if self._on_error != SKIP:
+                raise error
+            errors.append(error_record(error, sequence=sequence_id, stage="write"))
+        ordered = [s for s in ordered if s.sequence_id not in duplicates]  # skipped: every copy, none chosen at random
         table = mixtrain.sequences_to_table(ordered, self._columns)
         path = storage.join(self._root, mixtrain.shard_path(index))
         self._fs.makedirs(storage.join(self._root, mixtrain.DATA_DIR), exist_ok=True)
@@ -92,7 +118,17 @@ class _WriteShardFn(beam.DoFn):
             timesteps=sum(s.length for s in ordered),
             bytes=self._fs.size(path),
             stats=shard_stats(ordered, self._columns),
+            errors=errors,
+            non_finite=non_finite_counts(ordered, self._columns),
         )
+
+
+def _sum_counts(counts) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for count in counts:
+        for name, value in count.items():
+            total[name] = total.get(name, 0) + value
+    return dict(sorted(total.items()))
 
 
 def _shard_partial(result: ShardResult):
@@ -107,7 +143,7 @@ class _PublishFn(beam.DoFn):
         self._num_shards = num_shards
         self._sidecar_extra = sidecar_extra
 
-    def process(self, _unused, shards: list[ShardResult], stats: dict):
+    def process(self, _unused, shards: list[ShardResult], stats: dict, errors: list[dict]):
         fs, staging = storage.open_root(self._staging_url)
         _, output = storage.open_root(self._output_url)
         schema = mixtrain.arrow_schema(self._meta.columns)
@@ -118,11 +154,18 @@ class _PublishFn(beam.DoFn):
                 with fs.open(storage.join(staging, mixtrain.shard_path(index)), "wb") as handle:
                     mixtrain.write_shard(schema.empty_table(), handle)
         fs.pipe_file(storage.join(staging, mixtrain.STATS_FILE), mixtrain.dumps(stats).encode())
+        records = sorted(errors + [record for shard in shards for record in shard.errors],
+                         key=lambda r: (r.get("sequence_id") or "", r.get("source_file") or "", r["error"]))
+        if records:
+            lines = "".join(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n" for record in records)
+            fs.pipe_file(storage.join(staging, mixtrain.ERRORS_FILE), lines.encode())
         sidecar = mixtrain.sidecar(
             self._meta,
             num_sequences=sum(shard.rows for shard in shards),
             num_timesteps=sum(shard.timesteps for shard in shards),
             num_shards=self._num_shards,
+            num_skipped=len(records),
+            non_finite=_sum_counts(shard.non_finite for shard in shards),
             **self._sidecar_extra,
         )
         mixtrain.publish(fs, staging, output, sidecar)
@@ -138,22 +181,30 @@ class WriteMixtrain(beam.PTransform):
       meta: the DatasetMeta from plan (schema and source metadata).
       num_shards: N; row r goes to shard md5(sequence_id) mod N.
       sidecar_extra: converter_version, options and created_at for mixtrain.json.
+      on_error: FAIL or SKIP (duplicate ids are then skipped, every copy, and reported).
+
+    The input is {"sequences": PCollection, "errors": PCollection of error records}; the error
+    records end in DST/_errors.jsonl.
     """
 
-    def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict):
+    def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
+                 on_error: str = FAIL):
         super().__init__()
         self._staging_url = staging_url
         self._output_url = output_url
         self._meta = meta
         self._num_shards = num_shards
         self._sidecar_extra = sidecar_extra
+        self._on_error = on_error
 
-    def expand(self, sequences):
+    def expand(self, inputs):
+        sequences = inputs["sequences"]
+        errors = inputs.get(ERRORS) or sequences.pipeline | "NoErrors" >> beam.Create([])
         shards = (
             sequences
             | "KeyByShard" >> beam.Map(_key_by_shard, self._num_shards)
             | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShards" >> beam.ParDo(_WriteShardFn(self._staging_url, self._meta.columns))
+            | "WriteShards" >> beam.ParDo(_WriteShardFn(self._staging_url, self._meta.columns, self._on_error))
         )
         stats = shards | "ShardStats" >> beam.Map(_shard_partial) | "MergeStats" >> beam.CombineGlobally(MergeShardStatsFn())
         results = shards | "CollectShards" >> beam.combiners.ToList()
@@ -164,5 +215,6 @@ class WriteMixtrain(beam.PTransform):
                 _PublishFn(self._staging_url, self._output_url, self._meta, self._num_shards, self._sidecar_extra),
                 beam.pvalue.AsSingleton(results),
                 beam.pvalue.AsSingleton(stats),
+                beam.pvalue.AsList(errors),
             )
         )

@@ -16,7 +16,7 @@ def test_read_sequences_one_per_ref(multi_file_dataset):
     fs, root = storage.open_root(str(path))
     meta, refs = lerobot_v3.plan(fs, root)
     with TestPipeline(runner="FnApiRunner") as pipeline:
-        loaded = pipeline | ReadSequences("lerobot_v3", storage.url_for(fs, root), meta, refs)
+        loaded = (pipeline | ReadSequences("lerobot_v3", storage.url_for(fs, root), meta, refs))["sequences"]
         summary = loaded | beam.Map(lambda s: (s.sequence_id, s.length, float(s.trajectories["action"].sum())))
         expected = [(f"episode_{i:06d}", len(a), float(a.sum())) for i, a in enumerate(truth["action"])]
         assert_that(summary, equal_to(expected))

@@ -1,0 +1,25 @@
+"""`--on_error`: fail at the first bad sequence, or skip it into an errors output.
+
+Every transform that handles a sequence catches the project's ConversionError (bad input, never
+a programming error) and either re-raises (FAIL) or emits a record tagged ERRORS (SKIP); the
+writer collects the records into DST/_errors.jsonl.
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+
+from formats.errors import ConversionError, error_record
+
+__all__ = ["ERRORS", "FAIL", "SKIP", "MODES", "skip_or_raise"]
+
+ERRORS = "errors"
+FAIL, SKIP = "fail", "skip"
+MODES = (FAIL, SKIP)
+
+
+def skip_or_raise(error: ConversionError, on_error: str, sequence: str | None, stage: str):
+    """Under SKIP, the tagged error record replacing the bad element; under FAIL, re-raise."""
+    if on_error != SKIP:
+        raise error
+    return beam.pvalue.TaggedOutput(ERRORS, error_record(error, sequence=sequence, stage=stage))
