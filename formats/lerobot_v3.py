@@ -60,6 +60,8 @@ BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index
 # Episodes-table columns that only locate data, or hold per-episode stats we recompute.
 _LOCATOR_COLUMNS = {"episode_index", "tasks", "length", "dataset_from_index", "dataset_to_index"}
 _LOCATOR_PREFIXES = ("data/", "videos/", "meta/", "stats/")
+# A larger declared length is a corrupt index, refused before anything is sized from it.
+MAX_EPISODE_FRAMES = 10**9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -158,6 +160,9 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             "total_episodes": info.get("total_episodes"),
             "total_frames": info.get("total_frames"),
             "tasks": task_texts,
+            # Types of the converted columns in the first data file: later files must agree.
+            "data_types": {spec.meta["source"]: str(data_schema.field(spec.meta["source"]).type) for spec in columns
+                           if spec.kind in ("trajectory", "steps") and spec.meta.get("source") in data_schema.names},
         },
     )
     return meta, refs
@@ -384,6 +389,8 @@ def _episode_ref(row: dict, features, data_template, video_template, splits, ext
     length = int(row["length"])
     if length <= 0:
         raise FormatError(f"{info_path}: {sequence_id}: length {length} (an episode needs at least one frame)")
+    if length > MAX_EPISODE_FRAMES:
+        raise FormatError(f"{info_path}: {sequence_id}: length {length} is not plausible (more than {MAX_EPISODE_FRAMES:.0e} frames)")
     if int(row["dataset_to_index"]) - int(row["dataset_from_index"]) != length:
         raise FormatError(
             f"{sequence_id}: dataset_from_index..dataset_to_index = {row['dataset_from_index']}..{row['dataset_to_index']} "
@@ -426,8 +433,9 @@ def _episode_ref(row: dict, features, data_template, video_template, splits, ext
 
 
 @functools.lru_cache(maxsize=8)
-def _parquet_metadata(fs, path: str) -> pq.FileMetaData:
-    """Footers are read once per worker and file: many episodes share one data file."""
+def _parquet_metadata(fs, path: str, plan_id: str = "") -> pq.FileMetaData:
+    """Footers are read once per worker, file and plan: many episodes share one data file, and a
+    dataset rewritten in place gets a new plan (so never an earlier plan's footer)."""
     with fs.open(path, "rb") as handle:
         return pq.ParquetFile(handle).metadata
 
@@ -435,8 +443,13 @@ def _parquet_metadata(fs, path: str) -> pq.FileMetaData:
 def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.Table:
     if not fs.exists(path):
         raise FormatError(f"data file not found (episode {ref.episode_index})")
-    metadata = _parquet_metadata(fs, path)
+    metadata = _parquet_metadata(fs, path, meta.plan_id)
     schema = metadata.schema.to_arrow_schema()
+    expected = meta.source.get("data_types") or {}
+    drifted = [f"{key} is {schema.field(key).type} here, {kind} in the first data file" for key, kind in expected.items()
+               if schema.get_field_index(key) >= 0 and str(schema.field(key).type) != kind]
+    if drifted:
+        raise FormatError(f"schema drift between data files: {'; '.join(drifted)}")
     wanted = [spec.meta["source"] for spec in meta.columns
               if (spec.kind in ("trajectory", "steps") or spec.meta.get("encoded_from") == FROM_IMAGES)
               and spec.meta.get("source") not in (None, "task_index")]

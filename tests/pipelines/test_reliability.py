@@ -1,0 +1,170 @@
+"""Reliability: --on_error=skip, the bad-input catalogue end to end, NaN/inf, determinism, file handles."""
+
+import json
+import os
+import pathlib
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from formats.l5kit_writer import SyntheticL5Kit
+from formats.l5kit_writer import write_dataset as write_l5kit
+from formats.lerobot_v3_writer import SyntheticLeRobot
+from formats.lerobot_v3_writer import write_dataset as write_lerobot
+from formats.ortf_writer import SyntheticORTF
+from formats.ortf_writer import write_dataset as write_ortf
+from formats.rlds_writer import SyntheticRLDS
+from formats.rlds_writer import write_dataset as write_rlds
+from pipelines import convert, validate
+
+
+def _convert(src, dst, *extra):
+    return convert.run([f"--input={src}", f"--output={dst}", "--progress_every=0", *extra])
+
+
+def _errors(dst):
+    path = dst / "_errors.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _last_error_line(capsys):
+    return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+MULTI = SyntheticLeRobot(lengths=(8, 6, 9, 7, 5), codec="h264", gop=None, episodes_per_video_file=2, episodes_per_data_file=3)
+
+
+def test_skip_publishes_the_good_sequences_and_lists_the_bad(tmp_path, capsys):
+    src = tmp_path / "ds"
+    write_lerobot(str(src), MULTI)
+    (src / "videos/observation.images.wrist/chunk-000/file-001.mp4").unlink()  # episodes 2 and 3
+    dst = tmp_path / "out"
+    assert _convert(src, dst) == convert.EXIT_FAILED  # fail: nothing published
+    assert not dst.exists()
+    assert _convert(src, dst, "--on_error=skip") == convert.EXIT_SKIPPED
+    out = capsys.readouterr().out
+    assert "converted 3 sequences" in out and "skipped 2 bad sequence(s), listed in" in out
+    records = _errors(dst)
+    assert [r["sequence_id"] for r in records] == ["episode_000002", "episode_000003"]
+    assert all(r["stage"] == "video" and r["source_file"].endswith("videos/observation.images.wrist/chunk-000/file-001.mp4")
+               for r in records)
+    assert records[0]["error"].endswith("video file not found")
+    assert validate.validate(str(dst)) == []
+    rows = pq.read_table(dst / "data").column("sequence_id").to_pylist()
+    assert sorted(rows) == ["episode_000000", "episode_000001", "episode_000004"]
+    assert not (dst / "files/video_front/episode_000002.mp4").exists()  # no files left from a skipped sequence
+    sidecar = json.loads((dst / "mixtrain.json").read_text())
+    assert sidecar["num_skipped"] == 2 and sidecar["errors"] == "_errors.jsonl"
+
+
+def test_skip_rlds_corrupt_record_and_unreadable_shard(tmp_path):
+    src = tmp_path / "rlds" / "1.0.0"
+    write_rlds(str(src), SyntheticRLDS(splits={"train": (4, 5, 6), "val": (3, 4)}, shards={"train": 1, "val": 1}))
+    train = src / "synthetic_rlds-train.tfrecord-00000-of-00001"
+    data = bytearray(train.read_bytes())
+    data[100] ^= 0xFF  # inside record 0
+    train.write_bytes(bytes(data))
+    val = src / "synthetic_rlds-val.tfrecord-00000-of-00001"
+    val.write_bytes(val.read_bytes()[:-9])  # the last record is cut: the shard cannot be indexed
+    dst = tmp_path / "out"
+    assert _convert(src, dst, "--fps=10", "--on_error=skip") == convert.EXIT_SKIPPED
+    records = _errors(dst)
+    assert [(r["sequence_id"], r["stage"]) for r in records] == [(None, "index"), ("train_00000_000000", "load")]
+    assert "val shard 0: record 1: truncated" in records[0]["error"]
+    assert "data checksum mismatch" in records[1]["error"] and records[1]["source_file"].endswith("train.tfrecord-00000-of-00001")
+    assert pq.read_table(dst / "data").num_rows == 2 and validate.validate(str(dst)) == []
+
+
+def test_nan_and_inf_are_kept_counted_and_reported(tmp_path, capsys):
+    src = tmp_path / "ds"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(5, 4), cameras=()))
+    data = src / "data/chunk-000/file-000.parquet"
+    table = pq.read_table(data)
+    state = table.column("observation.state").combine_chunks()
+    values = state.flatten().to_numpy().copy()
+    values[[3, 10, 11]] = [np.nan, np.inf, -np.inf]
+    column = pa.FixedSizeListArray.from_arrays(pa.array(values), 6)
+    pq.write_table(table.set_column(table.schema.get_field_index("observation.state"), "observation.state", column), data)
+    dst = tmp_path / "out"
+    assert _convert(src, dst) == convert.EXIT_OK
+    assert "kept 3 NaN/inf value(s) (obs_state: 3)" in capsys.readouterr().out
+    assert json.loads((dst / "mixtrain.json").read_text())["non_finite_values"] == {"obs_state": 3}
+    got = np.array(pq.read_table(dst / "data").sort_by("sequence_id").column("obs_state")[0].as_py())
+    assert np.isnan(got[0, 3]) and got[1, 4] == np.inf and got[1, 5] == -np.inf
+
+
+def test_symlink_out_of_the_root_is_refused(tmp_path, capsys):
+    src = tmp_path / "ortf"
+    write_ortf(str(src), SyntheticORTF(lengths=(4, 3), audio=False, annotations=False, slow_camera=None))
+    outside = tmp_path / "secret.mp4"
+    target = src / "videos/cam_wrist/chunk-000/episode_000001.mp4"
+    shutil.move(target, outside)
+    os.symlink(outside, target)
+    assert _convert(src, tmp_path / "out") == convert.EXIT_FAILED
+    line = _last_error_line(capsys)
+    assert line.startswith("error: ") and f"video file 'videos/cam_wrist/chunk-000/episode_000001.mp4' is a symlink to {outside}" in line
+    assert line.endswith("outside the dataset root")
+
+
+def test_truncated_parquet_schema_drift_and_absurd_lengths(tmp_path, capsys):
+    src = tmp_path / "ds"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(5, 4, 6), cameras=(), episodes_per_data_file=2))
+    second = src / "data/chunk-000/file-001.parquet"
+    table = pq.read_table(second)
+    drifted = table.set_column(table.schema.get_field_index("action"), "action",
+                               pa.FixedSizeListArray.from_arrays(table.column("action").combine_chunks().flatten().cast(pa.float64()), 6))
+    pq.write_table(drifted, second)
+    assert _convert(src, tmp_path / "a") == convert.EXIT_FAILED
+    assert _last_error_line(capsys).endswith(
+        "episode_000002: schema drift between data files: action is fixed_size_list<element: double>[6] here, "
+        "fixed_size_list<element: float>[6] in the first data file")
+    second.write_bytes(second.read_bytes()[: second.stat().st_size // 2])  # truncated: no footer
+    assert _convert(src, tmp_path / "b") == convert.EXIT_FAILED
+    assert "file-001.parquet: episode_000002: cannot read data:" in _last_error_line(capsys)
+    episodes = src / "meta/episodes/chunk-000/file-000.parquet"
+    rows = pq.read_table(episodes).to_pylist()
+    rows[0].update(length=10**12, dataset_to_index=10**12)
+    pq.write_table(pa.Table.from_pylist(rows), episodes)
+    assert _convert(src, tmp_path / "c") == convert.EXIT_FAILED
+    assert _last_error_line(capsys).endswith("episode_000000: length 1000000000000 is not plausible (more than 1e+09 frames)")
+
+
+SOURCES = {
+    "lerobot_v3": (lambda p: write_lerobot(str(p), MULTI), []),
+    "lerobot_v3_reencode": (lambda p: write_lerobot(str(p), MULTI), ["--video=reencode", "--video_stats"]),
+    "rlds": (lambda p: write_rlds(str(p), SyntheticRLDS(splits={"train": (4, 5)}, shards={"train": 2})), ["--fps=10"]),
+    "l5kit": (lambda p: write_l5kit(str(p), SyntheticL5Kit()), []),
+    "ortf": (lambda p: write_ortf(str(p), SyntheticORTF(lengths=(5, 4, 6))), []),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SOURCES))
+def test_same_input_and_options_give_identical_outputs(tmp_path, name):
+    write, extra = SOURCES[name]
+    src = tmp_path / "src"
+    write(src)
+    outputs = [tmp_path / "one", tmp_path / "two"]
+    for dst in outputs:
+        assert _convert(src, dst, "--num_shards=2", "--direct_num_workers=2", *extra) == convert.EXIT_OK
+    first, second = ({p.relative_to(d): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()} for d in outputs)
+    assert first.keys() == second.keys()
+    sidecars = [json.loads(files.pop(pathlib.Path("mixtrain.json"))) for files in (first, second)]
+    for sidecar in sidecars:
+        sidecar.pop("created_at")
+    assert sidecars[0] == sidecars[1]
+    different = [str(path) for path in first if first[path] != second[path]]
+    assert different == []  # shards, stats.json and every video, byte for byte
+
+
+def test_no_file_handles_leak_per_episode(tmp_path):
+    src = tmp_path / "ds"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=[6] * 60, codec="h264", gop=None, episodes_per_video_file=10,
+                                              episodes_per_data_file=10))
+    before = len(os.listdir("/proc/self/fd"))
+    assert _convert(src, tmp_path / "out") == convert.EXIT_OK
+    assert _convert(src, tmp_path / "out2", "--video=reencode") == convert.EXIT_OK
+    after = len(os.listdir("/proc/self/fd"))
+    assert after - before < 10, f"{after - before} file descriptors left open after converting 120 episodes"
