@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 from typing import Any
 
 import numpy as np
@@ -34,6 +36,7 @@ __all__ = [
     "read_sidecar",
     "publish",
     "discard_staging",
+    "published_root",
     "STAGING_DIR",
 ]
 
@@ -196,11 +199,26 @@ def read_sidecar(fs, root: str) -> dict:
         return json.load(handle)
 
 
-def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
-    """Move a staged dataset into place and write mixtrain.json last.
+# Local disks: each published run lives in _versions/<run>/; `current` is a symlink to one of
+# them, and data, files, stats.json, _errors.jsonl and mixtrain.json at the top are symlinks
+# through `current`. Publishing is one atomic rename of `current`.
+VERSIONS_DIR = "_versions"
+CURRENT = "current"
+PUBLISHED = (DATA_DIR, FILES_DIR, STATS_FILE, ERRORS_FILE, SIDECAR)
 
-    An existing mixtrain.json is removed first, so a dataset being replaced never looks finished.
+
+def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
+    """Make the staged dataset the published one, mixtrain.json last.
+
+    On a local disk the switch is atomic: a reader sees the previous dataset or this one, never
+    a mix, and a run killed at any point leaves the previous dataset as it was. On object stores
+    (no rename, no symlinks) the staged objects are copied into place server-side after
+    mixtrain.json is removed, so a dataset being replaced never looks finished; a run killed in
+    that window leaves no mixtrain.json, and the next run completes.
     """
+    if _is_local(fs):
+        _publish_version(fs, staging, output, sidecar_value)
+        return
     sidecar_path = f"{output}/{SIDECAR}"
     if fs.exists(sidecar_path):
         fs.rm(sidecar_path)
@@ -214,12 +232,79 @@ def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
     discard_staging(fs, staging, output)
 
 
+def _is_local(fs) -> bool:
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return bool({"file", "local"} & set(protocols))
+
+
+def _publish_version(fs, staging: str, output: str, sidecar_value: dict) -> None:
+    run = staging.rstrip("/").rsplit("/", 1)[-1]
+    os.makedirs(f"{staging}/{FILES_DIR}", exist_ok=True)
+    if not os.path.exists(f"{staging}/{ERRORS_FILE}"):  # every published name exists: no dangling links
+        open(f"{staging}/{ERRORS_FILE}", "wb").close()
+    _write_atomically(f"{staging}/{SIDECAR}", dumps(sidecar_value).encode())
+    versions = f"{output}/{VERSIONS_DIR}"
+    os.makedirs(versions, exist_ok=True)
+    os.replace(staging, f"{versions}/{run}")  # same file system: a rename
+    _adopt_legacy_layout(output)
+    for name in PUBLISHED:  # the top-level view, created once, always through `current`
+        link = f"{output}/{name}"
+        if not os.path.lexists(link):
+            os.symlink(f"{CURRENT}/{name}", link)
+    swap = f"{output}/.{CURRENT}-{run}"
+    os.symlink(f"{VERSIONS_DIR}/{run}", swap)
+    os.replace(swap, f"{output}/{CURRENT}")  # the publication: one atomic rename
+    _collect_garbage(output, keep=run)
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def _adopt_legacy_layout(output: str) -> None:
+    """A dataset published before versions existed (real data/, files/ at the top) is moved into
+    _versions/legacy/ once, so the symlinked view can take its place."""
+    legacy = [name for name in (*PUBLISHED, CURRENT) if os.path.lexists(f"{output}/{name}") and not os.path.islink(f"{output}/{name}")]
+    if not legacy:
+        return
+    target = f"{output}/{VERSIONS_DIR}/legacy"
+    os.makedirs(target, exist_ok=True)
+    for name in legacy:  # (a copied dataset has `current` as a real folder too)
+        os.replace(f"{output}/{name}", f"{target}/{name}")
+
+
+def _collect_garbage(output: str, keep: str) -> None:
+    """Drop versions other than the published one and stale staging left by killed runs (one
+    writer per output is assumed; readers holding files open keep them until they close)."""
+    for folder in (f"{output}/{VERSIONS_DIR}", f"{output}/{STAGING_DIR}"):
+        if not os.path.isdir(folder):
+            continue
+        for name in os.listdir(folder):
+            if name != keep:
+                shutil.rmtree(f"{folder}/{name}", ignore_errors=True)
+    if os.path.isdir(f"{output}/{STAGING_DIR}") and not os.listdir(f"{output}/{STAGING_DIR}"):
+        os.rmdir(f"{output}/{STAGING_DIR}")
+    for name in os.listdir(output):
+        if name.startswith(f".{CURRENT}-"):
+            os.remove(f"{output}/{name}")
+
+
+def published_root(fs, output: str) -> str:
+    """The folder holding the published files themselves (the current version on a local disk)."""
+    current = f"{output}/{CURRENT}"
+    return os.path.realpath(current) if _is_local(fs) and os.path.islink(current) else output
+
+
 def _move(fs, source: str, target: str) -> None:
     """A rename on a local disk; on object stores (no rename there) a server-side copy of every
     object, then the delete. gcsfs' own `mv` was measured at 33 s per call against the GCS
     emulator (it probes a folder-rename API first); copy + rm take milliseconds."""
-    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-    if {"file", "local"} & set(protocols):
+    if _is_local(fs):
         fs.mv(source, target, recursive=True)
         return
     fs.copy(source, target, recursive=True)

@@ -121,10 +121,11 @@ def prepare_output(output_url: str, overwrite: bool) -> None:
     if not fs.isdir(root):
         raise errors.ConversionError(f"{root}: output exists and is not a directory")
     names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(root, detail=False)}
-    names.discard(mixtrain.STAGING_DIR)
+    names -= {mixtrain.STAGING_DIR, mixtrain.VERSIONS_DIR, mixtrain.CURRENT}
+    names = {name for name in names if not name.startswith(f".{mixtrain.CURRENT}-")}
     if not names:
         return
-    if mixtrain.SIDECAR in names or names <= {mixtrain.DATA_DIR, mixtrain.FILES_DIR, mixtrain.STATS_FILE}:
+    if mixtrain.SIDECAR in names or names <= set(mixtrain.PUBLISHED):
         if overwrite:
             return
         raise errors.ConversionError(f"{root}: output already holds a Mixtrain dataset; pass --overwrite to replace it")
@@ -249,7 +250,7 @@ def _discard(fs, staging: str, out_root: str) -> None:
 def _summary(output_url: str, seconds: float) -> str:
     fs, root = storage.open_root(output_url)
     sidecar = mixtrain.read_sidecar(fs, root)
-    total_bytes = sum(info["size"] for info in fs.find(root, detail=True).values())
+    total_bytes = sum(info["size"] for info in fs.find(mixtrain.published_root(fs, root), detail=True).values())
     skipped = int(sidecar.get("num_skipped", 0))
     line = (
         f"converted {sidecar['num_sequences']} sequences, {sidecar['num_timesteps']} timesteps, "

@@ -149,7 +149,8 @@ def test_same_input_and_options_give_identical_outputs(tmp_path, name):
     outputs = [tmp_path / "one", tmp_path / "two"]
     for dst in outputs:
         assert _convert(src, dst, "--num_shards=2", "--direct_num_workers=2", *extra) == convert.EXIT_OK
-    first, second = ({p.relative_to(d): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()} for d in outputs)
+    views = [pathlib.Path(os.path.realpath(d / "current")) for d in outputs]  # the published version of each run
+    first, second = ({p.relative_to(d): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()} for d in views)
     assert first.keys() == second.keys()
     sidecars = [json.loads(files.pop(pathlib.Path("mixtrain.json"))) for files in (first, second)]
     for sidecar in sidecars:
@@ -168,3 +169,48 @@ def test_no_file_handles_leak_per_episode(tmp_path):
     assert _convert(src, tmp_path / "out2", "--video=reencode") == convert.EXIT_OK
     after = len(os.listdir("/proc/self/fd"))
     assert after - before < 10, f"{after - before} file descriptors left open after converting 120 episodes"
+
+
+def _state(dst):
+    """The published dataset as a reader sees it: mixtrain.json's shard count and every shard's bytes."""
+    assert validate.validate(str(dst)) == [], "the output must always be a complete, valid dataset"
+    sidecar = json.loads((dst / "mixtrain.json").read_text())
+    return sidecar["num_shards"], tuple((dst / shard).read_bytes() for shard in sidecar["shards"])
+
+
+def test_sigkill_at_any_point_leaves_the_previous_dataset_and_the_next_run_completes(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    src = tmp_path / "ds"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=[12] * 24, codec="h264", gop=None, episodes_per_video_file=6))
+    dst = tmp_path / "out"
+    base = [sys.executable, "-m", "pipelines.convert", f"--input={src}", f"--output={dst}", "--progress_every=0"]
+    root = pathlib.Path(__file__).resolve().parents[2]
+    assert subprocess.run([*base, "--num_shards=2"], cwd=root, capture_output=True, timeout=300).returncode == 0
+    previous = _state(dst)
+    replacement = [*base, "--num_shards=3", "--video=reencode", "--overwrite"]
+    outcomes = []
+    for moment in ("early", "middle", "publishing"):
+        process = subprocess.Popen(replacement, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        started = time.monotonic()
+        while process.poll() is None and time.monotonic() - started < 120:
+            if moment == "early" and time.monotonic() - started > 1.0:
+                break
+            if moment == "middle" and any((dst / "_staging").glob("*/files/*/*")):  # videos being written
+                break
+            if moment == "publishing" and any((dst / "_staging").glob("*/data/*.parquet")):  # shards done: publish next
+                break
+            time.sleep(0.005)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        state = _state(dst)
+        outcomes.append(state[0])
+        assert state == previous or state[0] == 3  # either the old dataset, whole, or the new one, whole
+    assert outcomes[0] == 2  # killed long before publishing: the previous dataset, byte for byte
+    finished = subprocess.run(replacement, cwd=root, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 0, finished.stderr[-2000:]
+    assert _state(dst)[0] == 3
+    assert not (dst / "_staging").exists() and len(list((dst / "_versions").iterdir())) == 1  # leftovers collected
