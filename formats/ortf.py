@@ -25,7 +25,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import posixpath
 from typing import Any
 
 import fsspec
@@ -34,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from formats import storage
+from formats import storage, video
 from formats.errors import ColumnNameError, ConversionError, FormatError, in_context
 from formats.sequence import (
     FILE,
@@ -80,13 +79,14 @@ class Camera:
 class EpisodeRef:
     position: int  # row of meta/episodes.parquet
     episode_id: str
+    episode_key: Any  # episode_id as stored (string or integer), what steps.parquet is matched on
     sequence_id: str
     length: int
     steps_file: str
     start_step: int
     end_step: int
     chunk_base: int  # smallest start_step of the chunk's episodes (global numbering)
-    cameras: tuple[Camera, ...]
+    cameras: tuple[Camera | None, ...]  # None: this episode has no file for that camera
     audio: str | None
     annotations: str | None  # annotations/episode_XXXXXX when the dataset has annotations
     scalars: tuple[tuple[str, Any], ...]
@@ -157,6 +157,27 @@ def _chunk_file(fs, root: str, chunk: int, cache: dict) -> str:
     return cache[chunk]
 
 
+def _steps_schema(fs, root: str, chunks: list[int], chunk_files: dict, plan_id: str) -> pa.Schema:
+    """The steps schema, the same in every chunk file (one footer each): drift is an error here,
+    not a column silently missing from some episodes."""
+    schema = None
+    first = None
+    for chunk in chunks:
+        relative = _chunk_file(fs, root, chunk, chunk_files)
+        found = _footer(fs, storage.join(root, relative), plan_id).schema.to_arrow_schema()
+        if schema is None:
+            schema, first = found, relative
+            continue
+        missing = [n for n in schema.names if n not in found.names]
+        extra = [n for n in found.names if n not in schema.names]
+        changed = [f"{n} is {found.field(n).type} here, {schema.field(n).type} in {first}" for n in schema.names
+                   if n in found.names and found.field(n).type != schema.field(n).type]
+        if missing or extra or changed:
+            details = "; ".join(filter(None, [missing and f"columns {missing} missing", extra and f"extra columns {extra}", *changed]))
+            raise FormatError(f"{storage.join(root, relative)}: steps schema differs from {first}: {details}")
+    return schema
+
+
 def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) -> tuple[DatasetMeta, list[EpisodeRef]]:
     manifest = _manifest(fs, root)
     manifest_path = storage.join(root, MANIFEST)
@@ -178,9 +199,13 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     chunk_files: dict[int, str] = {}
     first_file = _chunk_file(fs, root, int(rows[0]["chunk_id"]), chunk_files)
     plan_id = DatasetMeta.__dataclass_fields__["plan_id"].default_factory()
-    schema = _footer(fs, storage.join(root, first_file), plan_id).schema.to_arrow_schema()
+    schema = _steps_schema(fs, root, sorted({int(row["chunk_id"]) for row in rows}), chunk_files, plan_id)
 
     columns = base_columns() + [ColumnSpec("episode_id", SCALAR, pa.string(), {"source": "episodes.episode_id"})]
+    reference = manifest.get("timestamp_reference")
+    if reference not in (None, "episode_start") and "timestamp" in schema.names:
+        columns.append(ColumnSpec.steps("timestamp_s", pa.float64(), source="timestamp", units="s", reference=reference, stats=False,
+                                        description="the source's own clock (timestamp starts at 0 per episode)"))
     if "task_id" in episodes.column_names:
         columns += [ColumnSpec("task", SCALAR, pa.string(), {"source": "tasks.jsonl instruction"}),
                     ColumnSpec("task_type", SCALAR, pa.string(), {"source": "tasks.jsonl type"}),
@@ -188,19 +213,26 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     extra = [name for name in episodes.column_names if name not in _EPISODE_LOCATORS and name != "episode_id"]
     for name in extra:
         columns.append(ColumnSpec(column_name(name), SCALAR, episodes.schema.field(name).type, {"source": f"episodes.{name}"}))
-    columns += _step_columns(schema, manifest, manifest_path, storage.join(root, first_file))
-    cameras = _camera_columns(episodes, images, sensors, fps, manifest_path)
+    columns += _step_columns(schema, manifest, manifest_path, storage.join(root, first_file),
+                             _first_widths(fs, storage.join(root, first_file), schema, plan_id))
+    cameras = _camera_columns(episodes, images, sensors, fps, manifest_path, schema)
+    cameras = {key: (_probe_camera(fs, root, spec, rows, key, chunk_files), sensor) for key, (spec, sensor) in cameras.items()}
     columns += [spec for spec, _ in cameras.values()]
     with_audio = "audio_file" in episodes.column_names and pc.any(pc.is_valid(episodes.column("audio_file"))).as_py()
     if with_audio:
         audio = next((s for s in sensors.values() if s.get("type") == "audio"), {})
         columns.append(ColumnSpec("audio", FILE, pa.string(), {"type": "audio", "source": "episodes.audio_file",
                                                                **{k: audio[k] for k in ("sample_rate", "channels", "codec") if k in audio}}))
-    with_annotations = fs.exists(storage.join(root, "annotations"))
+    annotation_folders = ({p.rstrip("/").rsplit("/", 1)[-1] for p in fs.ls(storage.join(root, "annotations"), detail=False)}
+                          if fs.exists(storage.join(root, "annotations")) else set())
+    with_annotations = bool(annotation_folders)
     if with_annotations:
         columns += [ColumnSpec("scene_objects", SCALAR, pa.string(), {"type": "json", "source": "annotations/episode_*/scene_objects.json"}),
                     ColumnSpec("annotation_files", FILE, pa.list_(pa.string()), {"type": "image", "source": "annotations/episode_*/"})]
     check_unique_columns(columns)
+    if with_annotations and not any(_annotation_folder(annotation_folders, row, i) for i, row in enumerate(rows)):
+        raise FormatError(f"{storage.join(root, 'annotations')}: no folder matches an episode (expected episode_XXXXXX "
+                          "by episode number, or episode_<episode_id>)")
 
     chunk_base: dict[int, int] = {}
     for row in rows:
@@ -209,6 +241,8 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     for position, row in enumerate(rows):
         episode_id = str(row["episode_id"])
         sequence_id = safe_sequence_id(episode_id)
+        if row["episode_id"] is None:
+            raise FormatError(f"{episodes_path}: row {position} has no episode_id")
         if sequence_id in seen:
             raise ColumnNameError(f"{episodes_path}: episode ids {seen[sequence_id]!r} and {episode_id!r} both become "
                                   f"sequence id {sequence_id!r}")
@@ -231,11 +265,11 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
         episode_cameras = tuple(_episode_camera(row, key, spec, camera, chunk_files, position, sequence_id, episodes_path)
                                 for key, (spec, camera) in cameras.items())
         refs.append(EpisodeRef(
-            position=position, episode_id=episode_id, sequence_id=sequence_id, length=length,
+            position=position, episode_id=episode_id, episode_key=row["episode_id"], sequence_id=sequence_id, length=length,
             steps_file=_chunk_file(fs, root, int(row["chunk_id"]), chunk_files),
             start_step=int(row["start_step"]), end_step=int(row["end_step"]), chunk_base=chunk_base[int(row["chunk_id"])],
             cameras=episode_cameras, audio=row.get("audio_file") if with_audio else None,
-            annotations=f"annotations/episode_{position:06d}" if with_annotations else None,
+            annotations=_annotation_folder(annotation_folders, row, position),
             scalars=tuple(scalars.items()),
         ))
     meta = DatasetMeta(
@@ -244,7 +278,9 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
         fps=fps,
         columns=columns,
         source={"format": FORMAT, "uri": storage.url_for(fs, root), "manifest": manifest, "tasks": list(tasks.values()),
-                "stats": _json(fs, storage.join(root, "meta/stats.json"), required=False)},
+                "stats": _json(fs, storage.join(root, "meta/stats.json"), required=False),
+                # Dataset-level files rows do not reference (URDF, meshes): copied to files/_dataset/.
+                "assets": sorted(p[len(root) + 1:] for p in fs.find(storage.join(root, "robot"))) if fs.exists(storage.join(root, "robot")) else []},
         plan_id=plan_id,
     )
     return meta, refs
@@ -260,12 +296,23 @@ def _step_rate(manifest: dict, path: str) -> float:
     return float(rate)
 
 
+def _first_widths(fs, path: str, schema: pa.Schema, plan_id: str) -> dict[str, int]:
+    """Lengths of the first step's variable-length list columns (only read when there are some)."""
+    names = [n for n in schema.names if pa.types.is_list(schema.field(n).type) or pa.types.is_large_list(schema.field(n).type)]
+    if not names:
+        return {}
+    with fs.open(path, "rb") as handle:
+        first = pq.ParquetFile(handle, metadata=_footer(fs, path, plan_id)).read_row_group(0, columns=names).slice(0, 1)
+    return {n: len(first.column(n)[0]) for n in names if first.num_rows and first.column(n)[0].is_valid}
+
+
 def _width(field_type: pa.DataType) -> int | None:
     return field_type.list_size if pa.types.is_fixed_size_list(field_type) else None
 
 
-def _step_columns(schema: pa.Schema, manifest: dict, manifest_path: str, steps_path: str) -> list[ColumnSpec]:
+def _step_columns(schema: pa.Schema, manifest: dict, manifest_path: str, steps_path: str, first_widths: dict) -> list[ColumnSpec]:
     columns = []
+    declared_width: dict[str, int] = {}
     state_space = manifest["observation_space"].get("state") or {}
     joints = sorted((j for j in manifest["robot"].get("joints") or [] if isinstance(j, dict)), key=lambda j: j.get("index", 0))
     for component in state_space:
@@ -290,6 +337,8 @@ def _step_columns(schema: pa.Schema, manifest: dict, manifest_path: str, steps_p
         if name.startswith("observation.state."):
             component = name[len("observation.state."):]
             declared = state_space.get(component) or {}
+            if declared.get("dim") is not None:
+                declared_width[name] = int(declared["dim"])
             meta.update({k: v for k, v in declared.items() if k != "dim"})
             if declared.get("dim") is not None and width is not None and int(declared["dim"]) != width:
                 raise FormatError(f"{steps_path}: {name} holds {width} values, observation_space.state.{component}.dim says {declared['dim']}")
@@ -299,6 +348,8 @@ def _step_columns(schema: pa.Schema, manifest: dict, manifest_path: str, steps_p
                 meta["names"] = [j.get("name") for j in joints]
         elif name == "action":
             dims = sorted((d for d in manifest["action_space"].get("dimensions") or [] if isinstance(d, dict)), key=lambda d: d.get("index", 0))
+            if dims:
+                declared_width[name] = len(dims)
             if dims and width is not None and width != len(dims):
                 raise FormatError(f"{steps_path}: action holds {width} values, action_space.dimensions defines {len(dims)}")
             if dims:
@@ -306,7 +357,11 @@ def _step_columns(schema: pa.Schema, manifest: dict, manifest_path: str, steps_p
                             ranges=[d.get("range", d.get("values")) for d in dims], kinds=[d.get("type") for d in dims])
             meta["action_space"] = {k: v for k, v in manifest["action_space"].items() if k != "dimensions"}
         if width is None and (pa.types.is_list(field_type) or pa.types.is_large_list(field_type)):
-            raise FormatError(f"{steps_path}: step column {name!r} is a variable-length list; fixed-size vectors are expected")
+            # list<float> as pandas/pyarrow writers store float32[N]: the width comes from the
+            # manifest, or else from the data (every step is checked against it at load).
+            width = declared_width.get(name) or first_widths.get(name)
+            if not width:
+                raise FormatError(f"{steps_path}: step column {name!r} is a variable-length list with no width to check it against")
         if width is None:
             columns.append(ColumnSpec.steps(column_name(name), value_type, **meta))
         else:
@@ -314,42 +369,87 @@ def _step_columns(schema: pa.Schema, manifest: dict, manifest_path: str, steps_p
     return columns
 
 
-def _camera_columns(episodes: pa.Table, images: dict, sensors: dict, fps: float, manifest_path: str) -> dict:
-    """camera key -> (ColumnSpec, sensor); the union of observation_space.images and video_files."""
+def _camera_columns(episodes: pa.Table, images: dict, sensors: dict, fps: float, manifest_path: str, schema: pa.Schema) -> dict:
+    """camera key -> (ColumnSpec, sensor): every camera the manifest, video_files or a
+    frame_index column names (the spec's own example leaves depth out of observation_space)."""
     keys = list(images)
     if "video_files" in episodes.column_names:
         struct = episodes.schema.field("video_files").type
         keys += [struct.field(i).name for i in range(struct.num_fields) if struct.field(i).name not in keys]
-    first = episodes.slice(0, 1).to_pylist()[0]
+    keys += [n[len("observation.images."):-len(".frame_index")] for n in schema.names
+             if n.startswith("observation.images.") and n.endswith(".frame_index") and n[len("observation.images."):-len(".frame_index")] not in keys]
+    files = episodes.column("video_files").to_pylist() if "video_files" in episodes.column_names else [None] * episodes.num_rows
     cameras = {}
     for key in keys:
         sensor = sensors.get(images.get(key, key)) or {}
         if key in images and not sensor:
             raise FormatError(f"{manifest_path}: observation_space.images.{key} names sensor {images[key]!r}, which is not in sensors")
-        path = ((first.get("video_files") or {}).get(key)) or ""
+        paths = [(entry or {}).get(key) for entry in files]
+        path = next((p for p in paths if p), "")
         depth = sensor.get("type") == "depth_camera"
         resolution = sensor.get("resolution") or {}
         meta = {"source": f"observation.images.{key}", "sensor": sensor.get("name"), "fps": fps,
                 "source_fps": sensor.get("fps"), "resolution": resolution or None, "is_depth_map": depth}
         if sensor.get("fps") and float(sensor["fps"]) != fps:
             meta["retimed"] = True  # frames repeated or dropped to one per step (frame_index)
+        if any(p is None for p in paths) and any(paths):
+            meta["optional"] = True  # some episodes have no file for this camera: null there
         meta.update({k: sensor[k] for k in ("mount", "mount_link", "intrinsics", "extrinsics", "depth_units", "depth_range", "bit_depth")
                      if k in sensor})
         if path.endswith(".npz"):
             spec = ColumnSpec(column_name(key), FILE, pa.string(), {"type": "depth" if depth else "npz", "format": "npz", **meta})
         else:
             codec = _CODECS.get(str(sensor.get("encoding", "")).lower())
-            pix_fmt = "gray16le" if depth and int(sensor.get("bit_depth") or 16) > 8 else None
-            spec = ColumnSpec(column_name(key, camera=True), VIDEO, pa.string(), {**meta, "codec": codec, "pix_fmt": pix_fmt})
+            spec = ColumnSpec(column_name(key, camera=True), VIDEO, pa.string(), {**meta, "codec": codec, "pix_fmt": None})
         cameras[key] = (spec, sensor)
     return cameras
 
 
+def _probe_camera(fs, root: str, spec: ColumnSpec, rows: list[dict], key: str, chunk_files: dict) -> ColumnSpec:
+    """The first episode's file says what the camera really is: codec, pixel format (a 12-bit
+    depth stays 12-bit), size. The sensor's declarations are kept where the file is silent."""
+    if spec.kind != VIDEO:
+        return spec
+    for position, row in enumerate(rows):
+        path = (row.get("video_files") or {}).get(key) or _default_video(row, key, position, chunk_files)
+        full = storage.join(root, path)
+        if fs.exists(full):
+            with fs.open(full, "rb") as handle:
+                info = video.stream_info(handle)
+            meta = {**spec.meta, "codec": info.codec, "pix_fmt": info.pix_fmt,
+                    "resolution": {"width": info.width, "height": info.height}}
+            return dataclasses.replace(spec, meta=meta)
+    return spec
+
+
+def _annotation_folder(folders: set, row: dict, position: int) -> str | None:
+    """annotations/episode_XXXXXX by the episode's number, or named by its id; None if absent."""
+    for name in (f"episode_{_episode_number(row, position):06d}", f"episode_{row['episode_id']}", str(row["episode_id"])):
+        if name in folders:
+            return f"annotations/{name}"
+    return None
+
+
+def _default_video(row: dict, key: str, position: int, chunk_files: dict) -> str:
+    """Where the spec puts a camera's file when video_files does not say: the chunk folder as the
+    data uses it (3 or 6 digits), the episode's number (its id when numeric, else its row)."""
+    chunk = int(row["chunk_id"])
+    width = 6 if "chunk-" + f"{chunk:06d}" in chunk_files.get(chunk, "") else 3
+    return f"videos/{key}/chunk-{chunk:0{width}d}/episode_{_episode_number(row, position):06d}.mp4"
+
+
+def _episode_number(row: dict, position: int) -> int:
+    episode_id = str(row["episode_id"])
+    return int(episode_id) if episode_id.isdigit() else position
+
+
 def _episode_camera(row: dict, key: str, spec: ColumnSpec, sensor: dict, chunk_files: dict, position: int,
-                    sequence_id: str, episodes_path: str) -> Camera:
+                    sequence_id: str, episodes_path: str) -> Camera | None:
     path = (row.get("video_files") or {}).get(key)
+    if not path and "video_files" in row and spec.meta.get("optional"):
+        return None  # video_files has no entry for this camera in this episode
     if not path:
-        path = f"videos/{key}/chunk-{int(row['chunk_id']):03d}/episode_{position:06d}.mp4"
+        path = _default_video(row, key, position, chunk_files)
     npz = spec.kind == FILE
     if path.endswith(".npz") != npz:
         raise FormatError(f"{episodes_path}: {sequence_id}: camera {key!r} is {path!r}, other episodes store it as "
@@ -376,7 +476,7 @@ def _episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.Table
     groups, offsets, offset = [], [], 0
     for group in range(metadata.num_row_groups):
         stats = metadata.row_group(group).column(position).statistics
-        if stats is None or not stats.has_min_max or stats.min <= ref.episode_id <= stats.max:
+        if stats is None or not stats.has_min_max or not _comparable(stats.min, ref.episode_key) or stats.min <= ref.episode_key <= stats.max:
             groups.append(group)
             offsets.append(offset)
         offset += metadata.row_group(group).num_rows
@@ -385,19 +485,31 @@ def _episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.Table
         parts = []
         for group, group_offset in zip(groups, offsets):
             part = parquet.read_row_group(group)
-            mask = pc.equal(part.column("episode_id"), ref.episode_id)
+            column = part.column("episode_id")
+            key = ref.episode_key if _comparable(ref.episode_key, column.type) else ref.episode_id
+            mask = pc.equal(column if key is ref.episode_key else column.cast(pa.string()), key)
             rows = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
             if len(rows):
-                parts.append((group_offset + int(rows[0]), part.filter(mask)))
+                parts.append((group_offset + rows, part.filter(mask)))
     if not parts:
         raise FormatError(f"episode {ref.episode_id!r} has no steps in this file (its chunk_id points here)")
     table = pa.concat_tables([part for _, part in parts])
     if table.num_rows != ref.length:
         raise FormatError(f"episodes.parquet says {ref.length} steps, the steps file holds {table.num_rows} for this episode")
-    first_row = parts[0][0]
-    if ref.start_step not in (first_row, ref.chunk_base + first_row):
+    positions = np.concatenate([rows for rows, _ in parts])
+    first_row = int(positions[0])
+    contiguous = int(positions[-1]) - first_row + 1 == len(positions)
+    # Accepted readings of start_step: global step index, row of the chunk file, or 0 (per episode).
+    if contiguous and ref.start_step not in (first_row, ref.chunk_base + first_row, 0):
         raise FormatError(f"start_step {ref.start_step} does not match the episode's rows (row {first_row} of the file)")
     return table
+
+
+def _comparable(value, other) -> bool:
+    """Whether an episode_id and a Parquet value/type can be compared (int ids vs string ids)."""
+    if isinstance(other, pa.DataType):
+        return isinstance(value, int) == pa.types.is_integer(other)
+    return isinstance(value, (int, np.integer)) == isinstance(other, (int, np.integer))
 
 
 def _to_sequence(fs, root: str, table: pa.Table, ref: EpisodeRef, meta: DatasetMeta) -> Sequence:
@@ -413,11 +525,14 @@ def _to_sequence(fs, root: str, table: pa.Table, ref: EpisodeRef, meta: DatasetM
         raw = table.column("timestamp").to_numpy().astype(np.float64)
         timestamp = raw - raw[0]
     else:
-        timestamp = np.arange(length, dtype=np.float64) / meta.fps
+        raw = timestamp = np.arange(length, dtype=np.float64) / meta.fps
     sequence = Sequence(ref.sequence_id, length, timestamp)
     sequence.scalars.update(dict(ref.scalars))
     for spec in meta.columns:
         source = spec.meta.get("source")
+        if spec.name == "timestamp_s":
+            sequence.steps[spec.name] = raw
+            continue
         if spec.kind == "trajectory":
             column = table.column(source).combine_chunks()
             values = column.flatten().to_numpy(zero_copy_only=False)
@@ -430,7 +545,9 @@ def _to_sequence(fs, root: str, table: pa.Table, ref: EpisodeRef, meta: DatasetM
                 column = column.cast(spec.arrow_type.value_type)
             sequence.steps[spec.name] = column
     for camera in ref.cameras:
-        sequence_item = _camera(table, camera, length, meta.fps)
+        if camera is None:
+            continue
+        sequence_item = _camera(table, camera, length, meta.fps, timestamp)
         if camera.npz:
             sequence.files[camera.column] = sequence_item
         else:
@@ -442,11 +559,14 @@ def _to_sequence(fs, root: str, table: pa.Table, ref: EpisodeRef, meta: DatasetM
     return sequence
 
 
-def _camera(table: pa.Table, camera: Camera, length: int, fps: float):
+def _camera(table: pa.Table, camera: Camera, length: int, fps: float, timestamp: np.ndarray):
     if camera.npz:
         return FileRef(camera.path)
     key = f"observation.images.{camera.key}.frame_index"
     if key not in table.column_names:
+        if camera.fps and camera.fps != fps:  # no frame_index: the frame presented at each step's time
+            indices = np.floor(timestamp * camera.fps + 0.25).astype(np.int64)  # a quarter frame of clock jitter
+            return VideoSegment(camera.path, length, frame_indices=tuple(int(i) for i in indices))
         return VideoSegment(camera.path, length)
     indices = table.column(key).to_numpy()
     if (indices < 0).any():
@@ -461,7 +581,7 @@ def _camera(table: pa.Table, camera: Camera, length: int, fps: float):
 
 def _annotations(fs, root: str, ref: EpisodeRef, sequence: Sequence) -> None:
     folder = storage.resolve_inside(root, ref.annotations, what="annotations folder", fs=fs)
-    names = sorted(posixpath.basename(p) for p in fs.ls(folder, detail=False)) if fs.exists(folder) else []
+    names = sorted(p[len(folder) + 1:] for p in fs.find(folder)) if fs.exists(folder) else []  # files, subfolders included
     sequence.scalars["scene_objects"] = None
     if "scene_objects.json" in names:
         text = fs.cat_file(storage.join(folder, "scene_objects.json")).decode("utf-8")
@@ -471,4 +591,4 @@ def _annotations(fs, root: str, ref: EpisodeRef, sequence: Sequence) -> None:
             raise FormatError(f"{folder}/scene_objects.json: malformed JSON: {error}") from error
         sequence.scalars["scene_objects"] = text
     others = [name for name in names if name != "scene_objects.json"]
-    sequence.files["annotation_files"] = [FileRef(f"{ref.annotations}/{name}") for name in others] if others else None
+    sequence.files["annotation_files"] = [FileRef(f"{ref.annotations}/{name}", name=name) for name in others] if others else None

@@ -45,7 +45,8 @@ class SyntheticORTF:
     audio: bool = True
     annotations: bool = True
     failed_episodes: Seq[int] = (2,)
-    sequential_ids: bool = False  # episode_id "000003" instead of a UUID-like string
+    sequential_ids: bool = False
+    urdf: bool = True  # robot/panda.urdf and robot/meshes/  # episode_id "000003" instead of a UUID-like string
     width: int = 64
     height: int = 48
     seed: int = 0
@@ -55,7 +56,7 @@ def _manifest(spec: SyntheticORTF) -> dict:
     joints = [{"name": f"panda_joint{i + 1}", "type": "revolute", "index": i, "limits": [-2.9, 2.9]} for i in range(7)]
     sensors = [{"name": f"{camera}_rgb", "type": "camera", "mount": "egocentric" if "wrist" in camera else "exocentric",
                 "resolution": {"width": spec.width, "height": spec.height},
-                "fps": spec.fps // 2 if camera == spec.slow_camera else spec.fps, "encoding": "h264",
+                "fps": spec.fps / 2 if camera == spec.slow_camera else spec.fps, "encoding": "h264",
                 "intrinsics": {"fx": 60.0, "fy": 60.0, "cx": spec.width / 2, "cy": spec.height / 2},
                 "extrinsics": {"parent_frame": "world", "translation": [0.5, 0.0, 1.2], "rotation": [1.0, 0.0, 0.0, 0.0]}}
                for camera in spec.cameras]
@@ -162,7 +163,7 @@ def write_dataset(url: str, spec: SyntheticORTF | None = None) -> dict:
             columns[f"observation.images.{camera}.frame_index"] = pa.array(indices.astype(np.int64))
             relative = f"videos/{camera}/chunk-{chunk:03d}/episode_{number:06d}.mp4"
             buffer = io.BytesIO()
-            encode_frames(stored, buffer, fps=spec.fps // 2 if camera == spec.slow_camera else spec.fps,
+            encode_frames(stored, buffer, fps=spec.fps / 2 if camera == spec.slow_camera else spec.fps,
                           options=EncodeOptions("h264", crf=18, gop=10))
             put(relative, buffer.getvalue())
             video_files[camera] = relative
@@ -225,7 +226,12 @@ def write_dataset(url: str, spec: SyntheticORTF | None = None) -> dict:
              {"task_id": 1, "type": "drawer_open_v0", "instruction": "Öffne die Schublade", "description": "open a drawer"}]
     put("meta/tasks.jsonl", "\n".join(json.dumps(task, ensure_ascii=False) for task in tasks).encode() + b"\n")
     put("meta/stats.json", json.dumps({"action": {"mean": [0.0] * 7, "std": [1.0] * 7}}).encode())
-    put("meta/manifest.json", json.dumps(_manifest(spec), indent=2).encode())
+    manifest = _manifest(spec)
+    if spec.urdf:
+        manifest["robot"]["urdf_path"] = "robot/panda.urdf"
+        put("robot/panda.urdf", b'<robot name="panda"><link name="panda_link0"/></robot>\n')
+        put("robot/meshes/link0.stl", b"solid link0\nendsolid link0\n")
+    put("meta/manifest.json", json.dumps(manifest, indent=2).encode())
     truth["tasks"] = tasks
     truth["episode_rows"] = episode_rows
     return truth

@@ -110,6 +110,7 @@ class FileRef:
     """A source file copied as is into files/<column>/: `path` relative to the source root."""
 
     path: str
+    name: str | None = None  # its name under files/<column>/<id>/ when a row has several (default: the basename)
 
 
 @dataclasses.dataclass

@@ -44,6 +44,7 @@ __all__ = [
     "EncodeResult",
     "ImageDecoder",
     "probe",
+    "stream_info",
     "copy_segment",
     "reencode_segment",
     "retime",
@@ -229,6 +230,15 @@ def probe(source: BinaryIO | str) -> VideoInfo:
         return _info_of(stream, frames)
     except av.error.FFmpegError as error:
         raise VideoError(f"cannot read video: {error}") from error
+    finally:
+        container.close()
+
+
+def stream_info(source: BinaryIO | str) -> VideoInfo:
+    """Codec, size, pixel format and fps from the stream header alone (frames: -1, not counted)."""
+    container = _open_input(source)
+    try:
+        return _info_of(_video_stream(container), -1)
     finally:
         container.close()
 

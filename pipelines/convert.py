@@ -161,6 +161,19 @@ def plan_videos(meta: DatasetMeta, mode: str, requested: video.EncodeOptions) ->
     return encode, sizes
 
 
+def copy_assets(fs, root: str, out_fs, staging: str, meta: DatasetMeta) -> None:
+    """Dataset-level files no row references (ORTF robot/ URDF and meshes), copied by the launcher
+    into the staged files/_dataset/ so they are published with the rows; listed in mixtrain.json."""
+    assets = meta.source.get("assets") or []
+    for relative in assets:
+        source = storage.resolve_inside(root, relative, what="asset", fs=fs)
+        target = storage.join(staging, mixtrain.FILES_DIR, "_dataset", relative)
+        out_fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+        out_fs.pipe_file(target, fs.cat_file(source))
+    if assets:
+        meta.source["assets"] = [f"{mixtrain.FILES_DIR}/_dataset/{relative}" for relative in assets]
+
+
 def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str):
     """Plan on the launcher and add the conversion to `pipeline`. Returns (meta, refs, num_shards)."""
     fs, root = storage.open_root(options.input)
@@ -181,6 +194,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
                     "video_encoding": dataclasses.asdict(requested), "video_stats": options.video_stats},
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
+    copy_assets(fs, root, out_fs, storage.join(out_root, mixtrain.STAGING_DIR, run_id), meta)
     read = pipeline | "Read" >> ReadSequences(source, source_url, meta, refs, options.on_error)
     videos = read["sequences"] | "Videos" >> WriteVideos(source_url, staging_url, meta.fps or 30.0, encode, sizes,
                                                          options.video_stats, options.progress_every, options.on_error)

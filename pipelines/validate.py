@@ -147,7 +147,8 @@ def _check_files(fs, root: str, path: str, table: pa.Table, column_types: dict) 
         for sequence_id, relative, length in zip(table.column("sequence_id").to_pylist(),
                                                  table.column(name).to_pylist(), table.column("length").to_pylist()):
             if relative is None:
-                findings.append(f"{path}: {sequence_id}: {name} has no file (null path)")
+                if not entry.get("optional"):  # a camera some episodes lack says so in column_types
+                    findings.append(f"{path}: {sequence_id}: {name} has no file (null path)")
                 continue
             file_path = relative if "://" in relative else storage.join(root, relative)
             if not fs.exists(file_path):

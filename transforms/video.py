@@ -104,7 +104,7 @@ class _WriteVideosFn(beam.DoFn):
                             for index, frame in enumerate(video.iter_frames(written, fps=self._fps)):
                                 on_frame(index, frame)
                     elif options is None and item.start is None and item.end is None:
-                        self._copy_whole(source, destination, item)
+                        self._copy_whole(source, destination, item, self._fps)
                         self._copied.inc()
                         if on_frame is not None:
                             written = destination if local_target else destination.getvalue()
@@ -145,7 +145,7 @@ class _WriteVideosFn(beam.DoFn):
                 self._out_fs.rm(target)
 
     @staticmethod
-    def _copy_whole(source, destination, item: VideoSegment) -> None:
+    def _copy_whole(source, destination, item: VideoSegment, fps: float) -> None:
         """A file that is exactly the episode: copied byte for byte (checked to hold its frames)."""
         if isinstance(source, str):
             with open(source, "rb") as handle:
@@ -153,6 +153,9 @@ class _WriteVideosFn(beam.DoFn):
         else:
             data = source.read()
         frames = video.probe(io.BytesIO(data)).frames
+        if frames > item.frames:  # the episode is the file's first frames: cut them
+            video.copy_segment(io.BytesIO(data), destination, start=0.0, end=item.frames / fps, frames=item.frames, fps=fps)
+            return
         if frames != item.frames:
             raise video.VideoError(f"video holds {frames} frames, the episode has {item.frames} steps")
         if isinstance(destination, str):
@@ -164,7 +167,7 @@ class _WriteVideosFn(beam.DoFn):
     def _copy_file(self, sequence: Sequence, column: str, ref: FileRef, several: bool) -> str:
         """Copy a non-video source file (audio, depth NPZ, annotation image) byte for byte."""
         path = storage.resolve_inside(self._source_root, ref.path, what="file", fs=self._source_fs)
-        relative = mixtrain.file_path(column, sequence.sequence_id, ref.path.rsplit("/", 1)[-1], several)
+        relative = mixtrain.file_path(column, sequence.sequence_id, ref.name or ref.path.rsplit("/", 1)[-1], several)
         target = storage.join(self._out_root, relative)
         try:
             data = self._source_fs.cat_file(path)

@@ -51,7 +51,8 @@ def test_every_episode_one_sequence_with_exact_step_values(exact):
             assert segment == VideoSegment(row["video_files"][camera], episode["length"])  # whole file, byte copy
         assert sequence.files["audio"] == FileRef(row["audio_file"])
         assert json.loads(sequence.scalars["scene_objects"]) == episode["scene_objects"]
-        assert sequence.files["annotation_files"] == [FileRef(f"annotations/episode_{refs[sequences.index(sequence)].position:06d}/first_frame.jpg")]
+        folder = f"annotations/episode_{refs[sequences.index(sequence)].position:06d}"
+        assert sequence.files["annotation_files"] == [FileRef(f"{folder}/first_frame.jpg", name="first_frame.jpg")]
     failed = [s for s in sequences if s.scalars["success"] is False]
     assert len(failed) == 1 and failed[0].scalars["failure_reason"] == "gripper slipped, object dropped"
     assert any("✓" in s.scalars["operator_notes"] for s in sequences)
@@ -188,3 +189,79 @@ def test_missing_files_and_bad_tasks(exact, tmp_path):
     (path / "meta/manifest.json").unlink()
     with pytest.raises(FormatError, match=r"meta/manifest.json: not found \(required by ORTF v0.2\)"):
         ortf.plan(fs, root)
+
+
+def _rewrite_steps(path, change):
+    for steps in sorted(path.glob("data/chunk-*/steps.parquet")):
+        pq.write_table(change(pq.read_table(steps)), steps)
+
+
+def test_spec_legal_variants_from_other_writers(exact, tmp_path):
+    """Variants the spec allows that our writer does not produce."""
+    path = _copy(exact, tmp_path)
+
+    def as_lists(table):  # pandas-style list<float> vectors, int64 episode ids
+        for name in [n for n in table.column_names if pa.types.is_fixed_size_list(table.schema.field(n).type)]:
+            flat = table.column(name).combine_chunks()
+            table = table.set_column(table.schema.get_field_index(name), name,
+                                     pa.ListArray.from_arrays(pa.array(np.arange(len(flat) + 1) * flat.type.list_size, pa.int32()), flat.flatten()))
+        ids = pa.array([int(v.split("-")[1].split("/")[0]) for v in table.column("episode_id").to_pylist()], pa.int64())
+        return table.set_column(table.schema.get_field_index("episode_id"), "episode_id", ids)
+
+    _rewrite_steps(path, as_lists)
+    table = pq.read_table(path / "meta/episodes.parquet")
+    ids = pa.array(list(range(table.num_rows)), pa.int64())
+    pq.write_table(table.set_column(table.schema.get_field_index("episode_id"), "episode_id", ids).drop_columns(["video_files"]),
+                   path / "meta/episodes.parquet")
+    _edit_manifest(path, lambda m: m["observation_space"]["images"].pop("depth"))  # as in the spec's example manifest
+    meta, refs, sequences = _all(path)
+    assert [s.sequence_id for s in sequences] == ["0", "1", "2", "3", "4"]  # integer ids, as stored
+    assert meta.column("action").arrow_type == pa.list_(pa.list_(pa.float32(), 7))
+    assert sequences[2].trajectories["obs_joint_positions"].tobytes() == exact[1]["episodes"][2]["state"]["joint_positions"].tobytes()
+    # depth is still found (frame_index column + default path), with the file's real pixel format
+    assert sequences[3].videos["video_depth"].path == "videos/depth/chunk-001/episode_000003.mp4"
+    assert meta.column("video_depth").meta["pix_fmt"] == "gray16le" and meta.column("video_depth").meta["codec"] == "ffv1"
+
+
+def test_annotations_follow_the_episode_not_the_row(exact, tmp_path):
+    path = _copy(exact, tmp_path)
+    table = pq.read_table(path / "meta/episodes.parquet")
+    ids = pa.array([f"{i:06d}" for i in range(table.num_rows)])
+    pq.write_table(table.set_column(table.schema.get_field_index("episode_id"), "episode_id", ids).slice(1),  # episode 0 removed
+                   path / "meta/episodes.parquet")
+    _rewrite_steps(path, lambda t: t.set_column(t.schema.get_field_index("episode_id"), "episode_id",
+                                                pa.array([f"{int(v.split('-')[1].split('/')[0]):06d}" for v in t.column("episode_id").to_pylist()])))
+    (path / "annotations/episode_000002/sub").mkdir()
+    (path / "annotations/episode_000002/sub/extra.jpg").write_bytes(b"\xff\xd8jpeg")
+    meta, refs, sequences = _all(path)
+    second = sequences[1]  # episode "000002", row 1
+    assert second.sequence_id == "000002" and json.loads(second.scalars["scene_objects"]) == exact[1]["episodes"][2]["scene_objects"]
+    assert [f.name for f in second.files["annotation_files"]] == ["first_frame.jpg", "sub/extra.jpg"]
+
+
+def test_steps_schema_drift_between_chunks_is_refused(exact, tmp_path):
+    path = _copy(exact, tmp_path)
+    steps = path / "data/chunk-001/steps.parquet"
+    pq.write_table(pq.read_table(steps).drop_columns(["observation.state.ee_position"]), steps)
+    fs, root = storage.open_root(str(path))
+    with pytest.raises(FormatError, match=r"chunk-001/steps.parquet: steps schema differs from data/chunk-000/steps.parquet: "
+                                          r"columns \['observation.state.ee_position'\] missing"):
+        ortf.plan(fs, root)
+
+
+def test_a_camera_missing_from_some_episodes_is_null_there(exact, tmp_path):
+    path = _copy(exact, tmp_path)
+    rows = pq.read_table(path / "meta/episodes.parquet").to_pylist()
+    rows[1]["video_files"]["cam_overhead"] = None
+    pq.write_table(pa.Table.from_pylist(rows), path / "meta/episodes.parquet")
+    meta, refs, sequences = _all(path)
+    assert "video_cam_overhead" not in sequences[1].videos and "video_cam_overhead" in sequences[0].videos
+    assert meta.column("video_cam_overhead").meta["optional"] is True
+
+
+def test_slower_camera_without_frame_index_is_aligned_by_time(tmp_path):
+    path = tmp_path / "ds"
+    write_dataset(str(path), SyntheticORTF(lengths=(6,), audio=False, annotations=False, depth_format=None))
+    _rewrite_steps(path, lambda t: t.drop_columns(["observation.images.cam_overhead.frame_index"]))
+    meta, refs, sequences = _all(path)
+    assert sequences[0].videos["video_cam_overhead"].frame_indices == (0, 0, 1, 1, 2, 2)

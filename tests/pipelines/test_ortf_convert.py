@@ -40,6 +40,8 @@ def test_copy_mode_identical_videos_files_and_manifest(tmp_path):
         assert out["operator_notes"] == row["operator_notes"] and out["failure_reason"] == row["failure_reason"]
     sidecar = json.loads((dst / "mixtrain.json").read_text())
     assert sidecar["source"]["manifest"]["robot"]["name"] == "Franka Panda"
+    assert sidecar["source"]["assets"] == ["files/_dataset/robot/meshes/link0.stl", "files/_dataset/robot/panda.urdf"]
+    assert (dst / "files/_dataset/robot/panda.urdf").read_bytes() == (src / "robot/panda.urdf").read_bytes()
     assert sidecar["column_types"]["audio"]["type"] == "audio" and sidecar["column_types"]["audio"]["file_reference"]
     assert sidecar["column_types"]["scene_objects"]["type"] == "json"
     assert sidecar["column_types"]["action"]["names"][-1] == "gripper"
@@ -72,3 +74,18 @@ def test_frame_index_beyond_the_video_is_a_clear_error(tmp_path, capsys):
     error = capsys.readouterr().err.strip().splitlines()[-1]
     assert error.startswith("error: ") and "cam_overhead/chunk-000/episode_000000.mp4: ep-0000_kitchen_0 (video_cam_overhead)" in error
     assert error.endswith("frame_index 40 is beyond the video's 4 frames")
+
+
+def test_absolute_clock_is_kept_when_timestamps_are_not_episode_relative(tmp_path):
+    src = tmp_path / "ortf"
+    truth = write_dataset(str(src), SyntheticORTF(lengths=(5, 4), audio=False, annotations=False))
+    manifest = json.loads((src / "meta/manifest.json").read_text())
+    manifest["timestamp_reference"] = "unix_epoch"
+    (src / "meta/manifest.json").write_text(json.dumps(manifest))
+    dst = tmp_path / "out"
+    assert _convert(src, dst) == 0
+    rows = _rows(dst).to_pylist()
+    by_id = {row["episode_id"]: row for row in rows}
+    episode = truth["episodes"][1]
+    assert by_id[episode["episode_id"]]["timestamp_s"] == episode["timestamp"].tolist()
+    assert by_id[episode["episode_id"]]["timestamp"][0] == 0.0
