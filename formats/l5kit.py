@@ -29,7 +29,6 @@ import pyarrow as pa
 from formats import storage
 from formats.errors import ConversionError, FormatError, in_context
 from formats.sequence import SCALAR, ColumnSpec, DatasetMeta, Sequence, base_columns, check_unique_columns, column_name
-from formats.stats import ColumnStats, sketch_level_for
 from formats.zarr_v2 import ZarrArray
 
 __all__ = ["FORMAT", "SceneRef", "detect", "plan", "load", "FRAME_RATE_HZ"]
@@ -178,7 +177,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
         ColumnSpec.trajectory("ego_yaw", np.float64, 1, source="frames.ego_rotation", units="rad",
                               description="derived: atan2(R[1,0], R[0,0]); l5kit's rotation33_as_yaw agrees within 1e-7 rad"),
         _struct_column("agents", arrays["agents"].dtype, {
-            "type": "agents", "source": "agents", "labels": labels,
+            "type": "agents", "source": "agents", "labels": labels, "stats_fields": list(AGENT_STATS_FIELDS),
             "units": {"centroid": "m", "extent": "m", "yaw": "rad", "velocity": "m/s"},
             "coordinate_frame": "world",
         }),
@@ -317,11 +316,7 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: SceneRef, meta: DatasetM
         sequence.trajectories["ego_rotation"] = rotation
         sequence.trajectories["ego_yaw"] = np.arctan2(rotation[:, 3], rotation[:, 0])[:, None]
         path = arrays["agents"].path
-        sequence.steps["agents"], agents = _per_frame(arrays["agents"], frames["agent_index_interval"], "agent", ref.frame_start)
-        for field in AGENT_STATS_FIELDS:
-            if len(agents):
-                values = np.asarray(agents[field], dtype=np.float64).reshape(len(agents), -1)
-                sequence.extra_stats[f"agents.{field}"] = ColumnStats.of(values, sketch_level=sketch_level_for(len(values)))
+        sequence.steps["agents"], _ = _per_frame(arrays["agents"], frames["agent_index_interval"], "agent", ref.frame_start)
         if with_faces:
             path = arrays["traffic_light_faces"].path
             sequence.steps["traffic_light_faces"], _ = _per_frame(

@@ -18,7 +18,7 @@ import pyarrow as pa
 from formats import mixtrain, storage
 from formats.errors import FormatError, error_record
 from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec, DatasetMeta, Sequence
-from formats.stats import ColumnStats
+from formats.stats import ColumnStats, sketch_level_for
 from transforms.errors import ERRORS, FAIL, SKIP
 from transforms.stats import MergeShardStatsFn
 
@@ -65,6 +65,16 @@ def shard_stats(sequences: list[Sequence], columns: list[ColumnSpec]) -> dict[st
         else:
             values = np.concatenate([np.asarray(s.steps[spec.name]) for s in sequences])
         stats[spec.name] = ColumnStats.of(values)
+    for spec in columns:  # per-step records (L5Kit agents): statistics of the named fields, over all records
+        for field in spec.meta.get("stats_fields") or ():
+            records = [s.steps[spec.name].flatten() for s in sequences if s.steps.get(spec.name) is not None]
+            if not records or not sum(len(r) for r in records):
+                continue
+            values = pa.concat_arrays([r.field(field) for r in records])
+            if pa.types.is_fixed_size_list(values.type):
+                values = values.flatten()
+            data = values.to_numpy(zero_copy_only=False).astype(np.float64).reshape(sum(len(r) for r in records), -1)
+            stats[f"{spec.name}.{field}"] = ColumnStats.of(data, sketch_level=sketch_level_for(len(data)))
     for key in sorted({key for s in sequences for key in s.extra_stats}):
         partials = [s.extra_stats[key] for s in sequences if key in s.extra_stats]
         stats[key] = functools.reduce(ColumnStats.merge, partials)
