@@ -324,3 +324,11 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: SceneRef, meta: DatasetM
         return sequence
     except ConversionError as error:
         raise in_context(error, file=path, sequence=ref.sequence_id) from error
+
+
+def incremental_units(refs: list[SceneRef]) -> tuple[list, list[str]]:
+    """--incremental: scenes share every chunk file, so any change in the group reconverts all
+    (an unchanged dataset is reused whole)."""
+    from formats.fingerprint import Unit
+
+    return [(Unit(ref.sequence_id, ()), ref) for ref in refs], [""]

@@ -588,3 +588,12 @@ def _local_task_indices(table: pa.Table, ref: EpisodeRef, task_texts: dict[int, 
             raise FormatError(f"episode {ref.episode_index}: frame {frame} has task_index {global_index} outside the episode's tasks")
         local[k] = positions[text]
     return local[inverse]
+
+
+def incremental_units(refs: list[EpisodeRef]) -> tuple[list, list[str]]:
+    """--incremental: one unit per episode (its data file and video files), and the files every
+    episode depends on (the episode index itself is in each ref: offsets, tasks, fields)."""
+    from formats.fingerprint import Unit
+
+    units = [(Unit(ref.sequence_id, (ref.data_file, *(segment.path for _, segment in ref.videos))), ref) for ref in refs]
+    return units, [INFO_PATH]

@@ -30,6 +30,7 @@ __all__ = [
     "file_path",
     "arrow_schema",
     "sequences_to_table",
+    "table_to_sequences",
     "write_shard",
     "column_types",
     "sidecar",
@@ -135,6 +136,36 @@ def sequences_to_table(sequences: list[Sequence], columns: list[ColumnSpec]) -> 
     return pa.Table.from_arrays([_column_array(spec, sequences) for spec in columns], schema=schema)
 
 
+def table_to_sequences(table: pa.Table, columns: list[ColumnSpec]) -> list[Sequence]:
+    """Rows of a published shard back into Sequences (the inverse of `sequences_to_table`): what
+    an incremental run reuses without reading the source again. Videos and files keep their
+    relative paths."""
+    sequences = []
+    for row in range(table.num_rows):
+        length = int(table.column("length")[row].as_py())
+        sequence = Sequence(table.column("sequence_id")[row].as_py(), length, np.zeros(0))
+        for spec in columns:
+            if spec.name not in table.column_names or spec.name == "sequence_id":
+                continue
+            cell = table.column(spec.name)[row]
+            if spec.kind == TIMESTAMPS:
+                sequence.timestamp = cell.values.to_numpy(zero_copy_only=False).astype(np.float64)
+            elif spec.kind == TRAJECTORY:
+                values = cell.values.flatten().to_numpy(zero_copy_only=False)
+                sequence.trajectories[spec.name] = values.reshape(length, spec.meta["dim"])
+            elif spec.kind == STEPS:
+                sequence.steps[spec.name] = cell.values if cell.is_valid else None
+            elif spec.kind == VIDEO:
+                if cell.is_valid:
+                    sequence.videos[spec.name] = cell.as_py()
+            elif spec.kind == FILE:
+                sequence.files[spec.name] = cell.as_py()
+            else:
+                sequence.scalars[spec.name] = cell.as_py()
+        sequences.append(sequence)
+    return sequences
+
+
 def write_shard(table: pa.Table, handle) -> None:
     """Parquet with zstd; one row group per up to 1024 sequences keeps point reads cheap."""
     pq.write_table(table, handle, compression=PARQUET_COMPRESSION, row_group_size=1024)
@@ -159,7 +190,7 @@ def column_types(columns: list[ColumnSpec]) -> dict[str, dict]:
 
 def sidecar(meta: DatasetMeta, *, num_sequences: int, num_timesteps: int, num_shards: int,
             converter_version: str, options: dict, created_at: str, num_skipped: int = 0,
-            non_finite: dict | None = None) -> dict:
+            non_finite: dict | None = None, incremental: dict | None = None) -> dict:
     value = {
         "mixtrain": VERSION,
         "column_types": column_types(meta.columns),
@@ -174,6 +205,8 @@ def sidecar(meta: DatasetMeta, *, num_sequences: int, num_timesteps: int, num_sh
     }
     if non_finite:
         value["non_finite_values"] = non_finite  # NaN/inf kept in these columns, counted
+    if incremental:
+        value["incremental"] = incremental  # what an --incremental run reused and converted
     if num_skipped:
         value["num_skipped"] = num_skipped
         value["errors"] = ERRORS_FILE
@@ -204,7 +237,9 @@ def read_sidecar(fs, root: str) -> dict:
 # through `current`. Publishing is one atomic rename of `current`.
 VERSIONS_DIR = "_versions"
 CURRENT = "current"
-PUBLISHED = (DATA_DIR, FILES_DIR, STATS_FILE, ERRORS_FILE, SIDECAR)
+# Per-unit fingerprints of what a run converted: what --incremental compares against.
+FINGERPRINTS_FILE = "_fingerprints.json"
+PUBLISHED = (DATA_DIR, FILES_DIR, STATS_FILE, ERRORS_FILE, FINGERPRINTS_FILE, SIDECAR)
 
 
 def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
@@ -222,7 +257,7 @@ def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
     sidecar_path = f"{output}/{SIDECAR}"
     if fs.exists(sidecar_path):
         fs.rm(sidecar_path)
-    for name in (DATA_DIR, FILES_DIR, STATS_FILE, ERRORS_FILE):
+    for name in (DATA_DIR, FILES_DIR, STATS_FILE, ERRORS_FILE, FINGERPRINTS_FILE):
         target, source = f"{output}/{name}", f"{staging}/{name}"
         if fs.exists(target):
             fs.rm(target, recursive=True)
@@ -240,8 +275,9 @@ def _is_local(fs) -> bool:
 def _publish_version(fs, staging: str, output: str, sidecar_value: dict) -> None:
     run = staging.rstrip("/").rsplit("/", 1)[-1]
     os.makedirs(f"{staging}/{FILES_DIR}", exist_ok=True)
-    if not os.path.exists(f"{staging}/{ERRORS_FILE}"):  # every published name exists: no dangling links
-        open(f"{staging}/{ERRORS_FILE}", "wb").close()
+    for name in (ERRORS_FILE, FINGERPRINTS_FILE):  # every published name exists: no dangling links
+        if not os.path.exists(f"{staging}/{name}"):
+            open(f"{staging}/{name}", "wb").close()
     _write_atomically(f"{staging}/{SIDECAR}", dumps(sidecar_value).encode())
     versions = f"{output}/{VERSIONS_DIR}"
     os.makedirs(versions, exist_ok=True)

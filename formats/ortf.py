@@ -592,3 +592,16 @@ def _annotations(fs, root: str, ref: EpisodeRef, sequence: Sequence) -> None:
         sequence.scalars["scene_objects"] = text
     others = [name for name in names if name != "scene_objects.json"]
     sequence.files["annotation_files"] = [FileRef(f"{ref.annotations}/{name}", name=name) for name in others] if others else None
+
+
+def incremental_units(refs: list[EpisodeRef]) -> tuple[list, list[str]]:
+    """--incremental: one unit per episode (its steps file, camera files, audio, annotations)."""
+    from formats.fingerprint import Unit
+
+    units = []
+    for ref in refs:
+        files = [ref.steps_file, *(camera.path for camera in ref.cameras if camera is not None)]
+        files += [path for path in (ref.audio, ref.annotations) if path]
+        # The row position is not part of the episode: deleting another episode must not change it.
+        units.append((Unit(ref.sequence_id, tuple(files)), dataclasses.replace(ref, position=-1)))
+    return units, [MANIFEST, "meta/tasks.jsonl"]

@@ -482,3 +482,11 @@ def _images(values, bgr: bool, path: str) -> ImageFrames:
         decoder = video.ImageDecoder()
         frames = [np.ascontiguousarray(decoder.decode(blob, i).to_ndarray(format="rgb24")[..., ::-1]) for i, blob in enumerate(frames)]
     return ImageFrames(frames, source=path)
+
+
+def incremental_units(refs: list[ShardRef]) -> tuple[list, list[str]]:
+    """--incremental: one unit per TFRecord shard (its sequences share the shard's id prefix)."""
+    from formats.fingerprint import Unit
+
+    units = [(Unit(ref.path, (ref.path,), prefix=f"{ref.split}_{ref.position:05d}_"), ref) for ref in refs]
+    return units, ["features.json"]

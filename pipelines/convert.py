@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import math
 import re
 import sys
@@ -20,14 +21,16 @@ import time
 import uuid
 
 import apache_beam as beam
+import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 import formats
-from formats import errors, mixtrain, sources, storage, video
+from formats import errors, fingerprint, mixtrain, sources, storage, video
 from formats.sequence import TRAJECTORY, VIDEO, DatasetMeta
 from transforms.errors import ERRORS, FAIL
 from transforms.errors import MODES as ERROR_MODES
 from transforms.read import ReadSequences
+from transforms.reuse import ReusePrevious
 from transforms.video import WriteVideos
 from transforms.write import WriteMixtrain
 
@@ -70,6 +73,9 @@ class ConvertOptions(PipelineOptions):
         parser.add_argument("--target_shard_mb", type=float, default=256.0, help="approximate uncompressed MB of rows per shard")
         parser.add_argument("--overwrite", type=_boolean, nargs="?", const=True, default=False,
                             help="replace an existing Mixtrain dataset at --output")
+        parser.add_argument("--incremental", type=_boolean, nargs="?", const=True, default=False,
+                            help="nightly re-conversion: reuse unchanged sequences of the dataset at --output, convert new and "
+                                 "changed ones, drop deleted ones, publish a complete new version")
         parser.add_argument("--progress_every", type=int, default=100, help="worker progress line every N sequences (0: off)")
         parser.add_argument("--on_error", default=FAIL, choices=list(ERROR_MODES),
                             help="fail: the first bad sequence stops the run, output untouched; "
@@ -195,13 +201,54 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     copy_assets(fs, root, out_fs, storage.join(out_root, mixtrain.STAGING_DIR, run_id), meta)
-    read = pipeline | "Read" >> ReadSequences(source, source_url, meta, refs, options.on_error)
+    units, shared = module.incremental_units(refs)
+    context = fingerprint.context_hash(formats.__version__, {k: v for k, v in sidecar_extra["options"].items()
+                                                             if k not in ("num_shards", "on_error")}, meta.columns)
+    current = fingerprint.fingerprints(units, fingerprint.signatures(fs, root), shared, context)
+    to_convert, reused = refs, None
+    if options.incremental:
+        reused = plan_reuse(out_fs, out_root, units, current)
+        if reused is not None:
+            changed = {unit.key for unit, _ in units} - reused["units"]
+            to_convert = [ref for unit, ref in units if unit.key in changed]
+            num_shards = options.num_shards or reused["num_shards"]
+            sidecar_extra["options"]["num_shards"] = num_shards
+            sidecar_extra["incremental"] = {"reused_sequences": len(reused["ids"]), "converted_units": len(to_convert),
+                                            "previous_created_at": reused["created_at"]}
+    read = pipeline | "Read" >> ReadSequences(source, source_url, meta, to_convert, options.on_error)
     videos = read["sequences"] | "Videos" >> WriteVideos(source_url, staging_url, meta.fps or 30.0, encode, sizes,
                                                          options.video_stats, options.progress_every, options.on_error)
+    sequences = videos["sequences"]
+    if reused is not None and reused["ids"]:
+        kept = pipeline | "Reuse" >> ReusePrevious(reused["root_url"], staging_url, meta.columns, reused["shards"], reused["ids"])
+        sequences = (sequences, kept) | "AllSequences" >> beam.Flatten()
     bad = read[ERRORS] + videos[ERRORS] | "BadSequences" >> beam.Flatten()
-    _ = {"sequences": videos["sequences"], ERRORS: bad} | "Write" >> WriteMixtrain(
-        staging_url, output_url, meta, num_shards, sidecar_extra, options.on_error)
+    _ = {"sequences": sequences, ERRORS: bad} | "Write" >> WriteMixtrain(
+        staging_url, output_url, meta, num_shards, sidecar_extra, options.on_error, {"context": context, "units": current})
     return meta, refs, num_shards
+
+
+def plan_reuse(fs, root: str, units: list, current: dict) -> dict | None:
+    """What an incremental run can take from the published dataset: the units whose fingerprint
+    did not change and the ids of their sequences. None when there is nothing to compare with."""
+    if not fs.exists(storage.join(root, mixtrain.SIDECAR)) or not fs.exists(storage.join(root, mixtrain.FINGERPRINTS_FILE)):
+        return None
+    text = fs.cat_file(storage.join(root, mixtrain.FINGERPRINTS_FILE)).decode() or "{}"
+    previous = json.loads(text).get("units", {})
+    sidecar = mixtrain.read_sidecar(fs, root)
+    same = {key for key, value in current.items() if previous.get(key, {}).get("fingerprint") == value["fingerprint"]}
+    published = mixtrain.published_root(fs, root)
+    ids = set()
+    owners = [unit for unit, _ in units if unit.key in same]
+    exact = {unit.key for unit in owners if unit.prefix is None}
+    prefixes = tuple(unit.prefix for unit in owners if unit.prefix is not None)
+    for shard in sidecar.get("shards", []):
+        with fs.open(storage.join(published, shard), "rb") as handle:
+            for sequence_id in pq.read_table(handle, columns=["sequence_id"]).column("sequence_id").to_pylist():
+                if sequence_id in exact or (prefixes and sequence_id.startswith(prefixes)):
+                    ids.add(sequence_id)
+    return {"units": same, "ids": ids, "shards": sidecar.get("shards", []), "num_shards": sidecar.get("num_shards", 1),
+            "root_url": storage.url_for(fs, published), "created_at": sidecar.get("created_at")}
 
 
 _ERROR_LINE = re.compile(r"(?:^|\s|\.)(?:" + "|".join(n for n in errors.__all__ if n[0].isupper()) + r"): (.+)")
@@ -225,6 +272,9 @@ def run(argv: list[str]) -> int:
     try:
         requested_encoding(options)
         check_reachable_by_workers(options)
+        if options.incremental and options.video_stats:
+            raise errors.ConversionError("--video_stats cannot be combined with --incremental (image statistics of reused "
+                                         "sequences are not kept); run without --incremental to refresh them")
     except errors.ConversionError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -233,7 +283,7 @@ def run(argv: list[str]) -> int:
     out_fs, out_root = storage.open_root(options.output)
     staging = storage.join(out_root, mixtrain.STAGING_DIR, run_id)
     try:
-        prepare_output(options.output, options.overwrite)
+        prepare_output(options.output, options.overwrite or options.incremental)
         pipeline = beam.Pipeline(runner=_runner(options), options=options)
         meta, refs, num_shards = build_pipeline(pipeline, options, run_id)
         units = "source shards" if hasattr(sources.get(meta.format), "expand_ref") else "sequences"

@@ -133,6 +133,17 @@ class _WriteShardFn(beam.DoFn):
         )
 
 
+def _failed(key: str, unit: dict, records: list[dict]) -> bool:
+    prefix = unit.get("prefix")
+    for record in records:
+        sequence = record.get("sequence_id")
+        if sequence is not None and (sequence == key or (prefix and sequence.startswith(prefix))):
+            return True
+        if sequence is None and (record.get("source_file") or "").endswith(key):
+            return True
+    return False
+
+
 def _sum_counts(counts) -> dict[str, int]:
     total: dict[str, int] = {}
     for count in counts:
@@ -146,12 +157,14 @@ def _shard_partial(result: ShardResult):
 
 
 class _PublishFn(beam.DoFn):
-    def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict):
+    def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
+                 fingerprints: dict | None = None):
         self._staging_url = staging_url
         self._output_url = output_url
         self._meta = meta
         self._num_shards = num_shards
         self._sidecar_extra = sidecar_extra
+        self._fingerprints = fingerprints
 
     def process(self, _unused, shards: list[ShardResult], stats: dict, errors: list[dict]):
         fs, staging = storage.open_root(self._staging_url)
@@ -169,6 +182,10 @@ class _PublishFn(beam.DoFn):
         if records:
             lines = "".join(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n" for record in records)
             fs.pipe_file(storage.join(staging, mixtrain.ERRORS_FILE), lines.encode())
+        if self._fingerprints is not None:  # units with a skipped sequence are left out: retried next time
+            units = {key: value for key, value in self._fingerprints["units"].items() if not _failed(key, value, records)}
+            fs.pipe_file(storage.join(staging, mixtrain.FINGERPRINTS_FILE),
+                         mixtrain.dumps({"context": self._fingerprints["context"], "units": units}).encode())
         sidecar = mixtrain.sidecar(
             self._meta,
             num_sequences=sum(shard.rows for shard in shards),
@@ -198,7 +215,7 @@ class WriteMixtrain(beam.PTransform):
     """
 
     def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
-                 on_error: str = FAIL):
+                 on_error: str = FAIL, fingerprints: dict | None = None):
         super().__init__()
         self._staging_url = staging_url
         self._output_url = output_url
@@ -206,6 +223,7 @@ class WriteMixtrain(beam.PTransform):
         self._num_shards = num_shards
         self._sidecar_extra = sidecar_extra
         self._on_error = on_error
+        self._fingerprints = fingerprints
 
     def expand(self, inputs):
         sequences = inputs["sequences"]
@@ -222,7 +240,7 @@ class WriteMixtrain(beam.PTransform):
             sequences.pipeline
             | "PublishTrigger" >> beam.Create([None])
             | "Publish" >> beam.ParDo(
-                _PublishFn(self._staging_url, self._output_url, self._meta, self._num_shards, self._sidecar_extra),
+                _PublishFn(self._staging_url, self._output_url, self._meta, self._num_shards, self._sidecar_extra, self._fingerprints),
                 beam.pvalue.AsSingleton(results),
                 beam.pvalue.AsSingleton(stats),
                 beam.pvalue.AsList(errors),

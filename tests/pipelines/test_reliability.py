@@ -214,3 +214,69 @@ def test_sigkill_at_any_point_leaves_the_previous_dataset_and_the_next_run_compl
     assert finished.returncode == 0, finished.stderr[-2000:]
     assert _state(dst)[0] == 3
     assert not (dst / "_staging").exists() and len(list((dst / "_versions").iterdir())) == 1  # leftovers collected
+
+
+def _published(dst):
+    view = pathlib.Path(os.path.realpath(dst / "current"))
+    return {p.relative_to(view).as_posix(): p.read_bytes() for p in sorted(view.rglob("*")) if p.is_file()}
+
+
+def test_incremental_reuses_unchanged_episodes_and_equals_a_full_conversion(tmp_path):
+    from formats.lerobot_v3_writer import synthetic_frames
+    from formats.video import EncodeOptions, encode_frames
+
+    src = tmp_path / "ortf"
+    # Numeric ids: annotation folders follow the id, not the row (rows move when one is deleted).
+    write_ortf(str(src), SyntheticORTF(lengths=(6, 5, 7, 4, 6, 5), episodes_per_chunk=3, slow_camera=None, sequential_ids=True))
+    dst = tmp_path / "nightly"
+    assert _convert(src, dst, "--video=reencode") == convert.EXIT_OK
+    before = _published(dst)
+    # Overnight: episode 2's wrist video is re-recorded, episode 4 is deleted from the index.
+    changed = src / "videos/cam_wrist/chunk-000/episode_000002.mp4"
+    with open(changed, "wb") as handle:
+        encode_frames(synthetic_frames(9, 9, 7, 48, 64), handle, fps=15, options=EncodeOptions("h264", crf=18, gop=10))
+    episodes = pq.read_table(src / "meta/episodes.parquet")
+    pq.write_table(episodes.filter(pa.compute.not_equal(episodes.column("episode_id"), episodes.column("episode_id")[4])),
+                   src / "meta/episodes.parquet")
+    assert _convert(src, dst, "--video=reencode", "--incremental") == convert.EXIT_OK
+    sidecar = json.loads((dst / "mixtrain.json").read_text())
+    assert sidecar["incremental"]["reused_sequences"] == 4 and sidecar["incremental"]["converted_units"] == 1
+    after = _published(dst)
+    full = tmp_path / "full"
+    assert _convert(src, full, "--video=reencode") == convert.EXIT_OK
+    reference = _published(full)
+    drop = {"mixtrain.json", "_fingerprints.json"}
+    assert {k: v for k, v in after.items() if k not in drop} == {k: v for k, v in reference.items() if k not in drop}
+    assert json.loads(after["_fingerprints.json"]) == json.loads(reference["_fingerprints.json"])
+    ids = pq.read_table(dst / "data").column("episode_id").to_pylist()
+    assert len(ids) == 5 and "000004" not in ids
+    wrist = "files/video_cam_wrist/000002.mp4"
+    assert after[wrist] != before[wrist]  # the changed episode was converted again
+    assert after["files/video_cam_wrist/000000.mp4"] == before["files/video_cam_wrist/000000.mp4"]
+    assert validate.deep_check(str(dst))[0] == []
+    # Nothing changed since: everything is reused.
+    assert _convert(src, dst, "--video=reencode", "--incremental") == convert.EXIT_OK
+    assert json.loads((dst / "mixtrain.json").read_text())["incremental"]["converted_units"] == 0
+
+
+def test_incremental_rlds_reconverts_only_the_changed_shard(tmp_path):
+    src = tmp_path / "rlds" / "1.0.0"
+    write_rlds(str(src), SyntheticRLDS(splits={"train": (4, 5, 6, 3)}, shards={"train": 2}))
+    dst = tmp_path / "out"
+    assert _convert(src, dst, "--fps=10") == convert.EXIT_OK
+    shard = src / "synthetic_rlds-train.tfrecord-00001-of-00002"
+    shard.write_bytes(shard.read_bytes())  # rewritten: a new mtime, same content
+    os.utime(shard, (1, 1))
+    assert _convert(src, dst, "--fps=10", "--incremental") == convert.EXIT_OK
+    incremental = json.loads((dst / "mixtrain.json").read_text())["incremental"]
+    assert (incremental["reused_sequences"], incremental["converted_units"]) == (2, 1)
+    assert pq.read_table(dst / "data").num_rows == 4 and validate.validate(str(dst)) == []
+
+
+def test_incremental_without_a_previous_dataset_is_a_full_run_and_refuses_video_stats(tmp_path, capsys):
+    src = tmp_path / "ds"
+    write_l5kit(str(src), SyntheticL5Kit(scene_lengths=(5, 6)))
+    assert _convert(src, tmp_path / "out", "--incremental") == convert.EXIT_OK
+    assert "incremental" not in json.loads((tmp_path / "out/mixtrain.json").read_text())
+    assert _convert(src, tmp_path / "out", "--incremental", "--video_stats") == convert.EXIT_USAGE
+    assert "--video_stats cannot be combined with --incremental" in capsys.readouterr().err

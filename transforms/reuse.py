@@ -1,0 +1,93 @@
+"""ReusePrevious: an incremental run's unchanged sequences, taken from the published dataset.
+
+Each previous shard is read once on a worker; the rows of sequences to keep become Sequences
+again (`mixtrain.table_to_sequences`), and their video and other files are linked (a hard link
+on a local disk: no bytes copied) or copied server-side (object stores) into this run's staging
+output, so the new version is complete on its own and the old one can be collected.
+"""
+
+from __future__ import annotations
+
+import os
+
+import apache_beam as beam
+import pyarrow.parquet as pq
+from apache_beam.metrics import Metrics
+
+from formats import mixtrain, storage
+from formats.sequence import ColumnSpec
+
+__all__ = ["ReusePrevious"]
+
+
+class _ReuseShardFn(beam.DoFn):
+    def __init__(self, previous_url: str, staging_url: str, columns: list[ColumnSpec], keep: frozenset):
+        self._previous_url = previous_url
+        self._staging_url = staging_url
+        self._columns = columns
+        self._keep = keep
+        self._reused = Metrics.counter("mixtrain", "sequences_reused")
+
+    def setup(self):
+        self._fs, self._previous = storage.open_root(self._previous_url)
+        self._out_fs, self._staging = storage.open_root(self._staging_url)
+
+    def process(self, shard: str):
+        with self._fs.open(storage.join(self._previous, shard), "rb") as handle:
+            table = pq.read_table(handle)
+        ids = table.column("sequence_id").to_pylist()
+        rows = [i for i, sequence_id in enumerate(ids) if sequence_id in self._keep]
+        if not rows:
+            return
+        for sequence in mixtrain.table_to_sequences(table.take(rows), self._columns):
+            for relative in _paths(sequence):
+                self._link(relative)
+            self._reused.inc()
+            yield sequence
+
+    def _link(self, relative: str) -> None:
+        source, target = storage.join(self._previous, relative), storage.join(self._staging, relative)
+        self._out_fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+        if storage.local_path(self._out_fs, target) is not None and storage.local_path(self._fs, source) is not None:
+            try:
+                os.link(source, target)
+                return
+            except OSError:  # another file system: copy
+                pass
+        if self._fs is self._out_fs:
+            self._fs.copy(source, target)
+        else:
+            self._out_fs.pipe_file(target, self._fs.cat_file(source))
+
+
+def _paths(sequence) -> list[str]:
+    paths = [value for value in sequence.videos.values() if isinstance(value, str)]
+    for value in sequence.files.values():
+        paths += [value] if isinstance(value, str) else [v for v in value or [] if isinstance(v, str)]
+    return [path for path in paths if "://" not in path]
+
+
+class ReusePrevious(beam.PTransform):
+    """Sequences `keep` (ids) from the published dataset at `previous_url`, their files linked
+    into `staging_url`.
+
+    Args:
+      previous_url: the folder holding the previous version's data/ and files/.
+      staging_url: this run's staging folder.
+      columns: the output columns (the previous version's schema: it is part of the fingerprint).
+      shards: the previous version's shard paths (relative), read one per worker call.
+      keep: the sequence ids to reuse.
+    """
+
+    def __init__(self, previous_url: str, staging_url: str, columns: list[ColumnSpec], shards: list[str], keep: set[str]):
+        super().__init__()
+        self._fn = _ReuseShardFn(previous_url, staging_url, columns, frozenset(keep))
+        self._shards = shards
+
+    def expand(self, pbegin):
+        return (
+            pbegin
+            | "PreviousShards" >> beam.Create(self._shards, reshuffle=False)
+            | "SpreadShards" >> beam.Reshuffle()
+            | "ReuseRows" >> beam.ParDo(self._fn)
+        )
