@@ -40,6 +40,8 @@ case "${1:-}" in
     shift
     "$VENV/bin/python" bench/bench_reencode.py "$@"
     "$VENV/bin/python" bench/bench_l5kit.py
+    "$VENV/bin/python" bench/bench_incremental.py
+    "$VENV/bin/python" bench/bench_load.py
     ;;
   *)
     exec "$VENV/bin/python" -m pipelines.convert "$@"
