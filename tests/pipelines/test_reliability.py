@@ -3,6 +3,7 @@
 import json
 import os
 import pathlib
+import re
 import shutil
 
 import numpy as np
@@ -280,3 +281,25 @@ def test_incremental_without_a_previous_dataset_is_a_full_run_and_refuses_video_
     assert "incremental" not in json.loads((tmp_path / "out/mixtrain.json").read_text())
     assert _convert(src, tmp_path / "out", "--incremental", "--video_stats") == convert.EXIT_USAGE
     assert "--video_stats cannot be combined with --incremental" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("source, target, text, message", [
+    ("rlds", "features.json", "{not json", r"features.json: malformed JSON"),
+    ("l5kit", "frames/.zarray", "[1,", r"frames/.zarray: malformed JSON"),
+    ("ortf", "meta/manifest.json", '{"ortf_version": 0.2', r"meta/manifest.json: malformed JSON"),
+    ("ortf", "meta/manifest.json", '["a list"]', r"meta/manifest.json: expected a JSON object"),
+    ("lerobot_v3", "meta/info.json", '{"codebase_version": "v2.1"}', r"codebase_version 'v2.1' is not supported \(only v3.0\); "
+     r"convert it to v3.0 first with lerobot's converter"),
+])
+def test_malformed_metadata_is_one_line_naming_the_file(tmp_path, capsys, source, target, text, message):
+    writers = {"rlds": lambda p: write_rlds(str(p), SyntheticRLDS(splits={"train": (3,)}, shards={"train": 1})),
+               "l5kit": lambda p: write_l5kit(str(p), SyntheticL5Kit(scene_lengths=(4,))),
+               "ortf": lambda p: write_ortf(str(p), SyntheticORTF(lengths=(3,))),
+               "lerobot_v3": lambda p: write_lerobot(str(p), SyntheticLeRobot(lengths=(3,), cameras=()))}
+    src = tmp_path / "src"
+    writers[source](src)
+    (src / target).write_text(text)
+    assert _convert(src, tmp_path / "out", f"--source={source}", "--fps=10") == convert.EXIT_FAILED
+    line = _last_error_line(capsys)
+    assert line.startswith(f"error: {src / target}") and len(line.splitlines()) == 1
+    assert re.search(message, line), line
