@@ -1,5 +1,6 @@
 """gs:// end to end against a real GCS JSON API on loopback (gcp-storage-emulator), every source."""
 
+import json
 import logging
 import os
 import socket
@@ -85,3 +86,16 @@ def test_gs_output_already_holding_a_dataset_needs_overwrite(gcs):
     assert convert.run([f"--input={src}", f"--output={dst}", "--progress_every=0"]) == 1
     assert convert.run([f"--input={src}", f"--output={dst}", "--progress_every=0", "--overwrite"]) == 0
     assert validate.validate(dst) == []
+
+
+def test_gs_incremental_rerun_reuses_everything_unchanged(gcs):
+    local = gcs / "nightly"
+    WRITERS["ortf"](local)
+    src = _upload(local, "gs://bucket/sources/nightly")
+    dst = "gs://bucket/mixtrain/nightly"
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress_every=0"]) == 0
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress_every=0", "--incremental"]) == 0
+    fs, root = storage.open_root(dst)
+    sidecar = json.loads(fs.cat_file(f"{root}/mixtrain.json"))
+    assert sidecar["incremental"]["reused_sequences"] == 3 and sidecar["incremental"]["converted_units"] == 0
+    assert validate.validate(dst) == [] and validate.deep_check(dst)[0] == []
