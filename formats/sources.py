@@ -26,6 +26,11 @@ def detect(fs: fsspec.AbstractFileSystem, root: str) -> str:
         raise FormatError(f"{root}: input not found")
     found = [name for name, module in SOURCES.items() if module.detect(fs, root)]
     if not found:
+        versions = sorted(path.rstrip("/").rsplit("/", 1)[-1] for path in fs.ls(root, detail=False)
+                          if fs.isdir(path) and fs.exists(f"{path.rstrip('/')}/dataset_info.json"))
+        if versions:
+            raise FormatError(f"{root}: a TFDS dataset folder; pass one of its version folders as --input "
+                              f"({', '.join(f'{root}/{v}' for v in versions)})")
         raise FormatError(
             f"{root}: not a dataset of a known format ({', '.join(sorted(SOURCES))}); "
             "for LeRobot v3 expected meta/info.json, for L5Kit a zarr group with scenes/.zarray, "

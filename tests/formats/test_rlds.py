@@ -285,3 +285,12 @@ def test_bgr_all_leaves_depth_alone_and_unknown_names_are_refused(written):
         rlds.plan(fs, root, {"fps": 10, "bgr_cameras": ["image_9"]})
     with pytest.raises(FormatError, match="--bgr_cameras names 'observation/depth', which is not an 8-bit colour camera"):
         rlds.plan(fs, root, {"fps": 10, "bgr_cameras": ["video_depth"]})
+
+
+def test_dataset_folder_instead_of_version_folder_names_the_versions(written):
+    from formats import sources
+
+    path, _, _ = written
+    fs, root = storage.open_root(str(path.parent))
+    with pytest.raises(FormatError, match=r"a TFDS dataset folder; pass one of its version folders as --input \(.*/synthetic_rlds/1.0.0\)"):
+        sources.detect(fs, root)
