@@ -182,7 +182,9 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: Datase
     except ConversionError as error:
         raise in_context(error, file=data_path, sequence=ref.sequence_id) from error
     except (OSError, pa.ArrowException) as error:
-        raise FormatError(f"{data_path}: {ref.sequence_id}: cannot read data: {error}") from error
+        failure = FormatError(f"{data_path}: {ref.sequence_id}: cannot read data: {error}")
+        failure.file, failure.sequence = data_path, ref.sequence_id
+        raise failure from error
 
 
 # --- metadata -----------------------------------------------------------------------------------
@@ -381,6 +383,8 @@ def _first_data_schema(fs, root: str, template: str, episodes: pa.Table) -> pa.S
         return _parquet_metadata(fs, path).schema.to_arrow_schema()
     except FileNotFoundError as error:
         raise FormatError(f"{path}: data file not found (episode {first[0]['episode_index']})") from error
+    except (OSError, pa.ArrowException) as error:
+        raise FormatError(f"{path}: cannot read data file (episode {first[0]['episode_index']}): {error}") from error
 
 
 def _episode_ref(row: dict, features, data_template, video_template, splits, extra_scalars, info_path) -> EpisodeRef:
@@ -596,4 +600,6 @@ def incremental_units(refs: list[EpisodeRef]) -> tuple[list, list[str]]:
     from formats.fingerprint import Unit
 
     units = [(Unit(ref.sequence_id, (ref.data_file, *(segment.path for _, segment in ref.videos))), ref) for ref in refs]
-    return units, [INFO_PATH]
+    # info.json is not shared: its totals change with every appended episode, and what else it
+    # says (features, fps) is in the schema and options every fingerprint already covers.
+    return units, ["meta/tasks.parquet"]

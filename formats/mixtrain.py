@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
+import socket
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from formats.errors import ConversionError
 from formats.sequence import FILE, SCALAR, STEPS, TIMESTAMPS, TRAJECTORY, VIDEO, ColumnSpec, DatasetMeta, Sequence
 
 __all__ = [
@@ -38,6 +41,9 @@ __all__ = [
     "publish",
     "discard_staging",
     "published_root",
+    "is_versioned",
+    "claim_staging",
+    "check_no_live_run",
     "STAGING_DIR",
 ]
 
@@ -224,7 +230,18 @@ def _jsonable(value: Any) -> Any:
 
 
 def dumps(value: dict) -> str:
-    return json.dumps(value, indent=2, sort_keys=False, ensure_ascii=False) + "\n"
+    """JSON text; NaN and infinities (stats of columns that hold them) become null, as JSON has none."""
+    return json.dumps(_finite(value), indent=2, sort_keys=False, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def read_sidecar(fs, root: str) -> dict:
@@ -279,6 +296,8 @@ def _publish_version(fs, staging: str, output: str, sidecar_value: dict) -> None
         if not os.path.exists(f"{staging}/{name}"):
             open(f"{staging}/{name}", "wb").close()
     _write_atomically(f"{staging}/{SIDECAR}", dumps(sidecar_value).encode())
+    if os.path.exists(f"{staging}/{OWNER_FILE}"):
+        os.remove(f"{staging}/{OWNER_FILE}")
     versions = f"{output}/{VERSIONS_DIR}"
     os.makedirs(versions, exist_ok=True)
     os.replace(staging, f"{versions}/{run}")  # same file system: a rename
@@ -321,13 +340,58 @@ def _collect_garbage(output: str, keep: str) -> None:
         if not os.path.isdir(folder):
             continue
         for name in os.listdir(folder):
-            if name != keep:
+            if name != keep and _live_owner(f"{folder}/{name}") is None:
                 shutil.rmtree(f"{folder}/{name}", ignore_errors=True)
     if os.path.isdir(f"{output}/{STAGING_DIR}") and not os.listdir(f"{output}/{STAGING_DIR}"):
         os.rmdir(f"{output}/{STAGING_DIR}")
     for name in os.listdir(output):
         if name.startswith(f".{CURRENT}-"):
             os.remove(f"{output}/{name}")
+
+
+def is_versioned(fs, output: str) -> bool:
+    """Whether the output uses the versioned layout (`current` is a symlink into _versions/)."""
+    current = f"{output}/{CURRENT}"
+    return _is_local(fs) and os.path.islink(current) and os.readlink(current).startswith(f"{VERSIONS_DIR}/")
+
+
+OWNER_FILE = ".owner"
+
+
+def claim_staging(fs, staging: str) -> None:
+    """Mark a run's staging folder with its host and pid (local disks): other runs then neither
+    collect it nor start beside it."""
+    if _is_local(fs):
+        os.makedirs(staging, exist_ok=True)
+        with open(f"{staging}/{OWNER_FILE}", "w") as handle:
+            handle.write(f"{socket.gethostname()} {os.getpid()}\n")
+
+
+def _live_owner(folder: str) -> int | None:
+    try:
+        host, pid = open(f"{folder}/{OWNER_FILE}").read().split()
+    except (OSError, ValueError):
+        return None
+    if host != socket.gethostname():
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, ValueError):
+        return None
+    except PermissionError:
+        pass
+    return int(pid) if int(pid) != os.getpid() else None
+
+
+def check_no_live_run(fs, output: str) -> None:
+    """One writer per output: refuse to start while another live run stages there."""
+    folder = f"{output}/{STAGING_DIR}"
+    if not _is_local(fs) or not os.path.isdir(folder):
+        return
+    for name in os.listdir(folder):
+        pid = _live_owner(f"{folder}/{name}")
+        if pid is not None:
+            raise ConversionError(f"{output}: another conversion (pid {pid}) is writing this output; wait for it to finish")
 
 
 def published_root(fs, output: str) -> str:

@@ -127,8 +127,11 @@ def prepare_output(output_url: str, overwrite: bool) -> None:
     if not fs.isdir(root):
         raise errors.ConversionError(f"{root}: output exists and is not a directory")
     names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(root, detail=False)}
-    names -= {mixtrain.STAGING_DIR, mixtrain.VERSIONS_DIR, mixtrain.CURRENT}
+    names.discard(mixtrain.STAGING_DIR)
+    if mixtrain.is_versioned(fs, root):  # `current` and _versions/ are ours only when `current` is our symlink
+        names -= {mixtrain.VERSIONS_DIR, mixtrain.CURRENT}
     names = {name for name in names if not name.startswith(f".{mixtrain.CURRENT}-")}
+    mixtrain.check_no_live_run(fs, root)
     if not names:
         return
     if mixtrain.SIDECAR in names or names <= set(mixtrain.PUBLISHED):
@@ -202,8 +205,8 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     }
     copy_assets(fs, root, out_fs, storage.join(out_root, mixtrain.STAGING_DIR, run_id), meta)
     units, shared = module.incremental_units(refs)
-    context = fingerprint.context_hash(formats.__version__, {k: v for k, v in sidecar_extra["options"].items()
-                                                             if k not in ("num_shards", "on_error")}, meta.columns)
+    context = fingerprint.context_hash(formats.__version__, {**{k: v for k, v in sidecar_extra["options"].items()
+                                                                if k not in ("num_shards", "on_error")}, "fps": meta.fps}, meta.columns)
     current = fingerprint.fingerprints(units, fingerprint.signatures(fs, root), shared, context)
     to_convert, reused = refs, None
     if options.incremental:
@@ -211,8 +214,6 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
         if reused is not None:
             changed = {unit.key for unit, _ in units} - reused["units"]
             to_convert = [ref for unit, ref in units if unit.key in changed]
-            num_shards = options.num_shards or reused["num_shards"]
-            sidecar_extra["options"]["num_shards"] = num_shards
             sidecar_extra["incremental"] = {"reused_sequences": len(reused["ids"]), "converted_units": len(to_convert),
                                             "previous_created_at": reused["created_at"]}
     read = pipeline | "Read" >> ReadSequences(source, source_url, meta, to_convert, options.on_error)
@@ -247,7 +248,7 @@ def plan_reuse(fs, root: str, units: list, current: dict) -> dict | None:
             for sequence_id in pq.read_table(handle, columns=["sequence_id"]).column("sequence_id").to_pylist():
                 if sequence_id in exact or (prefixes and sequence_id.startswith(prefixes)):
                     ids.add(sequence_id)
-    return {"units": same, "ids": ids, "shards": sidecar.get("shards", []), "num_shards": sidecar.get("num_shards", 1),
+    return {"units": same, "ids": ids, "shards": sidecar.get("shards", []),
             "root_url": storage.url_for(fs, published), "created_at": sidecar.get("created_at")}
 
 
@@ -284,6 +285,7 @@ def run(argv: list[str]) -> int:
     staging = storage.join(out_root, mixtrain.STAGING_DIR, run_id)
     try:
         prepare_output(options.output, options.overwrite or options.incremental)
+        mixtrain.claim_staging(out_fs, staging)
         pipeline = beam.Pipeline(runner=_runner(options), options=options)
         meta, refs, num_shards = build_pipeline(pipeline, options, run_id)
         units = "source shards" if hasattr(sources.get(meta.format), "expand_ref") else "sequences"

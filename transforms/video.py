@@ -125,6 +125,8 @@ class _WriteVideosFn(beam.DoFn):
             if stats is not None and (summary := stats.result()) is not None:
                 sequence.extra_stats[column] = summary
         except ConversionError as error:
+            if self._out_fs.exists(target):  # the file being written when it failed: never published
+                self._out_fs.rm(target)
             raise in_context(error, file=path, sequence=f"{sequence.sequence_id} ({column})") from error
         if not local_target:
             self._out_fs.pipe_file(target, destination.getvalue())

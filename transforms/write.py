@@ -87,6 +87,8 @@ def non_finite_counts(sequences: list[Sequence], columns: list[ColumnSpec]) -> d
     for spec in columns:
         if spec.kind == TRAJECTORY:
             arrays = [s.trajectories[spec.name] for s in sequences]
+        elif spec.kind == TIMESTAMPS:
+            arrays = [s.timestamp for s in sequences]
         elif spec.kind == STEPS:
             arrays = [np.asarray(s.steps[spec.name]) for s in sequences if s.steps.get(spec.name) is not None]
         else:

@@ -303,3 +303,84 @@ def test_malformed_metadata_is_one_line_naming_the_file(tmp_path, capsys, source
     line = _last_error_line(capsys)
     assert line.startswith(f"error: {src / target}") and len(line.splitlines()) == 1
     assert re.search(message, line), line
+
+
+def test_a_second_writer_is_refused_while_one_is_live(tmp_path, capsys):
+    import subprocess
+    import sys
+
+    src = tmp_path / "ds"
+    write_l5kit(str(src), SyntheticL5Kit(scene_lengths=(4, 5)))
+    dst = tmp_path / "out"
+    assert _convert(src, dst) == convert.EXIT_OK
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        staging = dst / "_staging" / "other-run"
+        staging.mkdir(parents=True)
+        (staging / ".owner").write_text(f"{os.uname().nodename} {sleeper.pid}\n")
+        assert _convert(src, dst, "--overwrite") == convert.EXIT_FAILED
+        assert f"another conversion (pid {sleeper.pid}) is writing this output" in _last_error_line(capsys)
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert _convert(src, dst, "--overwrite") == convert.EXIT_OK  # a dead owner's staging is collected
+    assert not (dst / "_staging").exists() and validate.validate(str(dst)) == []
+
+
+def test_a_users_own_current_folder_is_not_taken_for_ours(tmp_path, capsys):
+    src = tmp_path / "ds"
+    write_l5kit(str(src), SyntheticL5Kit(scene_lengths=(4,)))
+    dst = tmp_path / "out"
+    (dst / "current").mkdir(parents=True)
+    (dst / "current/notes.txt").write_text("mine")
+    assert _convert(src, dst) == convert.EXIT_FAILED
+    assert "output is not empty and is not a Mixtrain dataset (current)" in _last_error_line(capsys)
+    assert (dst / "current/notes.txt").read_text() == "mine"
+
+
+def test_incremental_sees_renamed_task_texts(tmp_path):
+    src = tmp_path / "ds"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(4, 5, 3), cameras=()))
+    dst = tmp_path / "out"
+    assert _convert(src, dst) == convert.EXIT_OK
+    tasks = pq.read_table(src / "meta/tasks.parquet")
+    texts = tasks.column("__index_level_0__").to_pylist()
+    texts[0] = "Pick up the red cube."
+    pq.write_table(tasks.set_column(tasks.schema.get_field_index("__index_level_0__"), "__index_level_0__", pa.array(texts)),
+                   src / "meta/tasks.parquet")
+    assert _convert(src, dst, "--incremental") == convert.EXIT_OK
+    assert "Pick up the red cube." in pq.read_table(dst / "data").column("task").to_pylist()
+
+
+def test_truncated_first_data_file_and_nan_statistics(tmp_path, capsys):
+    src = tmp_path / "ds"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(4, 5), cameras=()))
+    data = src / "data/chunk-000/file-000.parquet"
+    original = data.read_bytes()
+    data.write_bytes(original[:200])
+    assert _convert(src, tmp_path / "a") == convert.EXIT_FAILED
+    assert f"error: {data}: cannot read data file (episode 0)" in _last_error_line(capsys)
+    table = pq.read_table(pa.BufferReader(original))
+    values = table.column("action").combine_chunks().flatten().to_numpy().copy()
+    values[:] = np.nan  # every action value NaN: mean/std/min/max are NaN
+    data.write_bytes(b"")
+    pq.write_table(table.set_column(table.schema.get_field_index("action"), "action", pa.FixedSizeListArray.from_arrays(pa.array(values), 6)), data)
+    assert _convert(src, tmp_path / "b") == convert.EXIT_OK
+    stats = json.loads((tmp_path / "b/stats.json").read_text(), parse_constant=lambda name: pytest.fail(f"{name} in stats.json"))
+    assert stats["action"]["mean"] == [None] * 6
+
+
+def test_skipped_camera_leaves_no_half_written_file(tmp_path):
+    src = tmp_path / "ds"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(6, 5), cameras=(), image_cameras=("observation.image",)))
+    data = src / "data/chunk-000/file-000.parquet"
+    table = pq.read_table(data)
+    images = table.column("observation.image").combine_chunks()
+    blobs = images.field("bytes").to_pylist()
+    blobs[9] = b"\x89PNG\r\n\x1a\n broken"  # episode 1, frame 3: after three frames were encoded
+    fixed = pa.StructArray.from_arrays([pa.array(blobs, pa.binary()), images.field("path")], names=["bytes", "path"])
+    pq.write_table(table.set_column(table.schema.get_field_index("observation.image"), "observation.image", fixed), data)
+    dst = tmp_path / "out"
+    assert _convert(src, dst, "--on_error=skip") == convert.EXIT_SKIPPED
+    assert not (dst / "files/video_image/episode_000001.mp4").exists()
+    assert (dst / "files/video_image/episode_000000.mp4").exists() and validate.validate(str(dst)) == []
