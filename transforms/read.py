@@ -12,8 +12,8 @@ from transforms.errors import ERRORS, FAIL, skip_or_raise
 __all__ = ["ReadSequences"]
 
 
-class _LoadSequenceFn(beam.DoFn):
-    """Loads one sequence per ref; the filesystem is opened once per worker in setup()."""
+class _SourceFn(beam.DoFn):
+    """A DoFn over source refs: the format module and filesystem are opened once per worker."""
 
     def __init__(self, source: str, root_url: str, meta: DatasetMeta, on_error: str = FAIL):
         self._source = source
@@ -24,6 +24,10 @@ class _LoadSequenceFn(beam.DoFn):
     def setup(self):
         self._module = sources.get(self._source)
         self._fs, self._root = storage.open_root(self._root_url)
+
+
+class _LoadSequenceFn(_SourceFn):
+    """Loads one sequence per ref."""
 
     def process(self, ref):
         try:
@@ -32,18 +36,8 @@ class _LoadSequenceFn(beam.DoFn):
             yield skip_or_raise(error, self._on_error, getattr(ref, "sequence_id", None), "load")
 
 
-class _ExpandRefFn(beam.DoFn):
+class _ExpandRefFn(_SourceFn):
     """Sources whose planned units hold many sequences (RLDS shards) index them on a worker."""
-
-    def __init__(self, source: str, root_url: str, meta: DatasetMeta, on_error: str = FAIL):
-        self._source = source
-        self._root_url = root_url
-        self._meta = meta
-        self._on_error = on_error
-
-    def setup(self):
-        self._module = sources.get(self._source)
-        self._fs, self._root = storage.open_root(self._root_url)
 
     def process(self, ref):
         try:
