@@ -1,0 +1,100 @@
+"""The hand-written peer: what a user writes instead of adopting mixtrain-convert.
+
+    python bench/peer.py SRC DST
+
+A straight-line, single-process LeRobot v3 -> one-row-per-episode Parquet conversion with pyarrow
+and PyAV only: read the episode index, each data file once, slice each episode's rows into
+list<fixed_size_list> cells, cut each camera's segment out of its MP4 by packet remux, write one
+zstd Parquet file. No planning, checks, statistics, staging or publication: a fair floor for
+what the framework adds, not a strawman (it reads each data file once and never decodes video).
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import sys
+
+import av
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+
+def _segment(source: str, target: str, start: float, end: float, fps: float) -> None:
+    container = av.open(source)
+    stream = container.streams.video[0]
+    half = 0.5 / fps
+    low, high = int(round((start - half) / stream.time_base)), int(round((end - half) / stream.time_base))
+    if low > 0:
+        container.seek(low, stream=stream, backward=True)
+    output = av.open(target, "w", format="mp4")
+    out_stream = output.add_stream_from_template(stream, opaque=True)
+    out_stream.time_base = stream.time_base
+    origin = None
+    for packet in container.demux(stream):
+        if packet.size == 0 or packet.pts is None:
+            continue
+        if packet.dts is not None and packet.dts >= high:
+            break
+        if low <= packet.pts < high:
+            origin = packet.pts if origin is None else origin
+            packet.pts -= origin
+            if packet.dts is not None:
+                packet.dts -= origin
+            packet.stream = out_stream
+            output.mux(packet)
+    output.close()
+    container.close()
+
+
+def main(src: str, dst: str) -> None:
+    info = json.load(open(f"{src}/meta/info.json"))
+    fps = info["fps"]
+    episodes = pa.concat_tables([pq.read_table(p) for p in sorted(glob.glob(f"{src}/meta/episodes/*/*.parquet"))]).to_pylist()
+    vectors = [k for k, v in info["features"].items() if v["dtype"] in ("float32", "float64") and v["shape"] != [1]]
+    cameras = [k for k, v in info["features"].items() if v["dtype"] == "video"]
+    os.makedirs(f"{dst}/data", exist_ok=True)
+    columns: dict[str, list] = {"sequence_id": [], "length": [], "timestamp": [], **{k: [] for k in vectors}, **{c: [] for c in cameras}}
+    data_cache: dict[str, pa.Table] = {}
+    for episode in episodes:
+        path = f"{src}/" + info["data_path"].format(chunk_index=episode["data/chunk_index"], file_index=episode["data/file_index"])
+        if path not in data_cache:
+            data_cache.clear()
+            data_cache[path] = pq.read_table(path)
+        table = data_cache[path]
+        index = table.column("index").to_numpy()
+        first = int(np.searchsorted(index, episode["dataset_from_index"]))
+        rows = table.slice(first, episode["length"])
+        sequence_id = f"episode_{episode['episode_index']:06d}"
+        columns["sequence_id"].append(sequence_id)
+        columns["length"].append(episode["length"])
+        timestamp = rows.column("timestamp").to_numpy().astype(np.float64)
+        columns["timestamp"].append(timestamp - timestamp[0])
+        for key in vectors:
+            columns[key].append(rows.column(key).combine_chunks())
+        for camera in cameras:
+            prefix = f"videos/{camera}/"
+            source = f"{src}/" + info["video_path"].format(video_key=camera, chunk_index=episode[prefix + "chunk_index"],
+                                                           file_index=episode[prefix + "file_index"])
+            relative = f"files/{camera}/{sequence_id}.mp4"
+            os.makedirs(os.path.dirname(f"{dst}/{relative}"), exist_ok=True)
+            _segment(source, f"{dst}/{relative}", episode[prefix + "from_timestamp"], episode[prefix + "to_timestamp"], fps)
+            columns[camera].append(relative)
+    lengths = np.array(columns["length"])
+    offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
+    arrays = {
+        "sequence_id": pa.array(columns["sequence_id"]),
+        "length": pa.array(lengths),
+        "timestamp": pa.ListArray.from_arrays(offsets, pa.array(np.concatenate(columns["timestamp"]))),
+    }
+    for key in vectors:
+        arrays[key] = pa.ListArray.from_arrays(offsets, pa.concat_arrays(columns[key]))
+    for camera in cameras:
+        arrays[camera] = pa.array(columns[camera])
+    pq.write_table(pa.table(arrays), f"{dst}/data/part-00000.parquet", compression="zstd")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

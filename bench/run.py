@@ -1,0 +1,135 @@
+"""The benchmark suite: the issue's workloads against baselines measured in the same run.
+
+    python bench/run.py [--scale=1.0] [--only=a,b,c,d]
+
+Workloads (generated here, no downloads; LeRobot v3 as lerobot writes it):
+  (a) 200 episodes x 300 frames, two AV1 cameras at 320x240, --video=copy
+  (b) the same with --video=reencode to H.264
+  (c) 2,000 episodes of trajectories only
+  (d) 3 episodes of 20,000 steps x 64 dims
+`--scale` multiplies the episode counts (0.1 for a quick look; frames per episode stay).
+
+Baselines, each measured in this run on the same data:
+  copy floor      a recursive copy of the source (read every byte, write as many)
+  peer            bench/peer.py: the straight-line pyarrow + PyAV script a user would write
+  bare encode     decoding and encoding the same frames with PyAV in a loop (bench_reencode.py)
+Every command runs as a subprocess; wall time, CPU time (user + system) and peak RSS come from
+the kernel's accounting of that subprocess.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from formats.lerobot_v3_writer import SyntheticLeRobot, write_dataset  # noqa: E402
+
+MEASURE = ("import resource, subprocess, sys, time\n"
+           "t = time.perf_counter(); subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)\n"
+           "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+           "print(time.perf_counter() - t, u.ru_utime + u.ru_stime, u.ru_maxrss / 1024)\n")
+
+
+def measure(command: list[str]) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak RSS MB) of one command."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), SVT_LOG="1")
+    done = subprocess.run([sys.executable, "-c", MEASURE, *command], cwd=ROOT, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(command)}\n{done.stderr[-2000:]}")
+    wall, cpu, rss = (float(v) for v in done.stdout.split())
+    return wall, cpu, rss
+
+
+def convert(src: pathlib.Path, dst: pathlib.Path, workers: int, *extra: str) -> list[str]:
+    mode = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"] if workers == 2 else ["--direct_num_workers=1"]
+    shutil.rmtree(dst, ignore_errors=True)
+    return [sys.executable, "-m", "pipelines.convert", f"--input={src}", f"--output={dst}", "--progress_every=0", *mode, *extra]
+
+
+def copy_floor(src: pathlib.Path, dst: pathlib.Path) -> list[str]:
+    shutil.rmtree(dst, ignore_errors=True)
+    return [sys.executable, "-c", f"import shutil; shutil.copytree({str(src)!r}, {str(dst)!r})"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--only", default="a,b,c,d")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    work = pathlib.Path(tempfile.mkdtemp(prefix="bench_suite_"))
+    rows: list[tuple[str, str, float, float, float]] = []
+    ratios: list[str] = []
+
+    def record(workload: str, name: str, command: list[str]) -> tuple[float, float, float]:
+        result = measure(command)
+        rows.append((workload, name, *result))
+        print(f"  {workload} {name:<22} wall {result[0]:8.2f} s  CPU {result[1]:8.2f} s  peak {result[2]:8.1f} MB", file=sys.stderr)
+        return result
+
+    try:
+        episodes = max(2, int(200 * args.scale))
+        if only & {"a", "b"}:
+            print(f"writing (a): {episodes} episodes x 300 frames x 2 cameras 320x240 ...", file=sys.stderr)
+            source = work / "a"
+            write_dataset(str(source), SyntheticLeRobot(lengths=[300] * episodes, width=320, height=240,
+                                                        episodes_per_video_file=20, episodes_per_data_file=50))
+            small = work / "a_small"
+            write_dataset(str(small), SyntheticLeRobot(lengths=[300] * max(2, episodes // 10), width=320, height=240,
+                                                       episodes_per_video_file=20, episodes_per_data_file=50))
+        if "a" in only:
+            floor = record("a", "copy floor", copy_floor(source, work / "floor"))
+            peer = record("a", "peer", [sys.executable, "bench/peer.py", str(source), str(work / "peer")])
+            two = record("a", "pipeline, 2 workers", convert(source, work / "out2", 2))
+            one = record("a", "pipeline, 1 worker", convert(source, work / "out1", 1))
+            tenth = record("a", "pipeline, 1/10 episodes", convert(small, work / "out_small", 2))
+            ratios += [f"(a) pipeline / copy floor: {two[0] / floor[0]:.2f} (target <= 2.0)",
+                       f"(a) pipeline / peer: {two[0] / peer[0]:.2f} (target <= 0.65)",
+                       f"(a) 2 workers vs 1: speed-up {one[0] / two[0]:.2f} (target >= 1.7)",
+                       f"(a) peak RSS at 10x the episodes: {two[2] / tenth[2]:.2f}x (target <= 1.2)"]
+        if "b" in only:
+            from bench.bench_reencode import BARE_LOOP
+
+            (work / "bare").mkdir(exist_ok=True)
+            bare = record("b", "bare encode loop", [sys.executable, "-c", BARE_LOOP, str(source), str(work / "bare")])
+            piped = record("b", "pipeline reencode", convert(source, work / "reenc", 2, "--video=reencode"))
+            ratios.append(f"(b) pipeline / bare loop, CPU per frame: {piped[1] / bare[1]:.3f} (target <= 1.15)")
+        if "c" in only:
+            count = max(2, int(2000 * args.scale))
+            source = work / "c"
+            print(f"writing (c): {count} episodes of trajectories ...", file=sys.stderr)
+            write_dataset(str(source), SyntheticLeRobot(lengths=[50] * count, cameras=(), episodes_per_data_file=500,
+                                                        episodes_per_meta_file=500))
+            peer = record("c", "peer", [sys.executable, "bench/peer.py", str(source), str(work / "c_peer")])
+            piped = record("c", "pipeline, 2 workers", convert(source, work / "c_out", 2))
+            ratios.append(f"(c) framework cost per episode: {1000 * (piped[1] - peer[1]) / count:.2f} ms CPU (target <= 2)")
+        if "d" in only:
+            source = work / "d"
+            write_dataset(str(source), SyntheticLeRobot(lengths=[20_000] * 3, cameras=(), state_dim=64, action_dim=64))
+            baseline = record("d", "import only", [sys.executable, "-c", "import pipelines.convert"])
+            piped = record("d", "pipeline, 1 worker", convert(source, work / "d_out", 1))
+            episode_mb = 20_000 * (2 * 64 * 4 + 8) / 1e6
+            ratios.append(f"(d) peak over the import floor: {(piped[2] - baseline[2]) / episode_mb:.1f}x one episode's arrays (target < 3)")
+        print(f"\n{'workload':<9}{'run':<26}{'wall s':>9}{'CPU s':>9}{'peak MB':>9}")
+        for workload, name, wall, cpu, rss in rows:
+            print(f"{workload:<9}{name:<26}{wall:9.2f}{cpu:9.2f}{rss:9.1f}")
+        print()
+        for line in ratios:
+            print(line)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    started = time.perf_counter()
+    main()
+    print(f"(suite: {time.perf_counter() - started:.0f} s)")
