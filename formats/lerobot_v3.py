@@ -192,7 +192,7 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: Datase
 
 def _read_json(fs, path: str) -> dict:
     try:
-        with fs.open(path, "rb") as handle:
+        with storage.open_input(fs, path) as handle:
             value = json.load(handle)
     except json.JSONDecodeError as error:
         raise FormatError(f"{path}: malformed JSON: {error}") from error
@@ -284,7 +284,7 @@ def _read_episodes(fs, root: str) -> pa.Table:
     tables = []
     for path in files:
         try:
-            with fs.open(path, "rb") as handle:
+            with storage.open_input(fs, path) as handle:
                 parquet = pq.ParquetFile(handle)
                 wanted = [n for n in parquet.schema_arrow.names if not n.startswith("stats/")]
                 tables.append(parquet.read(columns=wanted))
@@ -309,7 +309,7 @@ def _read_tasks(fs, root: str) -> dict[int, str]:
     path = storage.join(root, TASKS_PATH)
     if not fs.exists(path):
         return {}
-    with fs.open(path, "rb") as handle:
+    with storage.open_input(fs, path) as handle:
         table = pq.read_table(handle)
     text_column = "task" if "task" in table.column_names else "__index_level_0__"
     if text_column not in table.column_names or "task_index" not in table.column_names:
@@ -352,7 +352,7 @@ def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: lis
         return
     relative = template.format(chunk_index=first[0]["data/chunk_index"], file_index=first[0]["data/file_index"])
     path = storage.resolve_inside(root, relative, what="data file", fs=fs)
-    with fs.open(path, "rb") as handle:
+    with storage.open_input(fs, path) as handle:
         parquet = pq.ParquetFile(handle, metadata=_parquet_metadata(fs, path))
         keys = [columns[i].meta["source"] for i in cameras]
         if any(parquet.schema_arrow.get_field_index(key) < 0 for key in keys):
@@ -440,7 +440,7 @@ def _episode_ref(row: dict, features, data_template, video_template, splits, ext
 def _parquet_metadata(fs, path: str, plan_id: str = "") -> pq.FileMetaData:
     """Footers are read once per worker, file and plan: many episodes share one data file, and a
     dataset rewritten in place gets a new plan (so never an earlier plan's footer)."""
-    with fs.open(path, "rb") as handle:
+    with storage.open_input(fs, path) as handle:
         return pq.ParquetFile(handle).metadata
 
 
@@ -465,7 +465,7 @@ def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.
     groups = _row_groups_overlapping(metadata, key_column, low, high)
     extra = [c for c in ("timestamp", "frame_index", "episode_index", "task_index") if schema.get_field_index(c) >= 0]
     columns = list(dict.fromkeys([key_column, *extra, *wanted]))
-    with fs.open(path, "rb") as handle:
+    with storage.open_input(fs, path) as handle:
         parquet = pq.ParquetFile(handle, metadata=metadata)
         table = parquet.read_row_groups(groups, columns=columns) if groups else schema.empty_table().select(columns)
     keys = table.column(key_column)

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from formats import storage
 from formats.errors import ConversionError
 from formats.sequence import FILE, SCALAR, STEPS, TIMESTAMPS, TRAJECTORY, VIDEO, ColumnSpec, DatasetMeta, Sequence
 
@@ -245,7 +246,7 @@ def _finite(value: Any) -> Any:
 
 
 def read_sidecar(fs, root: str) -> dict:
-    with fs.open(f"{root}/{SIDECAR}", "rb") as handle:
+    with storage.open_input(fs, f"{root}/{SIDECAR}") as handle:
         return json.load(handle)
 
 

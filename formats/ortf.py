@@ -141,7 +141,7 @@ def _tasks(fs, root: str) -> dict[int, dict]:
 
 @functools.lru_cache(maxsize=64)
 def _footer(fs, path: str, plan_id: str) -> pq.FileMetaData:
-    with fs.open(path, "rb") as handle:
+    with storage.open_input(fs, path) as handle:
         return pq.ParquetFile(handle).metadata
 
 
@@ -184,7 +184,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     episodes_path = storage.join(root, EPISODES)
     if not fs.exists(episodes_path):
         raise FormatError(f"{episodes_path}: not found (required by ORTF v0.2)")
-    with fs.open(episodes_path, "rb") as handle:
+    with storage.open_input(fs, episodes_path) as handle:
         episodes = pq.read_table(handle)
     missing = [c for c in REQUIRED_EPISODE_COLUMNS if c not in episodes.column_names]
     if missing:
@@ -301,7 +301,7 @@ def _first_widths(fs, path: str, schema: pa.Schema, plan_id: str) -> dict[str, i
     names = [n for n in schema.names if pa.types.is_list(schema.field(n).type) or pa.types.is_large_list(schema.field(n).type)]
     if not names:
         return {}
-    with fs.open(path, "rb") as handle:
+    with storage.open_input(fs, path) as handle:
         first = pq.ParquetFile(handle, metadata=_footer(fs, path, plan_id)).read_row_group(0, columns=names).slice(0, 1)
     return {n: len(first.column(n)[0]) for n in names if first.num_rows and first.column(n)[0].is_valid}
 
@@ -414,7 +414,7 @@ def _probe_camera(fs, root: str, spec: ColumnSpec, rows: list[dict], key: str, c
         path = (row.get("video_files") or {}).get(key) or _default_video(row, key, position, chunk_files)
         full = storage.join(root, path)
         if fs.exists(full):
-            with fs.open(full, "rb") as handle:
+            with storage.open_input(fs, full) as handle:
                 info = video.stream_info(handle)
             meta = {**spec.meta, "codec": info.codec, "pix_fmt": info.pix_fmt,
                     "resolution": {"width": info.width, "height": info.height}}
@@ -480,7 +480,7 @@ def _episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.Table
             groups.append(group)
             offsets.append(offset)
         offset += metadata.row_group(group).num_rows
-    with fs.open(path, "rb") as handle:
+    with storage.open_input(fs, path) as handle:
         parquet = pq.ParquetFile(handle, metadata=metadata)
         parts = []
         for group, group_offset in zip(groups, offsets):

@@ -352,7 +352,7 @@ def expand_ref(fs: fsspec.AbstractFileSystem, root: str, ref: ShardRef, meta: Da
     path = storage.resolve_inside(root, ref.path, what="shard", fs=fs)
     try:
         size = fs.size(path)
-        with fs.open(path, "rb") as handle:
+        with storage.open_input(fs, path) as handle:
             records = list(tfrecord.scan(handle, size))
     except ConversionError as error:
         raise in_context(error, file=path, sequence=f"{ref.split} shard {ref.position}") from error
@@ -378,7 +378,7 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: RecordRef, meta: Dataset
     """Read and parse one record (one episode) into a Sequence; images stay encoded."""
     path = storage.resolve_inside(root, ref.path, what="shard", fs=fs)
     try:
-        with fs.open(path, "rb") as handle:
+        with storage.open_input(fs, path) as handle:
             data = tfrecord.read_record(handle, ref.offset, ref.nbytes)
         _, parser = _features(json.dumps(meta.source["features"], sort_keys=True))
         try:

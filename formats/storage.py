@@ -14,7 +14,7 @@ from fsspec.core import url_to_fs
 
 from formats.errors import FormatError
 
-__all__ = ["open_root", "join", "url_for", "resolve_inside", "local_path"]
+__all__ = ["open_root", "join", "url_for", "resolve_inside", "local_path", "open_input"]
 
 
 def open_root(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -54,3 +54,12 @@ def local_path(fs: fsspec.AbstractFileSystem, path: str) -> str | None:
     natively; a Python file object costs a Python callback per read (measured: bench/)."""
     protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
     return path if {"file", "local"} & set(protocols) else None
+
+
+def open_input(fs: fsspec.AbstractFileSystem, path: str):
+    """Open a source file for reading. On object stores with a plain read-ahead cache: gcsfs'
+    default ("adaptive", a background prefetcher) leaves pending tasks behind on every close and
+    is the suspect of a rare failed read against the GCS emulator; our reads are ranged anyway."""
+    if local_path(fs, path) is not None:
+        return fs.open(path, "rb")
+    return fs.open(path, "rb", cache_type="readahead")

@@ -71,7 +71,7 @@ def validate(url: str) -> list[str]:
         if not fs.exists(path):
             findings.append(f"{path}: listed in mixtrain.json but missing")
             continue
-        with fs.open(path, "rb") as handle:
+        with storage.open_input(fs, path) as handle:
             table = pq.read_table(handle)
         findings += _check_schema(path, table.schema, column_types)
         if "sequence_id" not in table.column_names:
@@ -155,7 +155,7 @@ def _check_files(fs, root: str, path: str, table: pa.Table, column_types: dict) 
                 findings.append(f"{path}: {sequence_id}: {name} file {relative} is missing")
                 continue
             try:
-                with fs.open(file_path, "rb") as handle:
+                with storage.open_input(fs, file_path) as handle:
                     info = video.probe(handle)
                 frames = info.frames
                 findings += _check_video_info(file_path, sequence_id, info, entry)
@@ -200,7 +200,7 @@ def deep_check(url: str, source_url: str | None = None, min_psnr: float = 35.0) 
     findings: list[str] = []
     totals = {name: {"sequences": 0, "frames": 0, "identical": 0, "psnr": math.inf} for name in columns}
     for shard in sidecar.get("shards", []):
-        with fs.open(storage.join(root, shard), "rb") as handle:
+        with storage.open_input(fs, storage.join(root, shard)) as handle:
             table = pq.read_table(handle, columns=["sequence_id", "length", *columns])
         for row in table.to_pylist():
             sequence = loader(row["sequence_id"]) if loader is not None else None
@@ -213,7 +213,7 @@ def deep_check(url: str, source_url: str | None = None, min_psnr: float = 35.0) 
                 fps = float(entry.get("fps") or 30)
                 file_path = storage.join(root, row[name])
                 reference = _reference_frames(loader, sequence, name, fps) if sequence is not None else iter(())
-                with fs.open(file_path, "rb") as handle:
+                with storage.open_input(fs, file_path) as handle:
                     report = verify.compare_video(handle, reference, fps=fps)
                 if sequence is None:
                     report.reference_frames = row["length"]
@@ -265,9 +265,9 @@ def _reference_frames(loader, sequence, column: str, fps: float):
         return iter(item.frames)
     path = storage.resolve_inside(loader.root, item.path, what="video file")
     if getattr(item, "frame_indices", None) is not None:
-        frames = list(video.iter_frames(loader.fs.open(path, "rb"), fps=fps))
+        frames = list(video.iter_frames(storage.open_input(loader.fs, path), fps=fps))
         return (frames[i] for i in item.frame_indices if i < len(frames))
-    return video.iter_frames(loader.fs.open(path, "rb"), start=item.start, end=item.end, fps=fps)
+    return video.iter_frames(storage.open_input(loader.fs, path), start=item.start, end=item.end, fps=fps)
 
 
 def main(argv: list[str] | None = None) -> int:

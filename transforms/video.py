@@ -95,7 +95,7 @@ class _WriteVideosFn(beam.DoFn):
                 if not self._source_fs.exists(path):
                     raise video.VideoError("video file not found")
                 with contextlib.ExitStack() as stack:
-                    source = storage.local_path(self._source_fs, path) or stack.enter_context(self._source_fs.open(path, "rb"))
+                    source = storage.local_path(self._source_fs, path) or stack.enter_context(storage.open_input(self._source_fs, path))
                     if item.frame_indices is not None:
                         result = video.retime(source, destination, indices=item.frame_indices, fps=self._fps, options=options)
                         (self._encoded if options is not None else self._reencoded).inc()
