@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import uuid
 
 import fsspec
@@ -125,14 +124,7 @@ def _extra_fields(dtype: np.dtype, name: str) -> list[str]:
 def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) -> tuple[DatasetMeta, list[SceneRef]]:
     """Read the attributes, the arrays' metadata and `scenes`; one SceneRef per scene."""
     attrs_path = storage.join(root, ".zattrs")
-    attrs = {}
-    if fs.exists(attrs_path):
-        try:
-            attrs = json.loads(fs.cat_file(attrs_path))
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise FormatError(f"{attrs_path}: malformed JSON: {error}") from error
-        if not isinstance(attrs, dict):
-            raise FormatError(f"{attrs_path}: expected a JSON object")
+    attrs = storage.read_json(fs, attrs_path) or {}  # older datasets have no attributes
     version = attrs.get("format_version", 1)
     if version not in SUPPORTED_VERSIONS:
         raise FormatError(f"{attrs_path}: format_version {version!r} is not supported (known: {list(SUPPORTED_VERSIONS)})")

@@ -19,8 +19,6 @@ An episode is read by its `index` range: only the row groups whose statistics ov
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 from typing import Any
 
 import fsspec
@@ -94,7 +92,7 @@ def detect(fs: fsspec.AbstractFileSystem, root: str) -> bool:
     if not fs.exists(path):
         return False
     try:
-        return "codebase_version" in _read_json(fs, path)
+        return "codebase_version" in storage.read_json(fs, path)
     except FormatError:
         return True  # malformed, but plainly meant as LeRobot: let plan() say what is wrong
 
@@ -102,9 +100,8 @@ def detect(fs: fsspec.AbstractFileSystem, root: str) -> bool:
 def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) -> tuple[DatasetMeta, list[EpisodeRef]]:
     """Read metadata only and return the output schema and one EpisodeRef per episode."""
     info_path = storage.join(root, INFO_PATH)
-    if not fs.exists(info_path):
-        raise FormatError(f"{info_path}: not found; a LeRobot v3 dataset needs meta/info.json")
-    info = _read_json(fs, info_path)
+    info = storage.read_json(fs, info_path, missing="not found; a LeRobot v3 dataset needs meta/info.json")
+    plan_id = DatasetMeta.__dataclass_fields__["plan_id"].default_factory()
     version = info.get("codebase_version")
     if version != SUPPORTED_VERSION:
         hint = f"; convert it to v3.0 first with lerobot's converter: {V21_CONVERTER}" if str(version).startswith("v2") else ""
@@ -132,10 +129,10 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     ]
     for name in extra_scalars:
         columns.append(ColumnSpec(column_name(name), SCALAR, episodes.schema.field(name).type, {"source": name}))
-    data_schema = _first_data_schema(fs, root, data_template, episodes)
+    data_schema = _first_data_schema(fs, root, data_template, episodes, plan_id)
     for feature in parsed:
         columns.append(_column_for(feature, features[feature.key], data_schema, fps))
-    _probe_images(fs, root, data_template, episodes, columns)
+    _probe_images(fs, root, data_template, episodes, columns, plan_id)
     if multi_task:
         columns.append(ColumnSpec.steps("task_index", pa.int32(), source="task_index",
                                         description="per-step index into this row's tasks"))
@@ -147,6 +144,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     meta = DatasetMeta(
         format=FORMAT,
         uri=storage.url_for(fs, root),
+        plan_id=plan_id,
         fps=float(fps),
         columns=columns,
         source={
@@ -188,17 +186,6 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: Datase
 
 
 # --- metadata -----------------------------------------------------------------------------------
-
-
-def _read_json(fs, path: str) -> dict:
-    try:
-        with storage.open_input(fs, path) as handle:
-            value = json.load(handle)
-    except json.JSONDecodeError as error:
-        raise FormatError(f"{path}: malformed JSON: {error}") from error
-    if not isinstance(value, dict):
-        raise FormatError(f"{path}: expected a JSON object, found {type(value).__name__}")
-    return value
 
 
 def _require(info: dict, key: str, types, path: str):
@@ -343,7 +330,7 @@ def _image_size(shape: tuple[int, ...], names) -> tuple[int | None, int | None]:
     return width, height
 
 
-def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: list[ColumnSpec]) -> None:
+def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: list[ColumnSpec], plan_id: str) -> None:
     """Decode the first image of each image camera: its pixel format decides how the camera is
     encoded (16-bit depth PNGs go lossless), and its size must be the one info.json declares."""
     cameras = [i for i, spec in enumerate(columns) if spec.kind == VIDEO and spec.meta.get("encoded_from") == FROM_IMAGES]
@@ -353,7 +340,7 @@ def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: lis
     relative = template.format(chunk_index=first[0]["data/chunk_index"], file_index=first[0]["data/file_index"])
     path = storage.resolve_inside(root, relative, what="data file", fs=fs)
     with storage.open_input(fs, path) as handle:
-        parquet = pq.ParquetFile(handle, metadata=_parquet_metadata(fs, path))
+        parquet = pq.ParquetFile(handle, metadata=storage.parquet_footer(fs, path, plan_id))
         keys = [columns[i].meta["source"] for i in cameras]
         if any(parquet.schema_arrow.get_field_index(key) < 0 for key in keys):
             return  # load() names the missing column with the episode
@@ -373,14 +360,14 @@ def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: lis
                                                             "resolution": {"width": frame.width, "height": frame.height}})
 
 
-def _first_data_schema(fs, root: str, template: str, episodes: pa.Table) -> pa.Schema:
+def _first_data_schema(fs, root: str, template: str, episodes: pa.Table, plan_id: str) -> pa.Schema:
     first = episodes.slice(0, 1).to_pylist()
     if not first:
         return pa.schema([])
     relative = template.format(chunk_index=first[0]["data/chunk_index"], file_index=first[0]["data/file_index"])
     path = storage.resolve_inside(root, relative, what="data file", fs=fs)
     try:
-        return _parquet_metadata(fs, path).schema.to_arrow_schema()
+        return storage.parquet_footer(fs, path, plan_id).schema.to_arrow_schema()
     except FileNotFoundError as error:
         raise FormatError(f"{path}: data file not found (episode {first[0]['episode_index']})") from error
     except (OSError, pa.ArrowException) as error:
@@ -436,18 +423,10 @@ def _episode_ref(row: dict, features, data_template, video_template, splits, ext
 # --- data ---------------------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=8)
-def _parquet_metadata(fs, path: str, plan_id: str = "") -> pq.FileMetaData:
-    """Footers are read once per worker, file and plan: many episodes share one data file, and a
-    dataset rewritten in place gets a new plan (so never an earlier plan's footer)."""
-    with storage.open_input(fs, path) as handle:
-        return pq.ParquetFile(handle).metadata
-
-
 def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.Table:
     if not fs.exists(path):
         raise FormatError(f"data file not found (episode {ref.episode_index})")
-    metadata = _parquet_metadata(fs, path, meta.plan_id)
+    metadata = storage.parquet_footer(fs, path, meta.plan_id)
     schema = metadata.schema.to_arrow_schema()
     expected = meta.source.get("data_types") or {}
     drifted = [f"{key} is {schema.field(key).type} here, {kind} in the first data file" for key, kind in expected.items()

@@ -269,7 +269,7 @@ def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
     mixtrain.json is removed, so a dataset being replaced never looks finished; a run killed in
     that window leaves no mixtrain.json, and the next run completes.
     """
-    if _is_local(fs):
+    if storage.is_local(fs):
         _publish_version(fs, staging, output, sidecar_value)
         return
     sidecar_path = f"{output}/{SIDECAR}"
@@ -283,11 +283,6 @@ def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
             _move(fs, source, target)
     fs.pipe_file(sidecar_path, dumps(sidecar_value).encode())
     discard_staging(fs, staging, output)
-
-
-def _is_local(fs) -> bool:
-    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-    return bool({"file", "local"} & set(protocols))
 
 
 def _publish_version(fs, staging: str, output: str, sidecar_value: dict) -> None:
@@ -353,7 +348,7 @@ def _collect_garbage(output: str, keep: str) -> None:
 def is_versioned(fs, output: str) -> bool:
     """Whether the output uses the versioned layout (`current` is a symlink into _versions/)."""
     current = f"{output}/{CURRENT}"
-    return _is_local(fs) and os.path.islink(current) and os.readlink(current).startswith(f"{VERSIONS_DIR}/")
+    return storage.is_local(fs) and os.path.islink(current) and os.readlink(current).startswith(f"{VERSIONS_DIR}/")
 
 
 OWNER_FILE = ".owner"
@@ -362,7 +357,7 @@ OWNER_FILE = ".owner"
 def claim_staging(fs, staging: str) -> None:
     """Mark a run's staging folder with its host and pid (local disks): other runs then neither
     collect it nor start beside it."""
-    if _is_local(fs):
+    if storage.is_local(fs):
         os.makedirs(staging, exist_ok=True)
         with open(f"{staging}/{OWNER_FILE}", "w") as handle:
             handle.write(f"{socket.gethostname()} {os.getpid()}\n")
@@ -387,7 +382,7 @@ def _live_owner(folder: str) -> int | None:
 def check_no_live_run(fs, output: str) -> None:
     """One writer per output: refuse to start while another live run stages there."""
     folder = f"{output}/{STAGING_DIR}"
-    if not _is_local(fs) or not os.path.isdir(folder):
+    if not storage.is_local(fs) or not os.path.isdir(folder):
         return
     for name in os.listdir(folder):
         pid = _live_owner(f"{folder}/{name}")
@@ -398,14 +393,14 @@ def check_no_live_run(fs, output: str) -> None:
 def published_root(fs, output: str) -> str:
     """The folder holding the published files themselves (the current version on a local disk)."""
     current = f"{output}/{CURRENT}"
-    return os.path.realpath(current) if _is_local(fs) and os.path.islink(current) else output
+    return os.path.realpath(current) if storage.is_local(fs) and os.path.islink(current) else output
 
 
 def _move(fs, source: str, target: str) -> None:
     """A rename on a local disk; on object stores (no rename there) a server-side copy of every
     object, then the delete. gcsfs' own `mv` was measured at 33 s per call against the GCS
     emulator (it probes a folder-rename API first); copy + rm take milliseconds."""
-    if _is_local(fs):
+    if storage.is_local(fs):
         fs.mv(source, target, recursive=True)
         return
     fs.copy(source, target, recursive=True)

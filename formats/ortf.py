@@ -23,7 +23,6 @@ slower camera repeating frames) is re-timed frame by frame.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 from typing import Any
 
@@ -96,22 +95,9 @@ def detect(fs: fsspec.AbstractFileSystem, root: str) -> bool:
     return fs.exists(storage.join(root, MANIFEST))
 
 
-def _json(fs, path: str, *, required: bool = True) -> Any:
-    if not fs.exists(path):
-        if required:
-            raise FormatError(f"{path}: not found (required by ORTF v0.2)")
-        return None
-    try:
-        return json.loads(fs.cat_file(path))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise FormatError(f"{path}: malformed JSON: {error}") from error
-
-
 def _manifest(fs, root: str) -> dict:
     path = storage.join(root, MANIFEST)
-    manifest = _json(fs, path)
-    if not isinstance(manifest, dict):
-        raise FormatError(f"{path}: expected a JSON object")
+    manifest = storage.read_json(fs, path, missing="not found (required by ORTF v0.2)")
     missing = [key for key in REQUIRED_MANIFEST if key not in manifest]
     if missing:
         raise FormatError(f"{path}: required field(s) {missing} missing")
@@ -139,12 +125,6 @@ def _tasks(fs, root: str) -> dict[int, dict]:
     return tasks
 
 
-@functools.lru_cache(maxsize=64)
-def _footer(fs, path: str, plan_id: str) -> pq.FileMetaData:
-    with storage.open_input(fs, path) as handle:
-        return pq.ParquetFile(handle).metadata
-
-
 def _chunk_file(fs, root: str, chunk: int, cache: dict) -> str:
     if chunk not in cache:
         for width in (3, 6):
@@ -164,7 +144,7 @@ def _steps_schema(fs, root: str, chunks: list[int], chunk_files: dict, plan_id: 
     first = None
     for chunk in chunks:
         relative = _chunk_file(fs, root, chunk, chunk_files)
-        found = _footer(fs, storage.join(root, relative), plan_id).schema.to_arrow_schema()
+        found = storage.parquet_footer(fs, storage.join(root, relative), plan_id).schema.to_arrow_schema()
         if schema is None:
             schema, first = found, relative
             continue
@@ -278,7 +258,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
         fps=fps,
         columns=columns,
         source={"format": FORMAT, "uri": storage.url_for(fs, root), "manifest": manifest, "tasks": list(tasks.values()),
-                "stats": _json(fs, storage.join(root, "meta/stats.json"), required=False),
+                "stats": storage.read_json(fs, storage.join(root, "meta/stats.json"), want_object=False),
                 # Dataset-level files rows do not reference (URDF, meshes): copied to files/_dataset/.
                 "assets": sorted(p[len(root) + 1:] for p in fs.find(storage.join(root, "robot"))) if fs.exists(storage.join(root, "robot")) else []},
         plan_id=plan_id,
@@ -302,7 +282,7 @@ def _first_widths(fs, path: str, schema: pa.Schema, plan_id: str) -> dict[str, i
     if not names:
         return {}
     with storage.open_input(fs, path) as handle:
-        first = pq.ParquetFile(handle, metadata=_footer(fs, path, plan_id)).read_row_group(0, columns=names).slice(0, 1)
+        first = pq.ParquetFile(handle, metadata=storage.parquet_footer(fs, path, plan_id)).read_row_group(0, columns=names).slice(0, 1)
     return {n: len(first.column(n)[0]) for n in names if first.num_rows and first.column(n)[0].is_valid}
 
 
@@ -469,7 +449,7 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: Datase
 
 
 def _episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.Table:
-    metadata = _footer(fs, path, meta.plan_id)
+    metadata = storage.parquet_footer(fs, path, meta.plan_id)
     position = next((i for i in range(metadata.num_columns) if metadata.schema.column(i).path == "episode_id"), None)
     if position is None:
         raise FormatError("steps have no episode_id column")

@@ -99,18 +99,6 @@ def detect(fs: fsspec.AbstractFileSystem, root: str) -> bool:
     return fs.exists(storage.join(root, "dataset_info.json")) and fs.exists(storage.join(root, "features.json"))
 
 
-def _read_json(fs, path: str) -> dict:
-    if not fs.exists(path):
-        raise FormatError(f"{path}: not found; an RLDS dataset root (a TFDS version folder) has dataset_info.json and features.json")
-    try:
-        value = json.loads(fs.cat_file(path))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise FormatError(f"{path}: malformed JSON: {error}") from error
-    if not isinstance(value, dict):
-        raise FormatError(f"{path}: expected a JSON object")
-    return value
-
-
 @functools.lru_cache(maxsize=8)
 def _features(features_json: str):
     """The TFDS FeaturesDict and an ExampleParserNp for it; built once per worker."""
@@ -164,7 +152,9 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     """Read dataset_info.json and features.json; one ShardRef per shard of the selected splits."""
     options = options or {}
     info_path, features_path = storage.join(root, "dataset_info.json"), storage.join(root, "features.json")
-    info, features_json = _read_json(fs, info_path), _read_json(fs, features_path)
+    missing = "not found; an RLDS dataset root (a TFDS version folder) has dataset_info.json and features.json"
+    info = storage.read_json(fs, info_path, missing=missing)
+    features_json = storage.read_json(fs, features_path, missing=missing)
     name = info.get("name") or root.rstrip("/").split("/")[-2]
     file_format = info.get("fileFormat", "tfrecord")
     if file_format != "tfrecord":

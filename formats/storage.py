@@ -6,15 +6,19 @@ Inner code only ever sees an fsspec filesystem and a root path inside it (zarr's
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import posixpath
+from typing import Any
 
 import fsspec
+import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 
 from formats.errors import FormatError
 
-__all__ = ["open_root", "join", "url_for", "resolve_inside", "local_path", "open_input"]
+__all__ = ["open_root", "join", "url_for", "resolve_inside", "local_path", "is_local", "open_input", "read_json", "parquet_footer"]
 
 
 def open_root(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -49,11 +53,40 @@ def resolve_inside(root: str, relative: str, *, what: str, fs: fsspec.AbstractFi
     return path
 
 
+def is_local(fs: fsspec.AbstractFileSystem) -> bool:
+    """Whether `fs` is this machine's disk (renames, symlinks and OS paths are available)."""
+    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
+    return bool({"file", "local"} & set(protocols))
+
+
 def local_path(fs: fsspec.AbstractFileSystem, path: str) -> str | None:
     """The OS path when `fs` is the local disk, else None. PyAV reads and writes an OS path
     natively; a Python file object costs a Python callback per read (measured: bench/)."""
-    protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
-    return path if {"file", "local"} & set(protocols) else None
+    return path if is_local(fs) else None
+
+
+def read_json(fs: fsspec.AbstractFileSystem, path: str, *, missing: str | None = None, want_object: bool = True) -> Any:
+    """A metadata file's JSON, malformed text a FormatError naming the file. An absent file is
+    None, or the FormatError `missing` when the format requires it."""
+    if not fs.exists(path):
+        if missing is None:
+            return None
+        raise FormatError(f"{path}: {missing}")
+    try:
+        value = json.loads(fs.cat_file(path))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise FormatError(f"{path}: malformed JSON: {error}") from error
+    if want_object and not isinstance(value, dict):
+        raise FormatError(f"{path}: expected a JSON object, found {type(value).__name__}")
+    return value
+
+
+@functools.lru_cache(maxsize=64)
+def parquet_footer(fs: fsspec.AbstractFileSystem, path: str, plan_id: str) -> pq.FileMetaData:
+    """A Parquet file's footer, read once per worker, file and plan: many episodes share one data
+    file, and a dataset rewritten in place gets a new plan (so never an earlier plan's footer)."""
+    with open_input(fs, path) as handle:
+        return pq.ParquetFile(handle).metadata
 
 
 def open_input(fs: fsspec.AbstractFileSystem, path: str):

@@ -22,6 +22,7 @@ import fsspec
 import numcodecs
 import numpy as np
 
+from formats import storage
 from formats.errors import FormatError
 
 __all__ = ["ZarrArray", "parse_dtype", "write_array", "write_group"]
@@ -68,12 +69,7 @@ class ZarrArray:
         self.fs = fs
         self.path = path
         meta_path = f"{path}/.zarray"
-        if not fs.exists(meta_path):
-            raise FormatError(f"{meta_path}: not found (not a zarr v2 array)")
-        try:
-            meta = json.loads(fs.cat_file(meta_path))
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise FormatError(f"{meta_path}: malformed JSON: {error}") from error
+        meta = storage.read_json(fs, meta_path, missing="not found (not a zarr v2 array)")
         try:
             if meta.get("zarr_format") != 2:
                 raise ValueError(f"zarr_format {meta.get('zarr_format')!r} (only 2 is supported)")

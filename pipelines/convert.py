@@ -114,7 +114,7 @@ def check_reachable_by_workers(options: PipelineOptions) -> None:
         return
     for flag, url in (("--input", options.input), ("--output", options.output)):
         fs, _ = storage.open_root(url)
-        if storage.local_path(fs, "/") is not None:
+        if storage.is_local(fs):
             raise errors.ConversionError(f"{flag}={url} is on this machine's disk, which {options.view_as(StandardOptions).runner} "
                                          "workers cannot read; use a gs:// (or other shared storage) URL")
 
