@@ -11,6 +11,7 @@ signature, so planning costs one listing, not a request per file.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import hashlib
 import json
@@ -59,19 +60,23 @@ def context_hash(converter_version: str, options: dict, columns: list) -> str:
 
 def fingerprints(units: list[tuple[Unit, Any]], signed: dict[str, str], shared_files: list[str], context: str) -> dict[str, dict]:
     """unit key -> {"fingerprint", "prefix"} for each (unit, ref) pair."""
-    base = _digest({"context": context, "shared": _signed(shared_files, signed)})
-    return {unit.key: {"fingerprint": _digest({"base": base, "ref": repr(ref), "files": _signed(unit.files, signed)}),
+    names = sorted(signed)  # a folder's files are one contiguous range of the sorted names
+    base = _digest({"context": context, "shared": _signed(shared_files, signed, names)})
+    return {unit.key: {"fingerprint": _digest({"base": base, "ref": repr(ref), "files": _signed(unit.files, signed, names)}),
                        "prefix": unit.prefix}
             for unit, ref in units}
 
 
-def _signed(paths, signed: dict[str, str]) -> list:
+def _signed(paths, signed: dict[str, str], names: list[str]) -> list:
     """(path, signature) of each file; a folder stands for every file under it ("" for all)."""
     found = []
     for path in sorted(paths):
         if path in signed:
             found.append((path, signed[path]))
-        else:
-            prefix = path.rstrip("/") + "/" if path else ""
-            found += sorted((name, sig) for name, sig in signed.items() if name.startswith(prefix))
+            continue
+        prefix = path.rstrip("/") + "/" if path else ""
+        for name in names[bisect.bisect_left(names, prefix):]:
+            if not name.startswith(prefix):
+                break
+            found.append((name, signed[name]))
     return found
