@@ -97,23 +97,17 @@ class _WriteVideosFn(beam.DoFn):
                 with contextlib.ExitStack() as stack:
                     source = storage.local_path(self._source_fs, path) or stack.enter_context(storage.open_input(self._source_fs, path))
                     if item.frame_indices is not None:
-                        result = video.retime(source, destination, indices=item.frame_indices, fps=self._fps, options=options)
+                        video.retime(source, destination, indices=item.frame_indices, fps=self._fps, options=options, on_frame=on_frame)
                         (self._encoded if options is not None else self._reencoded).inc()
-                        if on_frame is not None:
-                            written = destination if local_target else destination.getvalue()
-                            for index, frame in enumerate(video.iter_frames(written, fps=self._fps)):
-                                on_frame(index, frame)
-                    elif options is None and item.start is None and item.end is None:
-                        self._copy_whole(source, destination, item, self._fps)
-                        self._copied.inc()
-                        if on_frame is not None:
-                            written = destination if local_target else destination.getvalue()
-                            for index, frame in enumerate(video.iter_frames(written, fps=self._fps)):
-                                on_frame(index, frame)
                     elif options is None:
-                        copied = video.copy_segment(source, destination, start=item.start, end=item.end, frames=item.frames, fps=self._fps)
-                        (self._reencoded if copied.reencoded else self._copied).inc()
-                        if on_frame is not None:
+                        if item.start is None and item.end is None:
+                            self._copy_whole(source, destination, item, self._fps)
+                            self._copied.inc()
+                        else:
+                            copied = video.copy_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
+                                                        fps=self._fps)
+                            (self._reencoded if copied.reencoded else self._copied).inc()
+                        if on_frame is not None:  # nothing was decoded: decode what was written, once
                             written = destination if local_target else destination.getvalue()
                             for index, frame in enumerate(video.iter_frames(written, fps=self._fps)):
                                 on_frame(index, frame)
