@@ -18,8 +18,11 @@ import json
 from typing import Any
 
 import fsspec
+import pyarrow.parquet as pq
 
-__all__ = ["Unit", "signatures", "fingerprints", "context_hash"]
+from formats import mixtrain, storage
+
+__all__ = ["Unit", "signatures", "fingerprints", "context_hash", "reusable"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,3 +83,26 @@ def _signed(paths, signed: dict[str, str], names: list[str]) -> list:
                 break
             found.append((name, signed[name]))
     return found
+
+
+def reusable(fs: fsspec.AbstractFileSystem, root: str, units: list, current: dict) -> dict | None:
+    """What an incremental run can take from the published dataset: the units whose fingerprint
+    did not change and the ids of their sequences. None when there is nothing to compare with."""
+    if not fs.exists(storage.join(root, mixtrain.SIDECAR)) or not fs.exists(storage.join(root, mixtrain.FINGERPRINTS_FILE)):
+        return None
+    text = fs.cat_file(storage.join(root, mixtrain.FINGERPRINTS_FILE)).decode() or "{}"  # empty: nothing recorded
+    previous = json.loads(text).get("units", {})
+    sidecar = mixtrain.read_sidecar(fs, root)
+    same = {key for key, value in current.items() if previous.get(key, {}).get("fingerprint") == value["fingerprint"]}
+    published = mixtrain.published_root(fs, root)
+    ids = set()
+    owners = [unit for unit, _ in units if unit.key in same]
+    exact = {unit.key for unit in owners if unit.prefix is None}
+    prefixes = tuple(unit.prefix for unit in owners if unit.prefix is not None)
+    for shard in sidecar.get("shards", []):
+        with storage.open_input(fs, storage.join(published, shard)) as handle:
+            for sequence_id in pq.read_table(handle, columns=["sequence_id"]).column("sequence_id").to_pylist():
+                if sequence_id in exact or (prefixes and sequence_id.startswith(prefixes)):
+                    ids.add(sequence_id)
+    return {"units": same, "ids": ids, "shards": sidecar.get("shards", []),
+            "root_url": storage.url_for(fs, published), "created_at": sidecar.get("created_at")}

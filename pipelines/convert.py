@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import math
 import re
 import sys
@@ -21,7 +20,6 @@ import time
 import uuid
 
 import apache_beam as beam
-import pyarrow.parquet as pq
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 import formats
@@ -170,19 +168,6 @@ def plan_videos(meta: DatasetMeta, mode: str, requested: video.EncodeOptions) ->
     return encode, sizes
 
 
-def copy_assets(fs, root: str, out_fs, staging: str, meta: DatasetMeta) -> None:
-    """Dataset-level files no row references (ORTF robot/ URDF and meshes), copied by the launcher
-    into the staged files/_dataset/ so they are published with the rows; listed in mixtrain.json."""
-    assets = meta.source.get("assets") or []
-    for relative in assets:
-        source = storage.resolve_inside(root, relative, what="asset", fs=fs)
-        target = storage.join(staging, mixtrain.FILES_DIR, "_dataset", relative)
-        out_fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
-        out_fs.pipe_file(target, fs.cat_file(source))
-    if assets:
-        meta.source["assets"] = [f"{mixtrain.FILES_DIR}/_dataset/{relative}" for relative in assets]
-
-
 def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str):
     """Plan on the launcher and add the conversion to `pipeline`. Returns (meta, refs, num_shards)."""
     fs, root = storage.open_root(options.input)
@@ -203,14 +188,14 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
                     "video_encoding": dataclasses.asdict(requested), "video_stats": options.video_stats},
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
-    copy_assets(fs, root, out_fs, storage.join(out_root, mixtrain.STAGING_DIR, run_id), meta)
+    mixtrain.copy_assets(fs, root, out_fs, storage.join(out_root, mixtrain.STAGING_DIR, run_id), meta)
     units, shared = module.incremental_units(refs)
     context = fingerprint.context_hash(formats.__version__, {**{k: v for k, v in sidecar_extra["options"].items()
                                                                 if k not in ("num_shards", "on_error")}, "fps": meta.fps}, meta.columns)
     current = fingerprint.fingerprints(units, fingerprint.signatures(fs, root), shared, context)
     to_convert, reused = refs, None
     if options.incremental:
-        reused = plan_reuse(out_fs, out_root, units, current)
+        reused = fingerprint.reusable(out_fs, out_root, units, current)
         if reused is not None:
             changed = {unit.key for unit, _ in units} - reused["units"]
             to_convert = [ref for unit, ref in units if unit.key in changed]
@@ -227,29 +212,6 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     _ = {"sequences": sequences, ERRORS: bad} | "Write" >> WriteMixtrain(
         staging_url, output_url, meta, num_shards, sidecar_extra, options.on_error, {"context": context, "units": current})
     return meta, refs, num_shards
-
-
-def plan_reuse(fs, root: str, units: list, current: dict) -> dict | None:
-    """What an incremental run can take from the published dataset: the units whose fingerprint
-    did not change and the ids of their sequences. None when there is nothing to compare with."""
-    if not fs.exists(storage.join(root, mixtrain.SIDECAR)) or not fs.exists(storage.join(root, mixtrain.FINGERPRINTS_FILE)):
-        return None
-    text = fs.cat_file(storage.join(root, mixtrain.FINGERPRINTS_FILE)).decode() or "{}"
-    previous = json.loads(text).get("units", {})
-    sidecar = mixtrain.read_sidecar(fs, root)
-    same = {key for key, value in current.items() if previous.get(key, {}).get("fingerprint") == value["fingerprint"]}
-    published = mixtrain.published_root(fs, root)
-    ids = set()
-    owners = [unit for unit, _ in units if unit.key in same]
-    exact = {unit.key for unit in owners if unit.prefix is None}
-    prefixes = tuple(unit.prefix for unit in owners if unit.prefix is not None)
-    for shard in sidecar.get("shards", []):
-        with fs.open(storage.join(published, shard), "rb") as handle:
-            for sequence_id in pq.read_table(handle, columns=["sequence_id"]).column("sequence_id").to_pylist():
-                if sequence_id in exact or (prefixes and sequence_id.startswith(prefixes)):
-                    ids.add(sequence_id)
-    return {"units": same, "ids": ids, "shards": sidecar.get("shards", []),
-            "root_url": storage.url_for(fs, published), "created_at": sidecar.get("created_at")}
 
 
 _ERROR_LINE = re.compile(r"(?:^|\s|\.)(?:" + "|".join(n for n in errors.__all__ if n[0].isupper()) + r"): (.+)")
