@@ -148,14 +148,15 @@ def table_to_sequences(table: pa.Table, columns: list[ColumnSpec]) -> list[Seque
     """Rows of a published shard back into Sequences (the inverse of `sequences_to_table`): what
     an incremental run reuses without reading the source again. Videos and files keep their
     relative paths."""
+    present = [spec for spec in columns if spec.name in table.column_names and spec.name != "sequence_id"]
+    arrays = {spec.name: table.column(spec.name).combine_chunks() for spec in present}  # not a chunk lookup per cell
+    ids, lengths = table.column("sequence_id").to_pylist(), table.column("length").to_pylist()
     sequences = []
     for row in range(table.num_rows):
-        length = int(table.column("length")[row].as_py())
-        sequence = Sequence(table.column("sequence_id")[row].as_py(), length, np.zeros(0))
-        for spec in columns:
-            if spec.name not in table.column_names or spec.name == "sequence_id":
-                continue
-            cell = table.column(spec.name)[row]
+        length = int(lengths[row])
+        sequence = Sequence(ids[row], length, np.zeros(0))
+        for spec in present:
+            cell = arrays[spec.name][row]
             if spec.kind == TIMESTAMPS:
                 sequence.timestamp = cell.values.to_numpy(zero_copy_only=False).astype(np.float64)
             elif spec.kind == TRAJECTORY:
