@@ -31,6 +31,7 @@ import av
 import numpy as np
 from av.video.reformatter import ColorRange, Colorspace
 
+from formats import mp4
 from formats.errors import ConversionError, VideoError
 from formats.sequence import FROM_IMAGES
 
@@ -243,10 +244,9 @@ def stream_info(source: BinaryIO | str) -> VideoInfo:
         container.close()
 
 
-def _bounds(stream, start: float | None, end: float | None, fps: float) -> tuple[int | None, int | None]:
+def _bounds(time_base: Fraction, start: float | None, end: float | None, fps: float) -> tuple[int | None, int | None]:
     """[start, end) seconds -> pts bounds shifted by half a frame, so float rounding of the
     source's timestamps (float32 in lerobot) never moves a frame across a boundary."""
-    time_base = stream.time_base
     half = 0.5 / fps
     low = None if start is None else int(round((start - half) / time_base))
     high = None if end is None else int(round((end - half) / time_base))
@@ -292,10 +292,20 @@ def copy_segment(
     Raises:
       VideoError: unreadable input, or a segment whose frame count is not `frames`.
     """
+    copied = _copy_by_sample_table(source, destination, start=start, end=end, frames=frames, fps=fps)
+    if copied is not None:
+        return copied
+    return _copy_by_remux(source, destination, start=start, end=end, frames=frames, fps=fps)
+
+
+def _copy_by_remux(source: BinaryIO | str, destination: BinaryIO | str, *, start: float | None, end: float | None,
+                   frames: int, fps: float) -> CopyResult:
+    """`copy_segment` through PyAV's demuxer and muxer: any container FFmpeg reads, and the cuts
+    that need re-encoding."""
     container = _open_input(source)
     try:
         stream = _video_stream(container)
-        low, high = _bounds(stream, start, end, fps)
+        low, high = _bounds(stream.time_base, start, end, fps)
         _seek(container, stream, low)
         packets = []
         for packet in container.demux(stream):
@@ -329,6 +339,56 @@ def copy_segment(
         raise VideoError(f"cannot read video: {error}") from error
     finally:
         container.close()
+
+
+def _source_key(source: BinaryIO | str) -> tuple | None:
+    """What identifies a source file's content for this process's caches (None: not cacheable)."""
+    if isinstance(source, str):
+        stat = os.stat(source)
+        return source, stat.st_size, stat.st_mtime_ns
+    path, size = getattr(source, "path", None), getattr(source, "size", None)
+    return (path, size) if path and size is not None else None
+
+
+_INFOS: dict = {}
+
+
+def _copy_by_sample_table(source: BinaryIO | str, destination: BinaryIO | str, *, start: float | None, end: float | None,
+                          frames: int, fps: float) -> CopyResult | None:
+    """The fast path of `copy_segment` (see formats.mp4); None when the file or the cut is not the plain
+    case, and every error is left to the PyAV path, which words it."""
+    key = _source_key(source)
+    handle = open(source, "rb") if isinstance(source, str) else source
+    try:
+        table = mp4.cached_sample_table(key, handle) if key is not None else mp4.read_sample_table(handle)
+        if table is None:
+            return None
+        low, high = _bounds(Fraction(1, table.timescale), start, end, fps)
+        cut = mp4.plan_cut(table, low, high)
+        if cut is None or cut.stop - cut.first != frames:
+            return None
+        info = _INFOS.get(key) if key is not None else None
+        if info is None:
+            handle.seek(0)
+            info = stream_info(handle)
+            if key is not None:
+                if len(_INFOS) > 4096:
+                    _INFOS.clear()
+                _INFOS[key] = info
+        try:
+            if isinstance(destination, str):
+                with open(destination, "wb") as out:
+                    mp4.write_cut(cut, handle, out)
+            else:
+                mp4.write_cut(cut, handle, destination)
+        except ValueError as error:
+            raise VideoError(f"cannot read video: {error}") from error
+        return CopyResult(frames=frames, reencoded=False, info=dataclasses.replace(info, frames=frames))
+    finally:
+        if handle is not source:
+            handle.close()
+        else:
+            handle.seek(0)
 
 
 def _fmt(value: float | None) -> str:
@@ -430,7 +490,7 @@ def reencode_segment(
     try:
         stream = _video_stream(container)
         stream.thread_type = "AUTO"
-        low, high = _bounds(stream, start, end, fps)
+        low, high = _bounds(stream.time_base, start, end, fps)
         result = encode_frames(_segment_frames(container, stream, low, high), destination,
                                fps=fps, options=options, on_frame=on_frame, expected_size=expected_size)
     except av.error.FFmpegError as error:
@@ -652,7 +712,7 @@ def iter_frames(source: BinaryIO | str | bytes, *, start: float | None = None, e
     try:
         stream = _video_stream(container)
         stream.thread_type = "AUTO"
-        low, high = _bounds(stream, start, end, fps)
+        low, high = _bounds(stream.time_base, start, end, fps)
         yield from _segment_frames(container, stream, low, high)
     except av.error.FFmpegError as error:
         raise VideoError(f"cannot decode video: {error}") from error

@@ -1,0 +1,110 @@
+"""Copy mode's sample-table cutter against PyAV's remux: same packets, same timestamps, same pixels."""
+
+import io
+import struct
+
+import av
+import numpy as np
+import pytest
+
+from formats import lerobot_v3, mp4, storage, video
+from formats.lerobot_v3_writer import SyntheticLeRobot, write_dataset
+
+
+def _packets(data: bytes) -> list[tuple[int, int, bool, bytes]]:
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.video[0]
+        return [(p.pts, p.dts, p.is_keyframe, bytes(p)) for p in container.demux(stream) if p.size]
+
+
+def _segments(path):
+    fs, root = storage.open_root(str(path))
+    meta, refs = lerobot_v3.plan(fs, root)
+    for ref in refs:
+        for _, segment in ref.videos:
+            yield storage.join(root, segment.path), segment, meta.fps
+
+
+def _compare_with_remux(path) -> int:
+    count = 0
+    for source, segment, fps in _segments(path):
+        with open(source, "rb") as handle:
+            table = mp4.read_sample_table(handle)
+        assert table is not None, f"{source} is a plain MP4: the fast path must take it"
+        fast, slow = io.BytesIO(), io.BytesIO()
+        result = video.copy_segment(source, fast, start=segment.start, end=segment.end, frames=segment.frames, fps=fps)
+        video._copy_by_remux(source, slow, start=segment.start, end=segment.end, frames=segment.frames, fps=fps)
+        assert not result.reencoded and result.info.frames == segment.frames
+        assert fast.getvalue()[4:8] == b"ftyp" and fast.getvalue().index(b"moov") < fast.getvalue().index(b"mdat")  # moov first
+        assert _packets(fast.getvalue()) == _packets(slow.getvalue())
+        got, want = video.decode_frames(fast.getvalue()), video.decode_frames(slow.getvalue())
+        assert got.shape[0] == segment.frames and np.array_equal(got, want)
+        assert video.probe(io.BytesIO(fast.getvalue())) == video.probe(io.BytesIO(slow.getvalue()))
+        count += 1
+    return count
+
+
+def test_av1_fixture_cuts_equal_the_remux(so100_tiny):
+    assert _compare_with_remux(so100_tiny) == 10
+
+
+def test_h264_b_frame_cuts_equal_the_remux(multi_file_dataset):
+    """B-frames: composition offsets and the one-edit shift FFmpeg writes must come through."""
+    path, _ = multi_file_dataset
+    source = next(_segments(path))[0]
+    with open(source, "rb") as handle:
+        assert mp4.read_sample_table(handle).composition.any()  # the case under test really has reordering
+    assert _compare_with_remux(path) == 14
+
+
+def test_hevc_cuts_equal_the_remux(hevc_dataset):
+    path, _ = hevc_dataset
+    assert _compare_with_remux(path) == 3
+
+
+def test_lossless_depth_cuts_equal_the_remux(tmp_path):
+    root = tmp_path / "depth"
+    write_dataset(str(root), SyntheticLeRobot(lengths=(12, 9), cameras=(), depth_cameras=("observation.images.depth",),
+                                              episodes_per_video_file=2))
+    assert _compare_with_remux(root) == 2
+
+
+def test_cut_inside_a_gop_is_left_to_the_remux(multi_file_dataset):
+    """A start that is not a sync sample: no fast cut (the remux path re-encodes it)."""
+    path, _ = multi_file_dataset
+    source, segment, fps = next(_segments(path))
+    with open(source, "rb") as handle:
+        table = mp4.read_sample_table(handle)
+    presented = np.sort(table.pts)
+    not_sync = [p for p in presented if not table.sync[np.flatnonzero(table.pts == p)[0]]]
+    assert mp4.plan_cut(table, int(not_sync[0]), None) is None
+
+
+@pytest.mark.parametrize("damage", ["fragmented", "no_moov", "truncated_moov"])
+def test_unusual_files_are_left_to_the_demuxer(multi_file_dataset, damage):
+    path, _ = multi_file_dataset
+    source = next(_segments(path))[0]
+    data = open(source, "rb").read()
+    if damage == "fragmented":
+        data = data + struct.pack(">I4s", 16, b"moof") + bytes(8)
+    elif damage == "no_moov":
+        at = data.index(b"moov") - 4
+        data = data[:at] + data[at:at + 4] + b"free" + data[at + 8:]
+    else:
+        at = data.index(b"stsz") - 4
+        data = data[:at + 16] + b"\x00\xff\xff\xff" + data[at + 20:]  # a sample count far beyond the box
+    assert mp4.read_sample_table(io.BytesIO(data)) is None
+
+
+def test_truncated_samples_are_a_video_error(tmp_path, multi_file_dataset):
+    """Samples past the end of the file: one clear error, never a short file."""
+    path, _ = multi_file_dataset
+    source, segment, fps = list(_segments(path))[-1]
+    data = open(source, "rb").read()
+    moov = data.index(b"moov") - 4
+    mdat = data.index(b"mdat") - 4
+    cut_at = mdat + 8 + (moov - mdat) // 2 if mdat < moov else len(data) - 100
+    damaged = tmp_path / "damaged.mp4"
+    damaged.write_bytes(data[:cut_at] + data[moov:] if mdat < moov else data[:cut_at])
+    with pytest.raises(video.VideoError):
+        video.copy_segment(str(damaged), io.BytesIO(), start=segment.start, end=segment.end, frames=segment.frames, fps=fps)
