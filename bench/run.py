@@ -20,6 +20,7 @@ the kernel's accounting of that subprocess.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import pathlib
 import shutil
@@ -60,6 +61,23 @@ def copy_floor(src: pathlib.Path, dst: pathlib.Path) -> list[str]:
     return [sys.executable, "-c", f"import shutil; shutil.copytree({str(src)!r}, {str(dst)!r})"]
 
 
+CACHE = pathlib.Path(os.environ.get("MIXTRAIN_BENCH_CACHE", pathlib.Path.home() / ".cache" / "mixtrain-convert-bench"))
+
+
+def workload(name: str, spec: SyntheticLeRobot) -> pathlib.Path:
+    """The dataset for `spec`, written once and kept in CACHE: generating (a) takes minutes, converting it seconds."""
+    key = hashlib.sha256(repr((spec, (ROOT / "formats" / "lerobot_v3_writer.py").read_bytes())).encode()).hexdigest()[:12]
+    path = CACHE / f"{name}-{key}"
+    if not (path / "meta" / "info.json").exists():
+        print(f"writing {name} into {path} ...", file=sys.stderr)
+        shutil.rmtree(path, ignore_errors=True)
+        partial = path.with_name(path.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        write_dataset(str(partial), spec)
+        partial.rename(path)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=1.0)
@@ -79,13 +97,11 @@ def main() -> None:
     try:
         episodes = max(2, int(200 * args.scale))
         if only & {"a", "b"}:
-            print(f"writing (a): {episodes} episodes x 300 frames x 2 cameras 320x240 ...", file=sys.stderr)
-            source = work / "a"
-            write_dataset(str(source), SyntheticLeRobot(lengths=[300] * episodes, width=320, height=240,
-                                                        episodes_per_video_file=20, episodes_per_data_file=50))
-            small = work / "a_small"
-            write_dataset(str(small), SyntheticLeRobot(lengths=[300] * max(2, episodes // 10), width=320, height=240,
-                                                       episodes_per_video_file=20, episodes_per_data_file=50))
+            def lerobot(count: int) -> SyntheticLeRobot:
+                return SyntheticLeRobot(lengths=[300] * count, width=320, height=240, episodes_per_video_file=20,
+                                        episodes_per_data_file=50, video_variants=8)
+            source = workload("a", lerobot(episodes))
+            small = workload("a", lerobot(max(2, episodes // 10)))
         if "a" in only:
             floor = record("a", "copy floor", copy_floor(source, work / "floor"))
             peer = record("a", "peer", [sys.executable, "bench/peer.py", str(source), str(work / "peer")])
@@ -105,23 +121,20 @@ def main() -> None:
             ratios.append(f"(b) pipeline / bare loop, CPU per frame: {piped[1] / bare[1]:.3f} (target <= 1.15)")
         if "c" in only:
             count = max(2, int(2000 * args.scale))
-            source = work / "c"
-            print(f"writing (c): {count} episodes of trajectories ...", file=sys.stderr)
-            write_dataset(str(source), SyntheticLeRobot(lengths=[50] * count, cameras=(), episodes_per_data_file=500,
-                                                        episodes_per_meta_file=500))
+            source = workload("c", SyntheticLeRobot(lengths=[50] * count, cameras=(), episodes_per_data_file=500,
+                                                    episodes_per_meta_file=500))
             peer = record("c", "peer", [sys.executable, "bench/peer.py", str(source), str(work / "c_peer")])
             piped = record("c", "pipeline, 2 workers", convert(source, work / "c_out", 2))
             ratios.append(f"(c) framework cost per episode: {1000 * (piped[1] - peer[1]) / count:.2f} ms CPU (target <= 2)")
         if "d" in only:
-            source = work / "d"
-            write_dataset(str(source), SyntheticLeRobot(lengths=[20_000] * 3, cameras=(), state_dim=64, action_dim=64))
+            source = workload("d", SyntheticLeRobot(lengths=[20_000] * 3, cameras=(), state_dim=64, action_dim=64))
             baseline = record("d", "import only", [sys.executable, "-c", "import pipelines.convert"])
             piped = record("d", "pipeline, 1 worker", convert(source, work / "d_out", 1))
             episode_mb = 20_000 * (2 * 64 * 4 + 8) / 1e6
             ratios.append(f"(d) peak over the import floor: {(piped[2] - baseline[2]) / episode_mb:.1f}x one episode's arrays (target < 3)")
         print(f"\n{'workload':<9}{'run':<26}{'wall s':>9}{'CPU s':>9}{'peak MB':>9}")
-        for workload, name, wall, cpu, rss in rows:
-            print(f"{workload:<9}{name:<26}{wall:9.2f}{cpu:9.2f}{rss:9.1f}")
+        for label, name, wall, cpu, rss in rows:
+            print(f"{label:<9}{name:<26}{wall:9.2f}{cpu:9.2f}{rss:9.1f}")
         print()
         for line in ratios:
             print(line)

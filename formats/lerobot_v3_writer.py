@@ -60,6 +60,9 @@ class SyntheticLeRobot:
     tasks_as_index: bool = True  # lerobot's pandas-index layout; False writes a `task` column
     splits: dict | None = None
     seed: int = 0
+    # Benchmarks: > 0 encodes only this many distinct videos per camera and reuses them for the
+    # other episodes (same length required), without keeping frames in the returned truth.
+    video_variants: int = 0
 
 
 def synthetic_frames(episode: int, camera: int, length: int, height: int, width: int) -> np.ndarray:
@@ -174,17 +177,25 @@ def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
         groups: dict[int, list[int]] = {}
         for episode in range(len(spec.lengths)):
             groups.setdefault(episode // spec.episodes_per_video_file, []).append(episode)
+        variants: dict[int, bytes] = {}
         for file_number, episodes in groups.items():
             encoded = []
             for episode in episodes:
+                variant = episode % spec.video_variants if spec.video_variants else None
+                if variant is not None and variant in variants and spec.lengths[variant] == spec.lengths[episode]:
+                    encoded.append(variants[variant])
+                    continue
                 frames = synthetic_frames(episode, camera_number, spec.lengths[episode], spec.height, spec.width)
                 if depth:  # millimetres: a ramp that uses the high byte, so 8 bits cannot hold it
                     frames = (frames[..., 0].astype(np.uint16) * 200 + frames[..., 1]).astype(np.uint16)
-                truth["frames"][camera].append(frames)
+                if variant is None:
+                    truth["frames"][camera].append(frames)
                 buffer = io.BytesIO()
                 options = EncodeOptions("ffv1", pix_fmt="gray16le") if depth else _encode_options(spec)
                 encode_frames(frames, buffer, fps=spec.fps, options=options)
                 encoded.append(buffer.getvalue())
+                if variant is not None:
+                    variants[variant] = encoded[-1]
             chunk_index, file_index = file_number // spec.chunks_size, file_number % spec.chunks_size
             path = storage.join(root, VIDEO_TEMPLATE.format(video_key=camera, chunk_index=chunk_index, file_index=file_index))
             fs.makedirs(posixpath.dirname(path), exist_ok=True)
