@@ -43,6 +43,7 @@ MEASURE = ("import resource, subprocess, sys, time\n"
 def measure(command: list[str]) -> tuple[float, float, float]:
     """(wall s, CPU s, peak RSS MB) of one command."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), SVT_LOG="1")
+    os.sync()  # the previous command's dirty pages are flushed now, not during this one
     done = subprocess.run([sys.executable, "-c", MEASURE, *command], cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(command)}\n{done.stderr[-2000:]}")

@@ -36,6 +36,7 @@ __all__ = [
     "sequences_to_table",
     "table_to_sequences",
     "write_shard",
+    "shard_writer",
     "column_types",
     "sidecar",
     "read_sidecar",
@@ -175,9 +176,46 @@ def table_to_sequences(table: pa.Table, columns: list[ColumnSpec]) -> list[Seque
     return sequences
 
 
+# A row group closes at 1,024 sequences or 8 MB of Arrow data, whichever comes first: point reads
+# stay cheap, and the writer never holds more than one row group of long sequences.
+ROW_GROUP_ROWS = 1024
+ROW_GROUP_BYTES = 8 << 20
+
+
+def shard_writer(handle, schema: pa.Schema) -> pq.ParquetWriter:
+    """The one Parquet configuration of shards (zstd); write row groups with `write_table`.
+
+    Dictionary encoding only for non-float leaves: on trajectories it made files 1.7x larger,
+    writes 10x slower and the writer's memory 3x higher (measured on 20,000 x 64 float32).
+    """
+    return pq.ParquetWriter(handle, schema, compression=PARQUET_COMPRESSION, use_dictionary=_dictionary_leaves(schema))
+
+
+def _dictionary_leaves(schema: pa.Schema) -> list[str]:
+    """Parquet leaf paths ("a.list.element", "s.field") of every non-floating-point leaf."""
+    leaves: list[str] = []
+
+    def walk(path: str, kind: pa.DataType) -> None:
+        if pa.types.is_struct(kind):
+            for index in range(kind.num_fields):
+                walk(f"{path}.{kind.field(index).name}", kind.field(index).type)
+        elif pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+            walk(f"{path}.list.element", kind.value_type)
+        elif pa.types.is_map(kind):
+            walk(f"{path}.key_value.key", kind.key_type)
+            walk(f"{path}.key_value.value", kind.item_type)
+        elif not pa.types.is_floating(kind):
+            leaves.append(path)
+
+    for field in schema:
+        walk(field.name, field.type)
+    return leaves
+
+
 def write_shard(table: pa.Table, handle) -> None:
-    """Parquet with zstd; one row group per up to 1024 sequences keeps point reads cheap."""
-    pq.write_table(table, handle, compression=PARQUET_COMPRESSION, row_group_size=1024)
+    """A whole table as one shard (empty shards, tests); the pipeline streams row groups instead."""
+    with shard_writer(handle, table.schema) as writer:
+        writer.write_table(table, row_group_size=ROW_GROUP_ROWS)
 
 
 def column_types(columns: list[ColumnSpec]) -> dict[str, dict]:

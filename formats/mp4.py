@@ -16,6 +16,7 @@ and the caller falls back to the PyAV remux in `formats.video`.
 from __future__ import annotations
 
 import dataclasses
+import os
 import struct
 import threading
 from collections import OrderedDict
@@ -360,27 +361,63 @@ def write_cut(cut: Cut, source: BinaryIO, destination: BinaryIO) -> None:
     offsets, sizes = table.offsets[first:stop], table.sizes[first:stop]
     total = int(sizes.sum())
     low, high = int(offsets.min()), int((offsets + sizes).max())
-    if high - low == total and np.all(offsets[1:] == offsets[:-1] + sizes[:-1]):
-        source.seek(low)
-        payload = source.read(total)
-    else:  # scattered samples: read the span once if it is compact, else sample by sample
-        if high - low <= 2 * total:
-            source.seek(low)
-            span = memoryview(source.read(high - low))
-            payload = b"".join(span[o - low:o - low + s] for o, s in zip(offsets.tolist(), sizes.tolist()))
-        else:
-            parts = []
-            for offset, size in zip(offsets.tolist(), sizes.tolist()):
-                source.seek(offset)
-                parts.append(source.read(size))
-            payload = b"".join(parts)
-    if len(payload) != total:
-        raise ValueError(f"samples end beyond the file ({len(payload)} of {total} bytes)")
+    source.seek(0, 2)
+    if source.tell() < high:
+        raise ValueError(f"samples end beyond the file ({high - source.tell()} bytes missing)")
+    contiguous = high - low == total and bool(np.all(offsets[1:] == offsets[:-1] + sizes[:-1]))
+    payload = None if contiguous and _kernel_copy_possible(source, destination) else _read_samples(source, offsets, sizes, low, high)
     mdat_header = struct.pack(">I4s", 8 + total, b"mdat") if total + 8 < 1 << 32 else struct.pack(">I4sQ", 1, b"mdat", 16 + total)
     head = table.ftyp
     moov = _moov(cut, 0)
     moov = _moov(cut, len(head) + len(moov) + len(mdat_header))  # same size: only the chunk offset changed
-    destination.write(head)
-    destination.write(moov)
-    destination.write(mdat_header)
-    destination.write(payload)
+    destination.write(head + moov + mdat_header)
+    if payload is None:
+        _kernel_copy(source, destination, low, total)
+    else:
+        destination.write(payload)
+
+
+def _read_samples(source: BinaryIO, offsets: np.ndarray, sizes: np.ndarray, low: int, high: int) -> bytes:
+    total = int(sizes.sum())
+    if high - low == total and bool(np.all(offsets[1:] == offsets[:-1] + sizes[:-1])):
+        source.seek(low)
+        payload = source.read(total)
+    elif high - low <= 2 * total:  # scattered but compact: read the span once
+        source.seek(low)
+        span = memoryview(source.read(high - low))
+        payload = b"".join(span[o - low:o - low + s] for o, s in zip(offsets.tolist(), sizes.tolist()))
+    else:
+        parts = []
+        for offset, size in zip(offsets.tolist(), sizes.tolist()):
+            source.seek(offset)
+            parts.append(source.read(size))
+        payload = b"".join(parts)
+    if len(payload) != total:
+        raise ValueError(f"samples end beyond the file ({len(payload)} of {total} bytes)")
+    return payload
+
+
+def _kernel_copy_possible(source, destination) -> bool:
+    """Both ends are files on this machine: the samples can go disk to disk inside the kernel."""
+    try:
+        return hasattr(os, "copy_file_range") and source.fileno() >= 0 and destination.fileno() >= 0
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def _kernel_copy(source, destination, offset: int, count: int) -> None:
+    """`count` bytes from `offset` in source appended to destination, like shutil's copies do (no Python buffers)."""
+    destination.flush()
+    out = destination.fileno()
+    src = source.fileno()
+    done = 0
+    while done < count:
+        try:
+            copied = os.copy_file_range(src, out, count - done, offset + done)
+        except OSError:  # e.g. across file systems on older kernels: plain reads
+            source.seek(offset + done)
+            destination.write(source.read(count - done))
+            return
+        if copied == 0:
+            raise ValueError(f"samples end beyond the file ({done} of {count} bytes)")
+        done += copied

@@ -23,6 +23,7 @@ __all__ = ["ColumnStats", "ImageStats", "QUANTILES", "sample_indices", "sketch_l
 
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 DEFAULT_CAPACITY = 4096
+_BLOCK_ROWS = 2 * DEFAULT_CAPACITY
 
 
 @dataclasses.dataclass
@@ -44,9 +45,18 @@ class ColumnStats:
         sketch every 2**l-th row at level l (each standing for 2**l values): for millions of
         pixels, where sorting them all would cost more than the quantiles are worth.
         """
-        data = np.asarray(values, dtype=np.float64)
-        if data.ndim == 1:
-            data = data[:, None]
+        values = np.asarray(values)
+        if values.ndim == 1:
+            values = values[:, None]
+        if len(values) > _BLOCK_ROWS and sketch_level == 0:
+            # Long inputs in blocks: float64 temporaries stay at one block, not 2-3x the whole input.
+            blocks = [ColumnStats.of(values[start:start + _BLOCK_ROWS], capacity, 0, image)
+                      for start in range(0, len(values), _BLOCK_ROWS)]
+            merged = blocks[0]
+            for block in blocks[1:]:
+                merged = merged.merge(block)
+            return merged
+        data = values.astype(np.float64, copy=False)
         mean = data.mean(axis=0)
         levels = [np.zeros((0, data.shape[1]))] * sketch_level + [data[:: 2**sketch_level].copy()]
         stats = ColumnStats(

@@ -3,6 +3,14 @@
 Everything is written under a staging folder inside the output (`_staging/<run>/`, which
 Parquet dataset readers skip as a `_`-prefixed path); only the final step moves the result into
 place, and mixtrain.json, whose presence marks a finished dataset, is written after all else.
+
+Sequence data never crosses a shuffle. Each worker spills its rows, already in Arrow form, to
+Arrow IPC files under the staging folder (`_rows/<shard>/`), and only (shard, sequence id,
+where its row is) records are grouped by shard. The shard writer then streams the rows in
+sequence-id order into Parquet one row group at a time, computing statistics as it goes: memory
+stays at about one row group however long the sequences or large the shard, and a runner that
+materialises shuffles (the local one, Dataflow's shuffle service) moves kilobytes, not the
+trajectories.
 """
 
 from __future__ import annotations
@@ -10,10 +18,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import uuid
+from collections import OrderedDict
 
 import apache_beam as beam
 import numpy as np
 import pyarrow as pa
+from apache_beam.transforms.window import GlobalWindows
 
 from formats import mixtrain, storage
 from formats.errors import FormatError, error_record
@@ -36,8 +47,86 @@ class ShardResult:
     non_finite: dict = dataclasses.field(default_factory=dict)  # column -> NaN/inf values kept
 
 
-def _key_by_shard(sequence: Sequence, num_shards: int):
-    return mixtrain.shard_of(sequence.sequence_id, num_shards), sequence
+SPILL_DIR = "_rows"
+SPILL_BYTES = 8 << 20  # a worker writes out its buffered rows once they reach this much Arrow data
+
+
+@dataclasses.dataclass(frozen=True)
+class SpilledRow:
+    """Where one sequence's row waits for its shard writer: batch `batch` of the IPC file `path`."""
+
+    sequence_id: str
+    path: str
+    batch: int
+    extra_stats: dict  # statistics computed upstream (video frames), which the row cannot give back
+
+
+class _SpillRowsFn(beam.DoFn):
+    """Sequences -> Arrow rows in IPC files under the staging folder, and (shard, SpilledRow) records."""
+
+    def __init__(self, staging_url: str, columns: list[ColumnSpec], num_shards: int):
+        self._staging_url = staging_url
+        self._columns = columns
+        self._num_shards = num_shards
+
+    def setup(self):
+        self._fs, self._root = storage.open_root(self._staging_url)
+        self._schema = mixtrain.arrow_schema(self._columns)
+
+    def start_bundle(self):
+        self._buffers: dict[int, list] = {}
+        self._buffered = 0
+
+    def process(self, sequence: Sequence):
+        table = mixtrain.sequences_to_table([sequence], self._columns).combine_chunks()
+        shard = mixtrain.shard_of(sequence.sequence_id, self._num_shards)
+        self._buffers.setdefault(shard, []).append((sequence.sequence_id, dict(sequence.extra_stats), table))
+        self._buffered += table.nbytes
+        if self._buffered >= SPILL_BYTES:
+            yield from self._spill()
+
+    def finish_bundle(self):
+        for record in self._spill():
+            yield GlobalWindows.windowed_value(record)
+
+    def _spill(self):
+        buffers, self._buffers, self._buffered = self._buffers, {}, 0
+        for shard in sorted(buffers):
+            folder = storage.join(self._root, SPILL_DIR, f"{shard:05d}")
+            self._fs.makedirs(folder, exist_ok=True)
+            path = storage.join(folder, f"{uuid.uuid4().hex}.arrow")
+            with self._fs.open(path, "wb") as handle, pa.ipc.new_file(handle, self._schema) as writer:
+                for _, _, table in buffers[shard]:
+                    writer.write_table(table)  # one row, one record batch
+            for batch, (sequence_id, extra_stats, _) in enumerate(buffers[shard]):
+                yield shard, SpilledRow(sequence_id, path, batch, extra_stats)
+
+
+class _SpilledRowReader:
+    """Rows out of spill files, keeping a few files open: rows come in sequence-id order, which
+    jumps between the files of different workers and bundles."""
+
+    def __init__(self, fs, keep: int = 16):
+        self._fs = fs
+        self._open: OrderedDict = OrderedDict()
+        self._keep = keep
+
+    def read(self, row: SpilledRow) -> pa.RecordBatch:
+        reader = self._open.get(row.path)
+        if reader is None:
+            local = storage.local_path(self._fs, row.path)
+            # Plain reads, not a memory map: mapped pages would stay resident while the file is open.
+            source = pa.OSFile(local) if local else self._fs.open(row.path, "rb")
+            reader = self._open[row.path] = (pa.ipc.open_file(source), source)
+            while len(self._open) > self._keep:
+                self._open.popitem(last=False)[1][1].close()
+        self._open.move_to_end(row.path)
+        return reader[0].get_batch(row.batch)
+
+    def close(self):
+        for _, source in self._open.values():
+            source.close()
+        self._open.clear()
 
 
 def _stats_columns(columns: list[ColumnSpec]) -> list[ColumnSpec]:
@@ -100,6 +189,8 @@ def non_finite_counts(sequences: list[Sequence], columns: list[ColumnSpec]) -> d
 
 
 class _WriteShardFn(beam.DoFn):
+    """(shard, [SpilledRow]) -> the shard's Parquet file, streamed a row group at a time."""
+
     def __init__(self, staging_url: str, columns: list[ColumnSpec], on_error: str = FAIL):
         self._staging_url = staging_url
         self._columns = columns
@@ -107,10 +198,11 @@ class _WriteShardFn(beam.DoFn):
 
     def setup(self):
         self._fs, self._root = storage.open_root(self._staging_url)
+        self._schema = mixtrain.arrow_schema(self._columns)
 
     def process(self, element):
-        index, sequences = element
-        ordered = sorted(sequences, key=lambda s: s.sequence_id)
+        index, rows = element
+        ordered = sorted(rows, key=lambda r: r.sequence_id)
         errors = []
         duplicates = {current.sequence_id for previous, current in zip(ordered, ordered[1:]) if previous.sequence_id == current.sequence_id}
         for sequence_id in sorted(duplicates):
@@ -118,21 +210,42 @@ class _WriteShardFn(beam.DoFn):
             if self._on_error != SKIP:
                 raise error
             errors.append(error_record(error, sequence=sequence_id, stage="write"))
-        ordered = [s for s in ordered if s.sequence_id not in duplicates]  # skipped: every copy, none chosen at random
-        table = mixtrain.sequences_to_table(ordered, self._columns)
+        ordered = [r for r in ordered if r.sequence_id not in duplicates]  # skipped: every copy, none chosen at random
         path = storage.join(self._root, mixtrain.shard_path(index))
         self._fs.makedirs(storage.join(self._root, mixtrain.DATA_DIR), exist_ok=True)
-        with self._fs.open(path, "wb") as handle:
-            mixtrain.write_shard(table, handle)
-        yield ShardResult(
-            index=index,
-            rows=len(ordered),
-            timesteps=sum(s.length for s in ordered),
-            bytes=self._fs.size(path),
-            stats=shard_stats(ordered, self._columns),
-            errors=errors,
-            non_finite=non_finite_counts(ordered, self._columns),
-        )
+        result = ShardResult(index=index, rows=len(ordered), timesteps=0, bytes=0, stats={}, errors=errors)
+        reader = _SpilledRowReader(self._fs)
+        try:
+            with self._fs.open(path, "wb") as handle, mixtrain.shard_writer(handle, self._schema) as writer:
+                group: list[tuple[pa.RecordBatch, SpilledRow]] = []
+                size = 0
+                for row in ordered:
+                    batch = reader.read(row)
+                    group.append((batch, row))
+                    size += batch.nbytes
+                    if len(group) >= mixtrain.ROW_GROUP_ROWS or size >= mixtrain.ROW_GROUP_BYTES:
+                        self._write_group(writer, group, result)
+                        group, size = [], 0
+                if group or not ordered:
+                    self._write_group(writer, group, result)
+        finally:
+            reader.close()
+        result.bytes = self._fs.size(path)
+        yield result
+
+    def _write_group(self, writer, group: list, result: ShardResult) -> None:
+        """One row group, and its rows' statistics folded into the shard's (in sequence-id order)."""
+        table = pa.Table.from_batches([batch for batch, _ in group], schema=self._schema)
+        writer.write_table(table, row_group_size=max(1, table.num_rows))
+        sequences = mixtrain.table_to_sequences(table, self._columns)
+        for sequence, (_, row) in zip(sequences, group):
+            sequence.extra_stats = row.extra_stats
+        result.timesteps += sum(s.length for s in sequences)
+        if sequences:
+            for name, stats in shard_stats(sequences, self._columns).items():
+                result.stats[name] = result.stats[name].merge(stats) if name in result.stats else stats
+        for name, count in non_finite_counts(sequences, self._columns).items():
+            result.non_finite[name] = result.non_finite.get(name, 0) + count
 
 
 def _failed(key: str, unit: dict, records: list[dict]) -> bool:
@@ -197,6 +310,9 @@ class _PublishFn(beam.DoFn):
             non_finite=_sum_counts(shard.non_finite for shard in shards),
             **self._sidecar_extra,
         )
+        spilled = storage.join(staging, SPILL_DIR)
+        if fs.exists(spilled):
+            fs.rm(spilled, recursive=True)
         mixtrain.publish(fs, staging, output, sidecar)
         yield {"sequences": sidecar["num_sequences"], "timesteps": sidecar["num_timesteps"]}
 
@@ -232,12 +348,14 @@ class WriteMixtrain(beam.PTransform):
         errors = inputs.get(ERRORS) or sequences.pipeline | "NoErrors" >> beam.Create([])
         shards = (
             sequences
-            | "KeyByShard" >> beam.Map(_key_by_shard, self._num_shards)
+            | "SpillRows" >> beam.ParDo(_SpillRowsFn(self._staging_url, self._meta.columns, self._num_shards))
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShards" >> beam.ParDo(_WriteShardFn(self._staging_url, self._meta.columns, self._on_error))
         )
         stats = shards | "ShardStats" >> beam.Map(_shard_partial) | "MergeStats" >> beam.CombineGlobally(MergeShardStatsFn())
-        results = shards | "CollectShards" >> beam.combiners.ToList()
+        results = (shards
+                   | "WithoutStats" >> beam.Map(lambda shard: dataclasses.replace(shard, stats={}))  # merged above; sketches are MBs
+                   | "CollectShards" >> beam.combiners.ToList())
         return (
             sequences.pipeline
             | "PublishTrigger" >> beam.Create([None])
