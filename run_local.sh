@@ -2,7 +2,7 @@
 # One command to set up and run mixtrain-convert locally.
 #   ./run_local.sh                 set up .venv, write a synthetic LeRobot v3 sample, convert it, validate it
 #   ./run_local.sh test            set up .venv and run the whole test suite (and ruff)
-#   ./run_local.sh bench [ARGS]    set up .venv and run the benchmarks under bench/ (minutes, not part of the tests)
+#   ./run_local.sh bench [ARGS]    set up .venv and run the benchmark suite bench/run.py (minutes, not part of the tests)
 #   ./run_local.sh ARGS...         run `python -m pipelines.convert ARGS...` inside .venv
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -38,10 +38,7 @@ case "${1:-}" in
     ;;
   bench)
     shift
-    "$VENV/bin/python" bench/bench_reencode.py "$@"
-    "$VENV/bin/python" bench/bench_l5kit.py
-    "$VENV/bin/python" bench/bench_incremental.py
-    "$VENV/bin/python" bench/bench_load.py
+    "$VENV/bin/python" bench/run.py "$@"  # the suite; bench/bench_*.py are run one by one
     ;;
   *)
     exec "$VENV/bin/python" -m pipelines.convert "$@"

@@ -19,6 +19,11 @@ import sys
 import time
 import uuid
 
+from pipelines import local_workers
+
+# Started before Beam is imported below: local workers import their copy on the other core meanwhile.
+_ZYGOTE = local_workers.Zygote() if __name__ == "__main__" and local_workers.wanted(sys.argv[1:]) else None
+
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
@@ -101,7 +106,7 @@ def _runner(options: PipelineOptions):
     if name in LOCAL_RUNNERS:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-        return FnApiRunner()
+        return local_workers.runner(_ZYGOTE) if _ZYGOTE is not None else FnApiRunner()
     return name
 
 
@@ -293,7 +298,12 @@ def _summary(output_url: str, seconds: float) -> str:
 
 
 def main() -> None:
-    sys.exit(run(sys.argv[1:]))
+    try:
+        code = run(sys.argv[1:])
+    finally:
+        if _ZYGOTE is not None:
+            _ZYGOTE.stop()
+    sys.exit(code)
 
 
 if __name__ == "__main__":

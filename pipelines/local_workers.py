@@ -1,0 +1,208 @@
+"""Local multi-process workers forked from a warm process instead of started cold.
+
+Beam's DirectRunner in multi_processing mode starts each worker as a fresh interpreter that imports
+Beam, Arrow, PyAV and our modules again: about 1.2 s and 1.5 s of CPU per worker before any
+work, which on a 2-core machine made 2 workers slower than 1 on every benchmark workload. Here
+one "zygote" process is started at the very beginning of the launcher, imports all of that while
+the launcher imports its own copy on the other core, and then forks a ready worker for each of
+Beam's worker command lines (the forkserver idea of Python's multiprocessing).
+
+Beam still starts and stops the workers: its command line becomes `python -m
+pipelines.local_workers connect SOCKET`, a client that passes its environment (the control and
+logging addresses Beam sets) to the zygote and exits with the forked worker's status. If no
+zygote was started, the client execs Beam's own worker command. When the launcher dies, the
+zygote kills its workers and exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+BEAM_WORKER = ("-m", "apache_beam.runners.worker.sdk_worker_main")
+_ENV = "MIXTRAIN_WORKER_ZYGOTE"
+
+
+def wanted(argv: list[str]) -> bool:
+    """The command line asks for local multi-process workers (DirectRunner is the default runner)."""
+    values = dict(arg[2:].split("=", 1) for arg in argv if arg.startswith("--") and "=" in arg)
+    runner = values.get("runner", "DirectRunner")
+    return (runner in ("DirectRunner", "FnApiRunner", "direct") and values.get("direct_running_mode") == "multi_processing"
+            and values.get("direct_num_workers", "1") not in ("1",))
+
+
+class Zygote:
+    """The warm process: started before the launcher imports Beam, stopped when the run ends."""
+
+    def __init__(self) -> None:
+        self.folder = tempfile.mkdtemp(prefix="mixtrain-workers-")
+        self.socket_path = os.path.join(self.folder, "zygote.sock")
+        # stdin is a pipe the zygote watches: when this process ends, however abruptly, it ends too.
+        self._process = subprocess.Popen([sys.executable, "-m", "pipelines.local_workers", "serve", self.socket_path],
+                                         stdin=subprocess.PIPE)
+
+    def command(self) -> str:
+        """Beam's worker command line, through the zygote."""
+        return f"{sys.executable} -m pipelines.local_workers connect {self.socket_path}"
+
+    def stop(self) -> None:
+        try:
+            self._process.stdin.write(b"stop")
+            self._process.stdin.close()
+            self._process.wait(timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            self._process.kill()
+        try:
+            os.unlink(self.socket_path)
+        except OSError:
+            pass
+        try:
+            os.rmdir(self.folder)
+        except OSError:
+            pass
+
+
+def _serve(socket_path: str) -> None:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(socket_path)
+    listener.listen(64)  # clients that arrive while the imports below run wait in the backlog
+    try:
+        from apache_beam.runners.worker import sdk_worker_main
+
+        import formats.sources  # noqa: F401 - what the workers' DoFns unpickle into, imported once here
+        import transforms.read  # noqa: F401
+        import transforms.reuse  # noqa: F401
+        import transforms.video  # noqa: F401
+        import transforms.write  # noqa: F401
+    except BaseException:
+        os.unlink(socket_path)  # later clients start cold; waiting ones fail, as a cold start would have
+        listener.close()
+        raise
+
+    children = set()
+    while True:
+        ready, _, _ = select.select([listener, sys.stdin], [], [], 1.0)
+        children -= _reap(children, block=False)
+        if sys.stdin in ready:
+            message = os.read(sys.stdin.fileno(), 1024)
+            # "stop": the run is over, workers are finishing; end of input alone: the launcher died
+            # (a worker would wait for its lost runner for a long time). Either way every worker is
+            # waited for, so its CPU time counts among this process's children's.
+            _stop_children(children, grace=10.0 if b"stop" in message else 0.0)
+            return
+        if listener not in ready:
+            continue
+        connection, _ = listener.accept()
+        environment = json.loads(_receive(connection))
+        pid = os.fork()
+        if pid == 0:
+            listener.close()
+            os.environ.clear()
+            os.environ.update(environment)
+            connection.sendall(b"F")  # forked: from here on the client waits for this worker's status
+            status = 0
+            try:
+                sdk_worker_main.main([])
+            except SystemExit as exit_:
+                status = exit_.code if isinstance(exit_.code, int) else 1
+            except BaseException:  # noqa: BLE001 - reported by Beam's own logging; the status says it failed
+                status = 1
+            try:
+                connection.sendall(bytes([status & 0xFF]))
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(status)
+        children.add(pid)
+        connection.close()
+
+
+def _stop_children(children: set[int], grace: float) -> None:
+    deadline = time.monotonic() + grace
+    while children and time.monotonic() < deadline:
+        children -= _reap(children, block=False)
+        time.sleep(0.01)
+    for pid in children:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    _reap(children, block=True)
+
+
+def _reap(children: set[int], block: bool) -> set[int]:
+    done = set()
+    for pid in children:
+        try:
+            finished, _ = os.waitpid(pid, 0 if block else os.WNOHANG)
+        except ChildProcessError:
+            finished = pid
+        if finished:
+            done.add(pid)
+    return done
+
+
+def _receive(connection: socket.socket) -> bytes:
+    header = b""
+    while len(header) < 4:
+        chunk = connection.recv(4 - len(header))
+        if not chunk:
+            raise EOFError("client left")
+        header += chunk
+    size = struct.unpack(">I", header)[0]
+    data = b""
+    while len(data) < size:
+        chunk = connection.recv(min(1 << 20, size - len(data)))
+        if not chunk:
+            raise EOFError("client left")
+        data += chunk
+    return data
+
+
+def _connect(socket_path: str) -> int:
+    if not os.path.exists(socket_path):  # no zygote was started: Beam's own cold start
+        os.execv(sys.executable, [sys.executable, *BEAM_WORKER])
+    try:
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        connection.connect(socket_path)
+        payload = json.dumps(dict(os.environ)).encode()
+        connection.sendall(struct.pack(">I", len(payload)) + payload)
+        forked = connection.recv(1) == b"F"
+    except OSError:
+        forked = False
+    if not forked:  # the zygote is gone: its launcher died (no worker is wanted any more), or it failed to start
+        print(f"mixtrain-convert: no local worker process from {socket_path}", file=sys.stderr)
+        return 1
+    status = connection.recv(1)
+    return status[0] if status else 1
+
+
+def runner(zygote: Zygote):
+    """An FnApiRunner whose multi-process workers come from `zygote`."""
+    from apache_beam.portability import python_urns
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    class ZygoteRunner(FnApiRunner):
+        def run_via_runner_api(self, pipeline_proto, options):
+            for environment in pipeline_proto.components.environments.values():
+                # The runner's own multi_processing worker: its payload is the command line.
+                if environment.urn == python_urns.SUBPROCESS_SDK and environment.payload.decode().endswith(" ".join(BEAM_WORKER)):
+                    environment.payload = zygote.command().encode()
+            return super().run_via_runner_api(pipeline_proto, options)
+
+    return ZygoteRunner()
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "serve":
+        _serve(sys.argv[2])
+    else:
+        sys.exit(_connect(sys.argv[2]))
