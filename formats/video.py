@@ -1,8 +1,9 @@
 """Video through PyAV: cut a time range out of an MP4 by packet copy, re-encode, encode image
 sequences, probe, decode.
 
-Copy mode never decodes: the packets of [start, end) are remuxed into a new MP4 whose timestamps
-start at 0, so the output decodes to the source's pixels bit for bit. lerobot writes each episode
+Copy mode never decodes: the packets of [start, end) are copied into a new MP4 whose timestamps
+start at 0, so the output decodes to the source's pixels bit for bit. Plain MP4s are cut on their
+sample tables (`formats.mp4`, no per-packet work); anything else is remuxed through PyAV. lerobot writes each episode
 as its own closed GOP run and joins files by stream copy, so an episode starts on a keyframe; a
 segment that does not (a cut inside a GOP) cannot be copied and is re-encoded from the decoded
 frames with the source's codec at high quality, and reported as such.

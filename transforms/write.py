@@ -78,10 +78,9 @@ class _SpillRowsFn(beam.DoFn):
         self._buffered = 0
 
     def process(self, sequence: Sequence):
-        table = mixtrain.sequences_to_table([sequence], self._columns).combine_chunks()
         shard = mixtrain.shard_of(sequence.sequence_id, self._num_shards)
-        self._buffers.setdefault(shard, []).append((sequence.sequence_id, dict(sequence.extra_stats), table))
-        self._buffered += table.nbytes
+        self._buffers.setdefault(shard, []).append(sequence)
+        self._buffered += _approximate_bytes(sequence)
         if self._buffered >= SPILL_BYTES:
             yield from self._spill()
 
@@ -92,14 +91,23 @@ class _SpillRowsFn(beam.DoFn):
     def _spill(self):
         buffers, self._buffers, self._buffered = self._buffers, {}, 0
         for shard in sorted(buffers):
+            sequences = buffers[shard]
             folder = storage.join(self._root, SPILL_DIR, f"{shard:05d}")
             self._fs.makedirs(folder, exist_ok=True)
             path = storage.join(folder, f"{uuid.uuid4().hex}.arrow")
+            # One Arrow table for the whole buffer (column building per row cost more than the
+            # rows), written as one record batch per row so the shard writer can pick rows.
+            table = mixtrain.sequences_to_table(sequences, self._columns)
             with self._fs.open(path, "wb") as handle, pa.ipc.new_file(handle, self._schema) as writer:
-                for _, _, table in buffers[shard]:
-                    writer.write_table(table)  # one row, one record batch
-            for batch, (sequence_id, extra_stats, _) in enumerate(buffers[shard]):
-                yield shard, SpilledRow(sequence_id, path, batch, extra_stats)
+                writer.write_table(table, max_chunksize=1)
+            for batch, sequence in enumerate(sequences):
+                yield shard, SpilledRow(sequence.sequence_id, path, batch, dict(sequence.extra_stats))
+
+
+def _approximate_bytes(sequence: Sequence) -> int:
+    """What a row weighs in Arrow, near enough to decide when to spill."""
+    arrays = [sequence.timestamp, *sequence.trajectories.values(), *(v for v in sequence.steps.values() if v is not None)]
+    return sum(getattr(array, "nbytes", 0) for array in arrays) + 256
 
 
 class _SpilledRowReader:
