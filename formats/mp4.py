@@ -127,7 +127,7 @@ def _full_box_array(data: bytes, payload: int, end: int, columns: int, dtype: st
     return np.frombuffer(data, dtype=dtype, count=count * columns, offset=begin).reshape(count, columns).astype(np.int64)
 
 
-def _parse(ftyp: bytes, moov: bytes) -> SampleTable | None:
+def _parse(ftyp: bytes, moov: bytes, file_size: int) -> SampleTable | None:
     top = _children(moov, 8, len(moov))
     video = []
     for _, trak_payload, trak_end in top.get(b"trak", []):
@@ -161,18 +161,26 @@ def _parse(ftyp: bytes, moov: bytes) -> SampleTable | None:
     if struct.unpack_from(">I", moov, stsd[1] + 4)[0] != 1 or entry_type in (b"encv", b"resv"):
         return None
 
+    if timescale <= 0 or movie_timescale <= 0:
+        return None
     stsz = stbl[b"stsz"][0]
     uniform, count = struct.unpack_from(">II", moov, stsz[1] + 4)
+    if count > file_size:  # every sample holds at least a byte: a larger count is damage, not data
+        return None
     if uniform:
         sizes = np.full(count, uniform, np.int64)
     else:
         sizes = np.frombuffer(moov, ">u4", count=count, offset=stsz[1] + 12).astype(np.int64)
     stts = stbl[b"stts"][0]
     runs = _full_box_array(moov, stts[1], stts[2], 2, ">u4")
+    if int(runs[:, 0].sum()) != count:
+        return None
     durations = np.repeat(runs[:, 1], runs[:, 0])
     if b"ctts" in stbl:
         ctts = stbl[b"ctts"][0]
         runs = _full_box_array(moov, ctts[1], ctts[2], 2, ">u4")
+        if int(runs[:, 0].sum()) != count:
+            return None
         # Signed in version 1; FFmpeg has written negative offsets into version 0 too.
         composition = np.repeat(runs[:, 1].astype(np.uint32).view(np.int32).astype(np.int64), runs[:, 0])
     else:
@@ -189,18 +197,23 @@ def _parse(ftyp: bytes, moov: bytes) -> SampleTable | None:
     # stsc: (first chunk, samples per chunk, description) runs -> samples per chunk -> each sample's offset
     firsts = chunk_runs[:, 0] - 1
     lasts = np.append(firsts[1:], len(chunk_offsets))
-    per_chunk = np.repeat(chunk_runs[:, 1], lasts - firsts)
-    if per_chunk.sum() != count:
+    if np.any(lasts < firsts) or np.any(firsts < 0) or int((chunk_runs[:, 1] * (lasts - firsts)).sum()) != count:
         return None
+    per_chunk = np.repeat(chunk_runs[:, 1], lasts - firsts)
     chunk_of_sample = np.repeat(np.arange(len(chunk_offsets)), per_chunk)
     first_of_chunk = np.cumsum(per_chunk) - per_chunk
     within = np.cumsum(sizes) - sizes
     offsets = chunk_offsets[chunk_of_sample] + within - within[first_of_chunk][chunk_of_sample]
+    if count and (offsets.min() < 0 or int((offsets + sizes).max()) > file_size):
+        return None  # samples outside the file: the demuxer words that error
     sync = None
     if b"stss" in stbl:
         stss = stbl[b"stss"][0]
         sync = np.zeros(count, bool)
-        sync[_full_box_array(moov, stss[1], stss[2], 1, ">u4")[:, 0] - 1] = True
+        numbers = _full_box_array(moov, stss[1], stss[2], 1, ">u4")[:, 0] - 1
+        if len(numbers) and (numbers.min() < 0 or numbers.max() >= count):
+            return None
+        sync[numbers] = True
 
     shift = 0
     if b"edts" in trak:
@@ -214,10 +227,14 @@ def _parse(ftyp: bytes, moov: bytes) -> SampleTable | None:
         if entries != 1:
             return None  # empty edits, several edits: the demuxer's business
         if long:
-            _, media_time, rate = struct.unpack_from(">Qqi", moov, box[1] + 8)
+            segment, media_time, rate = struct.unpack_from(">Qqi", moov, box[1] + 8)
         else:
-            _, media_time, rate = struct.unpack_from(">Iii", moov, box[1] + 8)
+            segment, media_time, rate = struct.unpack_from(">Iii", moov, box[1] + 8)
         if media_time < 0 or rate != 1 << 16:
+            return None
+        # An edit that ends before the media does hides the samples after it: the demuxer's business.
+        shown = int(durations.sum()) - media_time
+        if segment and segment * timescale < (shown - timescale / movie_timescale) * movie_timescale:
             return None
         shift = media_time
     decode = np.cumsum(durations) - durations
@@ -234,12 +251,14 @@ def read_sample_table(source: BinaryIO) -> SampleTable | None:
         boxes = _top_level(source)
         if b"moov" not in boxes:
             return None
-        return _parse(boxes.get(b"ftyp", b""), boxes[b"moov"])
-    except (ValueError, KeyError, IndexError, struct.error):
+        source.seek(0, 2)
+        return _parse(boxes.get(b"ftyp", b""), boxes[b"moov"], source.tell())
+    except (ValueError, KeyError, IndexError, struct.error, OverflowError, MemoryError):
         return None  # unusual or damaged: the demuxer reports it properly
 
 
 _CACHE: OrderedDict = OrderedDict()
+_CACHED_SAMPLES = 2_000_000
 _CACHE_LOCK = threading.Lock()
 
 
@@ -252,7 +271,8 @@ def cached_sample_table(key, source: BinaryIO) -> SampleTable | None:
     table = read_sample_table(source)
     with _CACHE_LOCK:
         _CACHE[key] = table
-        while len(_CACHE) > 32:
+        # About 50 bytes a sample: keep at most ~2M samples (100 MB) of tables per worker.
+        while len(_CACHE) > 1 and sum(len(t.pts) if t is not None else 0 for t in _CACHE.values()) > _CACHED_SAMPLES:
             _CACHE.popitem(last=False)
     return table
 
@@ -273,6 +293,10 @@ def plan_cut(table: SampleTable, low: int | None, high: int | None) -> Cut | Non
         return None  # interleaved with a neighbour's frames in decode order
     if table.sync is not None and not table.sync[first]:
         return None
+    if table.pts[first] != table.pts[first:stop].min():
+        return None  # frames shown before the first decoded one (open GOP): they need the previous GOP
+    if table.composition[first:stop].min() < 0:
+        return None  # negative composition offsets: FFmpeg's dts shift for them is its own business
     if _media_time(table, first, stop) < 0:
         return None  # the first decoded sample would be presented before the segment starts
     return Cut(table, first, stop)
@@ -324,7 +348,7 @@ def _moov(cut: Cut, data_offset: int) -> bytes:
     media_time = _media_time(table, first, stop)
     media_duration = int(durations.sum())
     presented = int(pts.max()) - origin + int(durations[np.argmax(pts)])
-    movie_duration = presented * table.movie_timescale // table.timescale
+    movie_duration = -(-presented * table.movie_timescale // table.timescale)  # rounded up: never shorter than the frames
 
     stts = _runs(durations)
     entries = [table.stsd,
@@ -414,9 +438,14 @@ def _kernel_copy(source, destination, offset: int, count: int) -> None:
     while done < count:
         try:
             copied = os.copy_file_range(src, out, count - done, offset + done)
-        except OSError:  # e.g. across file systems on older kernels: plain reads
+        except OSError:  # e.g. across file systems: plain reads, a block at a time
             source.seek(offset + done)
-            destination.write(source.read(count - done))
+            while done < count:
+                block = source.read(min(8 << 20, count - done))
+                if not block:
+                    raise ValueError(f"samples end beyond the file ({done} of {count} bytes)") from None
+                destination.write(block)
+                done += len(block)
             return
         if copied == 0:
             raise ValueError(f"samples end beyond the file ({done} of {count} bytes)")

@@ -50,11 +50,9 @@ class ColumnStats:
             values = values[:, None]
         if len(values) > _BLOCK_ROWS and sketch_level == 0:
             # Long inputs in blocks: float64 temporaries stay at one block, not 2-3x the whole input.
-            blocks = [ColumnStats.of(values[start:start + _BLOCK_ROWS], capacity, 0, image)
-                      for start in range(0, len(values), _BLOCK_ROWS)]
-            merged = blocks[0]
-            for block in blocks[1:]:
-                merged = merged.merge(block)
+            merged = ColumnStats.of(values[:_BLOCK_ROWS], capacity, 0, image)
+            for start in range(_BLOCK_ROWS, len(values), _BLOCK_ROWS):
+                merged = merged.merge(ColumnStats.of(values[start:start + _BLOCK_ROWS], capacity, 0, image))
             return merged
         data = values.astype(np.float64, copy=False)
         mean = data.mean(axis=0)

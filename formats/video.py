@@ -320,7 +320,9 @@ def _copy_by_remux(source: BinaryIO | str, destination: BinaryIO | str, *, start
             raise VideoError(
                 f"segment [{_fmt(start)}, {_fmt(end)}) s holds {len(packets)} frames, expected {frames}"
             )
-        if not packets[0].is_keyframe:
+        # A cut must start on a keyframe that is also shown first: an open GOP's leading frames are
+        # shown before it and need the previous GOP. Otherwise re-encode.
+        if not packets[0].is_keyframe or packets[0].pts != min(packet.pts for packet in packets):
             return _reencode_in_place(container, stream, destination, low, high, frames)
         origin = min(packet.pts for packet in packets)
         output = av.open(destination, mode="w", format="mp4")
@@ -358,32 +360,38 @@ def _copy_by_sample_table(source: BinaryIO | str, destination: BinaryIO | str, *
                           frames: int, fps: float) -> CopyResult | None:
     """The fast path of `copy_segment` (see formats.mp4); None when the file or the cut is not the plain
     case, and every error is left to the PyAV path, which words it."""
-    key = _source_key(source)
-    handle = open(source, "rb") if isinstance(source, str) else source
     try:
-        table = mp4.cached_sample_table(key, handle) if key is not None else mp4.read_sample_table(handle)
-        if table is None:
+        key = _source_key(source)
+        handle = open(source, "rb") if isinstance(source, str) else source
+    except OSError:
+        return None  # the PyAV path words it (missing file, permissions)
+    try:
+        try:
+            table = mp4.cached_sample_table(key, handle) if key is not None else mp4.read_sample_table(handle)
+            if table is None:
+                return None
+            low, high = _bounds(Fraction(1, table.timescale), start, end, fps)
+            cut = mp4.plan_cut(table, low, high)
+            if cut is None or cut.stop - cut.first != frames:
+                return None
+            info = _INFOS.get(key) if key is not None else None
+            if info is None:
+                handle.seek(0)
+                info = stream_info(handle)
+                if key is not None:
+                    if len(_INFOS) > 4096:
+                        _INFOS.clear()
+                    _INFOS[key] = info
+        except Exception:  # noqa: BLE001 - anything odd before writing: the PyAV path decides and words it
             return None
-        low, high = _bounds(Fraction(1, table.timescale), start, end, fps)
-        cut = mp4.plan_cut(table, low, high)
-        if cut is None or cut.stop - cut.first != frames:
-            return None
-        info = _INFOS.get(key) if key is not None else None
-        if info is None:
-            handle.seek(0)
-            info = stream_info(handle)
-            if key is not None:
-                if len(_INFOS) > 4096:
-                    _INFOS.clear()
-                _INFOS[key] = info
         try:
             if isinstance(destination, str):
                 with open(destination, "wb") as out:
                     mp4.write_cut(cut, handle, out)
             else:
                 mp4.write_cut(cut, handle, destination)
-        except ValueError as error:
-            raise VideoError(f"cannot read video: {error}") from error
+        except (ValueError, OSError) as error:
+            raise VideoError(f"cannot copy video: {error}") from error
         return CopyResult(frames=frames, reencoded=False, info=dataclasses.replace(info, frames=frames))
     finally:
         if handle is not source:

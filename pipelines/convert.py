@@ -304,6 +304,9 @@ def _summary(output_url: str, seconds: float) -> str:
 
 
 def main() -> None:
+    global _ZYGOTE
+    if _ZYGOTE is None and local_workers.wanted(sys.argv[1:]):  # the console script: started late, still one import
+        _ZYGOTE = local_workers.Zygote()
     try:
         code = run(sys.argv[1:])
     finally:

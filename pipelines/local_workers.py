@@ -9,9 +9,9 @@ Beam's worker command lines (the forkserver idea of Python's multiprocessing).
 
 Beam still starts and stops the workers: its command line becomes `python -m
 pipelines.local_workers connect SOCKET`, a client that passes its environment (the control and
-logging addresses Beam sets) to the zygote and exits with the forked worker's status. If no
-zygote was started, the client execs Beam's own worker command. When the launcher dies, the
-zygote kills its workers and exits.
+logging addresses Beam sets) to the zygote and exits with the forked worker's status. If the
+zygote cannot fork one, the client execs Beam's own worker command instead. When the launcher
+dies, the zygote kills its workers and exits, and late clients exit too.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 
 BEAM_WORKER = ("-m", "apache_beam.runners.worker.sdk_worker_main")
 _ENV = "MIXTRAIN_WORKER_ZYGOTE"
@@ -33,10 +34,16 @@ _ENV = "MIXTRAIN_WORKER_ZYGOTE"
 
 def wanted(argv: list[str]) -> bool:
     """The command line asks for local multi-process workers (DirectRunner is the default runner)."""
-    values = dict(arg[2:].split("=", 1) for arg in argv if arg.startswith("--") and "=" in arg)
+    values: dict[str, str] = {}
+    for position, arg in enumerate(argv):
+        if arg.startswith("--") and "=" in arg:
+            key, value = arg[2:].split("=", 1)
+            values[key] = value
+        elif arg.startswith("--") and position + 1 < len(argv) and not argv[position + 1].startswith("--"):
+            values[arg[2:]] = argv[position + 1]  # --direct_num_workers 2
     runner = values.get("runner", "DirectRunner")
-    return (runner in ("DirectRunner", "FnApiRunner", "direct") and values.get("direct_running_mode") == "multi_processing"
-            and values.get("direct_num_workers", "1") not in ("1",))
+    return (runner in ("DirectRunner", "FnApiRunner") and values.get("direct_running_mode") == "multi_processing"
+            and values.get("direct_num_workers", "1") != "1")
 
 
 class Zygote:
@@ -51,7 +58,7 @@ class Zygote:
 
     def command(self) -> str:
         """Beam's worker command line, through the zygote."""
-        return f"{sys.executable} -m pipelines.local_workers connect {self.socket_path}"
+        return f"{sys.executable} -m pipelines.local_workers connect {self.socket_path} {os.getpid()}"
 
     def stop(self) -> None:
         try:
@@ -60,12 +67,13 @@ class Zygote:
             self._process.wait(timeout=20)
         except (OSError, subprocess.TimeoutExpired):
             self._process.kill()
+        _remove(self.socket_path)
+
+
+def _remove(socket_path: str) -> None:
+    for remove, path in ((os.unlink, socket_path), (os.rmdir, os.path.dirname(socket_path))):
         try:
-            os.unlink(self.socket_path)
-        except OSError:
-            pass
-        try:
-            os.rmdir(self.folder)
+            remove(path)
         except OSError:
             pass
 
@@ -97,32 +105,46 @@ def _serve(socket_path: str) -> None:
             # (a worker would wait for its lost runner for a long time). Either way every worker is
             # waited for, so its CPU time counts among this process's children's.
             _stop_children(children, grace=10.0 if b"stop" in message else 0.0)
+            listener.close()
+            _remove(socket_path)  # later clients (the launcher is gone) find no zygote
             return
         if listener not in ready:
             continue
         connection, _ = listener.accept()
-        environment = json.loads(_receive(connection))
-        pid = os.fork()
+        try:
+            environment = json.loads(_receive(connection))
+            with warnings.catch_warnings():  # Python 3.12+ warns of forking with threads: Arrow's are fork-safe
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+        except (OSError, EOFError, ValueError):  # a client that left, or no fork possible: it starts cold
+            connection.close()
+            continue
         if pid == 0:
-            listener.close()
-            os.environ.clear()
-            os.environ.update(environment)
-            connection.sendall(b"F")  # forked: from here on the client waits for this worker's status
-            status = 0
-            try:
-                sdk_worker_main.main([])
-            except SystemExit as exit_:
-                status = exit_.code if isinstance(exit_.code, int) else 1
-            except BaseException:  # noqa: BLE001 - reported by Beam's own logging; the status says it failed
-                status = 1
-            try:
-                connection.sendall(bytes([status & 0xFF]))
-            finally:
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(status)
+            _work(listener, connection, environment, sdk_worker_main)  # never returns
         children.add(pid)
         connection.close()
+
+
+def _work(listener: socket.socket, connection: socket.socket, environment: dict, sdk_worker_main) -> None:
+    """The forked child: become Beam's worker with the client's environment; always ends the process."""
+    status = 1
+    try:
+        listener.close()
+        os.environ.clear()
+        os.environ.update(environment)
+        connection.sendall(b"F")  # forked: from here on the client waits for this worker's status
+        try:
+            sdk_worker_main.main([])
+            status = 0
+        except SystemExit as exit_:
+            status = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        connection.sendall(bytes([status & 0xFF]))
+    except BaseException:  # noqa: BLE001 - Beam logs its own failures; the status says it failed
+        pass
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
 
 
 def _stop_children(children: set[int], grace: float) -> None:
@@ -167,9 +189,7 @@ def _receive(connection: socket.socket) -> bytes:
     return data
 
 
-def _connect(socket_path: str) -> int:
-    if not os.path.exists(socket_path):  # no zygote was started: Beam's own cold start
-        os.execv(sys.executable, [sys.executable, *BEAM_WORKER])
+def _connect(socket_path: str, launcher: int) -> int:
     try:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         connection.connect(socket_path)
@@ -178,11 +198,22 @@ def _connect(socket_path: str) -> int:
         forked = connection.recv(1) == b"F"
     except OSError:
         forked = False
-    if not forked:  # the zygote is gone: its launcher died (no worker is wanted any more), or it failed to start
-        print(f"mixtrain-convert: no local worker process from {socket_path}", file=sys.stderr)
-        return 1
+    if not forked:
+        if not _alive(launcher):
+            return 1  # the run is over: no worker is wanted any more
+        os.execv(sys.executable, [sys.executable, *BEAM_WORKER])  # no zygote to fork from: Beam's own cold start
     status = connection.recv(1)
     return status[0] if status else 1
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def runner(zygote: Zygote):
@@ -205,4 +236,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "serve":
         _serve(sys.argv[2])
     else:
-        sys.exit(_connect(sys.argv[2]))
+        sys.exit(_connect(sys.argv[2], int(sys.argv[3])))

@@ -48,7 +48,8 @@ class ShardResult:
 
 
 SPILL_DIR = "_rows"
-SPILL_BYTES = 8 << 20  # a worker writes out its buffered rows once they reach this much Arrow data
+SPILL_BYTES = 8 << 20  # a shard's buffered rows are written out once they reach this much Arrow data
+SPILL_BUFFER_BYTES = 64 << 20  # and the largest shard's rows whenever all shards' buffers reach this
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +59,7 @@ class SpilledRow:
     sequence_id: str
     path: str
     batch: int
+    nbytes: int  # what the row weighs (closes row groups by size without reading the row first)
     extra_stats: dict  # statistics computed upstream (video frames), which the row cannot give back
 
 
@@ -75,39 +77,54 @@ class _SpillRowsFn(beam.DoFn):
 
     def start_bundle(self):
         self._buffers: dict[int, list] = {}
-        self._buffered = 0
+        self._sizes: dict[int, int] = {}
 
     def process(self, sequence: Sequence):
         shard = mixtrain.shard_of(sequence.sequence_id, self._num_shards)
         self._buffers.setdefault(shard, []).append(sequence)
-        self._buffered += _approximate_bytes(sequence)
-        if self._buffered >= SPILL_BYTES:
-            yield from self._spill()
+        self._sizes[shard] = self._sizes.get(shard, 0) + _approximate_bytes(sequence)
+        # Files of about SPILL_BYTES per shard, however many shards, and a bounded buffer.
+        if self._sizes[shard] >= SPILL_BYTES:
+            yield from self._spill(shard)
+        elif sum(self._sizes.values()) >= SPILL_BUFFER_BYTES:
+            yield from self._spill(max(self._sizes, key=lambda s: (self._sizes[s], s)))
 
     def finish_bundle(self):
-        for record in self._spill():
-            yield GlobalWindows.windowed_value(record)
+        for shard in sorted(self._buffers):
+            for record in self._spill(shard):
+                yield GlobalWindows.windowed_value(record)
 
-    def _spill(self):
-        buffers, self._buffers, self._buffered = self._buffers, {}, 0
-        for shard in sorted(buffers):
-            sequences = buffers[shard]
-            folder = storage.join(self._root, SPILL_DIR, f"{shard:05d}")
-            self._fs.makedirs(folder, exist_ok=True)
-            path = storage.join(folder, f"{uuid.uuid4().hex}.arrow")
-            # One Arrow table for the whole buffer (column building per row cost more than the
-            # rows), written as one record batch per row so the shard writer can pick rows.
-            table = mixtrain.sequences_to_table(sequences, self._columns)
-            with self._fs.open(path, "wb") as handle, pa.ipc.new_file(handle, self._schema) as writer:
-                writer.write_table(table, max_chunksize=1)
-            for batch, sequence in enumerate(sequences):
-                yield shard, SpilledRow(sequence.sequence_id, path, batch, dict(sequence.extra_stats))
+    def _spill(self, shard: int):
+        sequences = self._buffers.pop(shard)
+        del self._sizes[shard]
+        folder = storage.join(self._root, SPILL_DIR, f"{shard:05d}")
+        self._fs.makedirs(folder, exist_ok=True)
+        path = storage.join(folder, f"{uuid.uuid4().hex}.arrow")
+        # One Arrow table for the whole buffer (column building per row cost more than the rows),
+        # written as one record batch per row so the shard writer can pick rows.
+        table = mixtrain.sequences_to_table(sequences, self._columns)
+        with self._fs.open(path, "wb") as handle, pa.ipc.new_file(handle, self._schema) as writer:
+            writer.write_table(table, max_chunksize=1)
+        for batch, sequence in enumerate(sequences):
+            yield shard, SpilledRow(sequence.sequence_id, path, batch, _approximate_bytes(sequence), dict(sequence.extra_stats))
 
 
 def _approximate_bytes(sequence: Sequence) -> int:
     """What a row weighs in Arrow, near enough to decide when to spill."""
     arrays = [sequence.timestamp, *sequence.trajectories.values(), *(v for v in sequence.steps.values() if v is not None)]
     return sum(getattr(array, "nbytes", 0) for array in arrays) + 256
+
+
+def _row_groups(rows: list[SpilledRow]) -> list[list[SpilledRow]]:
+    """Consecutive rows closed at ROW_GROUP_ROWS rows or ROW_GROUP_BYTES, whichever comes first."""
+    groups, group, size = [], [], 0
+    for row in rows:
+        group.append(row)
+        size += row.nbytes
+        if len(group) >= mixtrain.ROW_GROUP_ROWS or size >= mixtrain.ROW_GROUP_BYTES:
+            groups.append(group)
+            group, size = [], 0
+    return groups + [group] if group else groups
 
 
 class _SpilledRowReader:
@@ -124,12 +141,15 @@ class _SpilledRowReader:
         if reader is None:
             local = storage.local_path(self._fs, row.path)
             # Plain reads, not a memory map: mapped pages would stay resident while the file is open.
-            source = pa.OSFile(local) if local else self._fs.open(row.path, "rb")
+            source = pa.OSFile(local) if local else storage.open_input(self._fs, row.path)
             reader = self._open[row.path] = (pa.ipc.open_file(source), source)
             while len(self._open) > self._keep:
                 self._open.popitem(last=False)[1][1].close()
         self._open.move_to_end(row.path)
-        return reader[0].get_batch(row.batch)
+        batch = reader[0].get_batch(row.batch)
+        if batch.num_rows != 1 or batch.column("sequence_id")[0].as_py() != row.sequence_id:
+            raise FormatError(f"spilled row {row.batch} of {row.path} is not {row.sequence_id} (damaged staging)")
+        return batch
 
     def close(self):
         for _, source in self._open.values():
@@ -160,7 +180,10 @@ def shard_stats(sequences: list[Sequence], columns: list[ColumnSpec]) -> dict[st
         elif spec.kind == TRAJECTORY:
             values = np.concatenate([s.trajectories[spec.name] for s in sequences])
         else:
-            values = np.concatenate([np.asarray(s.steps[spec.name]) for s in sequences])
+            cells = [np.asarray(s.steps[spec.name]) for s in sequences if s.steps.get(spec.name) is not None]  # None: a null cell
+            if not cells:
+                continue
+            values = np.concatenate(cells)
         stats[spec.name] = ColumnStats.of(values)
     for spec in columns:  # per-step records (L5Kit agents): statistics of the named fields, over all records
         for field in spec.meta.get("stats_fields") or ():
@@ -225,17 +248,10 @@ class _WriteShardFn(beam.DoFn):
         reader = _SpilledRowReader(self._fs)
         try:
             with self._fs.open(path, "wb") as handle, mixtrain.shard_writer(handle, self._schema) as writer:
-                group: list[tuple[pa.RecordBatch, SpilledRow]] = []
-                size = 0
-                for row in ordered:
-                    batch = reader.read(row)
-                    group.append((batch, row))
-                    size += batch.nbytes
-                    if len(group) >= mixtrain.ROW_GROUP_ROWS or size >= mixtrain.ROW_GROUP_BYTES:
-                        self._write_group(writer, group, result)
-                        group, size = [], 0
-                if group or not ordered:
-                    self._write_group(writer, group, result)
+                for group in _row_groups(ordered) if ordered else [[]]:
+                    # Read file by file (ids of different files interleave), then back in id order.
+                    batches = {id(row): reader.read(row) for row in sorted(group, key=lambda r: (r.path, r.batch))}
+                    self._write_group(writer, [(batches[id(row)], row) for row in group], result)
         finally:
             reader.close()
         result.bytes = self._fs.size(path)

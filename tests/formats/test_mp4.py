@@ -2,6 +2,7 @@
 
 import io
 import struct
+from fractions import Fraction
 
 import av
 import numpy as np
@@ -31,6 +32,8 @@ def _compare_with_remux(path) -> int:
         with open(source, "rb") as handle:
             table = mp4.read_sample_table(handle)
         assert table is not None, f"{source} is a plain MP4: the fast path must take it"
+        low, high = video._bounds(Fraction(1, table.timescale), segment.start, segment.end, fps)
+        assert mp4.plan_cut(table, low, high) is not None, "an episode of a lerobot-style file is a plain cut"
         fast, slow = io.BytesIO(), io.BytesIO()
         result = video.copy_segment(source, fast, start=segment.start, end=segment.end, frames=segment.frames, fps=fps)
         video._copy_by_remux(source, slow, start=segment.start, end=segment.end, frames=segment.frames, fps=fps)
@@ -108,3 +111,54 @@ def test_truncated_samples_are_a_video_error(tmp_path, multi_file_dataset):
     damaged.write_bytes(data[:cut_at] + data[moov:] if mdat < moov else data[:cut_at])
     with pytest.raises(video.VideoError):
         video.copy_segment(str(damaged), io.BytesIO(), start=segment.start, end=segment.end, frames=segment.frames, fps=fps)
+
+
+def _b_frame_source(multi_file_dataset) -> tuple[bytearray, str, object, float]:
+    path, _ = multi_file_dataset
+    source, segment, fps = next(_segments(path))
+    return bytearray(open(source, "rb").read()), source, segment, fps
+
+
+def test_an_edit_that_hides_samples_is_left_to_the_demuxer(multi_file_dataset):
+    data, *_ = _b_frame_source(multi_file_dataset)
+    at = data.index(b"elst")
+    assert data[at + 4] == 0  # version 0: u32 segment duration at +12
+    struct.pack_into(">I", data, at + 12, struct.unpack_from(">I", data, at + 12)[0] // 2)
+    assert mp4.read_sample_table(io.BytesIO(bytes(data))) is None
+
+
+def test_absurd_sample_counts_are_refused_before_allocating(multi_file_dataset):
+    data, *_ = _b_frame_source(multi_file_dataset)
+    at = data.index(b"stts")
+    struct.pack_into(">I", data, at + 12, 0xFFFFFFF0)  # first run: 4 billion samples
+    assert mp4.read_sample_table(io.BytesIO(bytes(data))) is None
+
+
+def test_damaged_headers_are_a_video_error_not_a_crash(tmp_path, multi_file_dataset):
+    data, _, segment, fps = _b_frame_source(multi_file_dataset)
+    at = data.index(b"mdhd")
+    struct.pack_into(">I", data, at + 4 + 12, 0)  # timescale 0
+    damaged = tmp_path / "ts0.mp4"
+    damaged.write_bytes(data)
+    with pytest.raises(video.VideoError):
+        video.copy_segment(str(damaged), io.BytesIO(), start=segment.start, end=segment.end, frames=segment.frames, fps=fps)
+    with pytest.raises(video.VideoError):
+        video.copy_segment(str(tmp_path / "missing.mp4"), io.BytesIO(), start=0.0, end=1.0, frames=30, fps=30)
+
+
+def test_negative_composition_offsets_go_through_the_remux(tmp_path):
+    """FFmpeg's own dts shift for negative ctts differs from a plain reading: not cut here."""
+    path = tmp_path / "negcts.mp4"
+    with av.open(str(path), "w", options={"movflags": "negative_cts_offsets"}) as container:
+        stream = container.add_stream("libx264", rate=30, options={"bf": "2", "g": "10"})
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        for i in range(40):
+            frame = av.VideoFrame.from_ndarray(np.full((48, 64, 3), i * 5, np.uint8), format="rgb24")
+            container.mux(stream.encode(frame))
+        container.mux(stream.encode(None))
+    with open(path, "rb") as handle:
+        table = mp4.read_sample_table(handle)
+    assert table is not None and table.composition.min() < 0
+    assert mp4.plan_cut(table, None, None) is None
+    result = video.copy_segment(str(path), io.BytesIO(), start=0.0, end=40 / 30, frames=40, fps=30)
+    assert result.frames == 40

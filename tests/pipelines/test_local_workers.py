@@ -13,19 +13,35 @@ from pipelines import local_workers, validate
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-def _command_lines() -> list[str]:
-    lines = []
+def _processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every process."""
+    table = {}
     for entry in pathlib.Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                lines.append((entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+                stat = (entry / "stat").read_text()
+                command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             except OSError:
-                pass
-    return lines
+                continue
+            table[int(entry.name)] = (int(stat.rsplit(")", 1)[1].split()[1]), command)
+    return table
 
 
-def _ours(lines: list[str], folder: pathlib.Path) -> list[str]:
-    return [line for line in lines if str(folder) in line or "pipelines.local_workers" in line]
+def _descendants(root: int, table: dict[int, tuple[int, str]]) -> dict[int, str]:
+    """Descendants with a command line (a process that is exiting shows none)."""
+    found, frontier = {}, [root]
+    while frontier:
+        parent = frontier.pop()
+        for pid, (ppid, command) in table.items():
+            if ppid == parent and pid not in found:
+                found[pid] = command
+                frontier.append(pid)
+    return {pid: command for pid, command in found.items() if command}
+
+
+def _alive(pids) -> list[int]:
+    return [pid for pid in pids if pathlib.Path(f"/proc/{pid}").exists()
+            and "Z" not in pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]]
 
 
 def _convert(source, output) -> subprocess.Popen:
@@ -42,33 +58,62 @@ def test_wanted_only_for_local_multi_process_runs():
     assert not local_workers.wanted(["--runner=DataflowRunner", "--direct_num_workers=2", "--direct_running_mode=multi_processing"])
 
 
+def _watch(process: subprocess.Popen) -> dict[int, str]:
+    """Every descendant of `process` seen while it runs."""
+    seen: dict[int, str] = {}
+    while process.poll() is None:
+        seen.update(_descendants(process.pid, _processes()))
+        time.sleep(0.02)
+    return seen
+
+
 def test_workers_are_forked_from_the_zygote(tmp_path):
     source = tmp_path / "src"
     write_dataset(str(source), SyntheticLeRobot(lengths=[40] * 12, episodes_per_video_file=4))
     process = _convert(source, tmp_path / "out")
-    seen: set[str] = set()
-    while process.poll() is None:
-        seen.update(line for line in _command_lines() if "pipelines.local_workers" in line or "sdk_worker_main" in line)
-        time.sleep(0.02)
+    seen = _watch(process)
     assert process.returncode == 0, process.stderr.read()
-    assert any("pipelines.local_workers serve" in line for line in seen)
-    assert any("pipelines.local_workers connect" in line for line in seen)  # Beam ran our worker command
-    assert not any("sdk_worker_main" in line for line in seen)  # and never had to start a cold worker
+    assert any("pipelines.local_workers serve" in command for command in seen.values())
+    assert any("pipelines.local_workers connect" in command for command in seen.values())  # Beam ran our worker command
+    assert not any("sdk_worker_main" in command for command in seen.values())  # and never had to start a cold worker
     assert validate.validate(str(tmp_path / "out")) == []
-    assert not [line for line in _command_lines() if "pipelines.local_workers" in line]
+    assert not _alive(seen)
+
+
+def test_without_a_zygote_workers_start_cold_and_the_run_completes(tmp_path):
+    """A zygote that died (here: killed as soon as it appears) costs speed, never the run."""
+    source = tmp_path / "src"
+    write_dataset(str(source), SyntheticLeRobot(lengths=[40] * 12, episodes_per_video_file=4))
+    process = _convert(source, tmp_path / "out")
+    seen: dict[int, str] = {}
+    killed = False
+    while process.poll() is None:
+        seen.update(_descendants(process.pid, _processes()))
+        for pid, command in seen.items():
+            if not killed and "pipelines.local_workers serve" in command:
+                os.kill(pid, signal.SIGKILL)
+                killed = True
+        time.sleep(0.01)
+    assert killed and process.returncode == 0, process.stderr.read()
+    assert any("sdk_worker_main" in command for command in seen.values()), sorted(seen.values())
+    assert validate.validate(str(tmp_path / "out")) == []
 
 
 def test_a_killed_launcher_takes_the_zygote_and_its_workers_along(tmp_path):
     source = tmp_path / "src"
     write_dataset(str(source), SyntheticLeRobot(lengths=[60] * 30, episodes_per_video_file=5))
     process = _convert(source, tmp_path / "out")
+    seen: dict[int, str] = {}
     deadline = time.monotonic() + 60
-    while not [line for line in _command_lines() if "pipelines.local_workers connect" in line]:
+    while not any("pipelines.local_workers connect" in command for command in seen.values()):
         assert time.monotonic() < deadline and process.poll() is None, "workers never started"
+        seen.update(_descendants(process.pid, _processes()))
         time.sleep(0.02)
+    time.sleep(0.3)
+    seen.update(_descendants(process.pid, _processes()))
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     deadline = time.monotonic() + 30
-    while [line for line in _command_lines() if "pipelines.local_workers" in line]:
-        assert time.monotonic() < deadline, "zygote or workers outlived the launcher"
+    while _alive(seen):
+        assert time.monotonic() < deadline, f"outlived the launcher: {[seen[pid] for pid in _alive(seen)]}"
         time.sleep(0.1)

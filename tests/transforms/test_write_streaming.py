@@ -92,3 +92,26 @@ def test_long_inputs_are_summarised_in_blocks_exactly():
     q50 = stats.quantiles()["q50"]
     ranks = (exact < q50).mean(0)
     assert np.all(np.abs(ranks - 0.5) < 0.01)
+
+
+def test_spill_files_stay_large_however_many_shards(tmp_path, monkeypatch):
+    """Buffers are per shard: 4 shards do not turn every spill into 4 small files."""
+    monkeypatch.setattr(write, "SPILL_BYTES", 100_000)
+    staging = storage.url_for(*storage.open_root(str(tmp_path / "staging")))
+    spill = write._SpillRowsFn(staging, _columns(), num_shards=4)
+    spill.setup()
+    spill.start_bundle()
+    sequences = [_sequence(i, 60) for i in range(200)]
+    records = [record for sequence in sequences for record in spill.process(sequence)]
+    records += [wv.value for wv in spill.finish_bundle()]
+    total = sum(write._approximate_bytes(s) for s in sequences)
+    files = {row.path for _, row in records}
+    assert len(records) == 200 and {shard for shard, _ in records} == {0, 1, 2, 3}
+    assert len(files) <= total // write.SPILL_BYTES + 4  # one partial file per shard at most
+
+
+def test_null_numeric_step_cells_are_left_out_of_statistics():
+    sequences = [_sequence(0, 5), _sequence(1, 7)]
+    sequences[1].steps["reward"] = None  # a row without this column (a null cell)
+    stats = write.shard_stats(sequences, _columns())
+    assert stats["reward"].count == 5
