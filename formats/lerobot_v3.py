@@ -451,7 +451,8 @@ def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.
     columns = list(dict.fromkeys([key_column, *extra, *wanted]))
     local = storage.local_path(fs, path)
     with contextlib.nullcontext(local) if local else storage.open_input(fs, path) as handle:  # local: Arrow's own reads
-        parquet = pq.ParquetFile(handle, metadata=metadata, buffer_size=1 << 20)
+        # pre_buffer coalesces ranged reads: worth it on object stores, 60 % slower per small local read.
+        parquet = pq.ParquetFile(handle, metadata=metadata, buffer_size=1 << 20, pre_buffer=not local)
         if sum(metadata.row_group(g).num_rows for g in groups) <= _READ_BATCH_ROWS:
             # One episode's rows are small: Arrow's thread pool costs more than it saves (0.29 -> 0.16 ms).
             table = parquet.read_row_groups(groups, columns=columns, use_threads=False) if groups else schema.empty_table().select(columns)
