@@ -25,17 +25,13 @@ import uuid
 if sys.platform.startswith("linux"):
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
 
-from pipelines import local_workers
-
-# Started before Beam is imported below: local workers import their copy on the other core meanwhile.
-_ZYGOTE = local_workers.Zygote() if __name__ == "__main__" and local_workers.wanted(sys.argv[1:]) else None
-
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 import formats
 from formats import errors, fingerprint, mixtrain, sources, storage, video
 from formats.sequence import TRAJECTORY, VIDEO, DatasetMeta
+from pipelines import local_workers
 from transforms.errors import ERRORS, FAIL
 from transforms.errors import MODES as ERROR_MODES
 from transforms.read import ReadSequences
@@ -303,9 +299,12 @@ def _summary(output_url: str, seconds: float) -> str:
     return line, skipped
 
 
+_ZYGOTE: local_workers.Zygote | None = None
+
+
 def main() -> None:
     global _ZYGOTE
-    if _ZYGOTE is None and local_workers.wanted(sys.argv[1:]):  # the console script: started late, still one import
+    if local_workers.wanted(sys.argv[1:]):  # local multi-process workers: forked from this process's imports
         _ZYGOTE = local_workers.Zygote()
     try:
         code = run(sys.argv[1:])

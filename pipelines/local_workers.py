@@ -1,17 +1,17 @@
-"""Local multi-process workers forked from a warm process instead of started cold.
+"""Local multi-process workers forked from the warm launcher instead of started cold.
 
 Beam's DirectRunner in multi_processing mode starts each worker as a fresh interpreter that imports
 Beam, Arrow, PyAV and our modules again: about 1.2 s and 1.5 s of CPU per worker before any
 work, which on a 2-core machine made 2 workers slower than 1 on every benchmark workload. Here
-one "zygote" process is started at the very beginning of the launcher, imports all of that while
-the launcher imports its own copy on the other core, and then forks a ready worker for each of
-Beam's worker command lines (the forkserver idea of Python's multiprocessing).
+the launcher, once it has imported all of that, forks a "zygote" process that forks a ready
+worker for each of Beam's worker command lines (the forkserver idea of Python's
+multiprocessing). Nothing is imported twice.
 
 Beam still starts and stops the workers: its command line becomes `python -m
-pipelines.local_workers connect SOCKET`, a client that passes its environment (the control and
-logging addresses Beam sets) to the zygote and exits with the forked worker's status. If the
-zygote cannot fork one, the client execs Beam's own worker command instead. When the launcher
-dies, the zygote kills its workers and exits, and late clients exit too.
+pipelines.local_workers connect SOCKET LAUNCHER_PID`, a client that passes its environment (the
+control and logging addresses Beam sets) to the zygote and exits with the forked worker's
+status. If the zygote cannot fork one, the client execs Beam's own worker command instead. When
+the launcher dies, the zygote kills its workers and exits, and late clients exit too.
 """
 
 from __future__ import annotations
@@ -22,14 +22,12 @@ import select
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import time
 import warnings
 
 BEAM_WORKER = ("-m", "apache_beam.runners.worker.sdk_worker_main")
-_ENV = "MIXTRAIN_WORKER_ZYGOTE"
 
 
 def wanted(argv: list[str]) -> bool:
@@ -47,14 +45,39 @@ def wanted(argv: list[str]) -> bool:
 
 
 class Zygote:
-    """The warm process: started before the launcher imports Beam, stopped when the run ends."""
+    """The warm process, forked from the launcher after its imports; stopped when the run ends."""
 
     def __init__(self) -> None:
+        from apache_beam.runners.worker import sdk_worker_main  # the workers' entry point, imported before the fork
+
+        import transforms.read  # noqa: F401 - what the workers' DoFns unpickle into, imported once here
+        import transforms.reuse  # noqa: F401
+        import transforms.video  # noqa: F401
+        import transforms.write  # noqa: F401
+
         self.folder = tempfile.mkdtemp(prefix="mixtrain-workers-")
         self.socket_path = os.path.join(self.folder, "zygote.sock")
-        # stdin is a pipe the zygote watches: when this process ends, however abruptly, it ends too.
-        self._process = subprocess.Popen([sys.executable, "-m", "pipelines.local_workers", "serve", self.socket_path],
-                                         stdin=subprocess.PIPE)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(self.socket_path)
+        listener.listen(64)
+        # A pipe the zygote watches: "stop" ends the run; its end without "stop" means the launcher died.
+        control, self._control = os.pipe()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with warnings.catch_warnings():  # Python 3.12+ warns of forking with threads: Arrow's are fork-safe
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid == 0:
+            status = 1
+            try:
+                os.close(self._control)
+                _serve(listener, control, self.socket_path, sdk_worker_main)
+                status = 0
+            finally:
+                os._exit(status)  # never back into the launcher's code
+        os.close(control)
+        listener.close()
+        self._pid = pid
 
     def command(self) -> str:
         """Beam's worker command line, through the zygote."""
@@ -62,11 +85,18 @@ class Zygote:
 
     def stop(self) -> None:
         try:
-            self._process.stdin.write(b"stop")
-            self._process.stdin.close()
-            self._process.wait(timeout=20)
-        except (OSError, subprocess.TimeoutExpired):
-            self._process.kill()
+            os.write(self._control, b"stop")
+            os.close(self._control)
+        except OSError:
+            pass
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if os.waitpid(self._pid, os.WNOHANG)[0]:  # waited for: its and its workers' CPU time is accounted
+                break
+            time.sleep(0.01)
+        else:
+            os.kill(self._pid, signal.SIGKILL)
+            os.waitpid(self._pid, 0)
         _remove(self.socket_path)
 
 
@@ -78,29 +108,13 @@ def _remove(socket_path: str) -> None:
             pass
 
 
-def _serve(socket_path: str) -> None:
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(socket_path)
-    listener.listen(64)  # clients that arrive while the imports below run wait in the backlog
-    try:
-        from apache_beam.runners.worker import sdk_worker_main
-
-        import formats.sources  # noqa: F401 - what the workers' DoFns unpickle into, imported once here
-        import transforms.read  # noqa: F401
-        import transforms.reuse  # noqa: F401
-        import transforms.video  # noqa: F401
-        import transforms.write  # noqa: F401
-    except BaseException:
-        os.unlink(socket_path)  # later clients start cold; waiting ones fail, as a cold start would have
-        listener.close()
-        raise
-
-    children = set()
+def _serve(listener: socket.socket, control: int, socket_path: str, sdk_worker_main) -> None:
+    children: set[int] = set()
     while True:
-        ready, _, _ = select.select([listener, sys.stdin], [], [], 1.0)
+        ready, _, _ = select.select([listener, control], [], [], 1.0)
         children -= _reap(children, block=False)
-        if sys.stdin in ready:
-            message = os.read(sys.stdin.fileno(), 1024)
+        if control in ready:
+            message = os.read(control, 1024)
             # "stop": the run is over, workers are finishing; end of input alone: the launcher died
             # (a worker would wait for its lost runner for a long time). Either way every worker is
             # waited for, so its CPU time counts among this process's children's.
@@ -233,7 +247,4 @@ def runner(zygote: Zygote):
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "serve":
-        _serve(sys.argv[2])
-    else:
-        sys.exit(_connect(sys.argv[2], int(sys.argv[3])))
+    sys.exit(_connect(sys.argv[2], int(sys.argv[3])))

@@ -1,4 +1,5 @@
-"""Local multi-process workers are forked from the warm zygote, and nothing outlives the launcher."""
+"""Local multi-process workers are forked from the warm zygote (itself forked from the launcher:
+their command lines are the launcher's), and nothing outlives the launcher."""
 
 import os
 import pathlib
@@ -73,7 +74,8 @@ def test_workers_are_forked_from_the_zygote(tmp_path):
     process = _convert(source, tmp_path / "out")
     seen = _watch(process)
     assert process.returncode == 0, process.stderr.read()
-    assert any("pipelines.local_workers serve" in command for command in seen.values())
+    forked = [command for command in seen.values() if "pipelines.convert" in command]
+    assert len(forked) >= 3  # the zygote and at least the two workers
     assert any("pipelines.local_workers connect" in command for command in seen.values())  # Beam ran our worker command
     assert not any("sdk_worker_main" in command for command in seen.values())  # and never had to start a cold worker
     assert validate.validate(str(tmp_path / "out")) == []
@@ -88,9 +90,10 @@ def test_without_a_zygote_workers_start_cold_and_the_run_completes(tmp_path):
     seen: dict[int, str] = {}
     killed = False
     while process.poll() is None:
-        seen.update(_descendants(process.pid, _processes()))
-        for pid, command in seen.items():
-            if not killed and "pipelines.local_workers serve" in command:
+        table = _processes()
+        seen.update(_descendants(process.pid, table))
+        for pid, (ppid, command) in table.items():
+            if not killed and ppid == process.pid and "pipelines.convert" in command:  # the zygote
                 os.kill(pid, signal.SIGKILL)
                 killed = True
         time.sleep(0.01)
