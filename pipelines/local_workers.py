@@ -31,7 +31,11 @@ BEAM_WORKER = ("-m", "apache_beam.runners.worker.sdk_worker_main")
 
 
 def wanted(argv: list[str]) -> bool:
-    """The command line asks for local multi-process workers (DirectRunner is the default runner)."""
+    """The command line asks for local multi-process workers (DirectRunner is the default runner),
+    on Linux: elsewhere fork is unavailable (Windows) or unsafe after some imports (macOS), and
+    Beam's own cold workers are used."""
+    if not sys.platform.startswith("linux"):
+        return False
     values: dict[str, str] = {}
     for position, arg in enumerate(argv):
         if arg.startswith("--") and "=" in arg:

@@ -120,3 +120,8 @@ def test_a_killed_launcher_takes_the_zygote_and_its_workers_along(tmp_path):
     while _alive(seen):
         assert time.monotonic() < deadline, f"outlived the launcher: {[seen[pid] for pid in _alive(seen)]}"
         time.sleep(0.1)
+
+
+def test_only_on_linux(monkeypatch):
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert not local_workers.wanted(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
