@@ -311,6 +311,7 @@ def main() -> None:
     finally:
         if _ZYGOTE is not None:
             _ZYGOTE.stop()
+            _ZYGOTE = None
     sys.exit(code)
 
 

@@ -8,7 +8,7 @@ worker for each of Beam's worker command lines (the forkserver idea of Python's
 multiprocessing). Nothing is imported twice.
 
 Beam still starts and stops the workers: its command line becomes `python -m
-pipelines.local_workers connect SOCKET LAUNCHER_PID`, a client that passes its environment (the
+pipelines.local_workers connect NAME LAUNCHER_PID` (NAME: an abstract Unix socket), a client that passes its environment (the
 control and logging addresses Beam sets) to the zygote and exits with the forked worker's
 status. If the zygote cannot fork one, the client execs Beam's own worker command instead. When
 the launcher dies, the zygote kills its workers and exits, and late clients exit too.
@@ -19,12 +19,13 @@ from __future__ import annotations
 import json
 import os
 import select
+import shlex
 import signal
 import socket
 import struct
 import sys
-import tempfile
 import time
+import uuid
 import warnings
 
 BEAM_WORKER = ("-m", "apache_beam.runners.worker.sdk_worker_main")
@@ -59,10 +60,10 @@ class Zygote:
         import transforms.video  # noqa: F401
         import transforms.write  # noqa: F401
 
-        self.folder = tempfile.mkdtemp(prefix="mixtrain-workers-")
-        self.socket_path = os.path.join(self.folder, "zygote.sock")
+        # A Linux abstract socket: no file to clean up after a kill, no TMPDIR length or quoting issue.
+        self.name = f"mixtrain-workers-{os.getpid()}-{uuid.uuid4().hex}"
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(self.socket_path)
+        listener.bind("\0" + self.name)
         listener.listen(64)
         # A pipe the zygote watches: "stop" ends the run; its end without "stop" means the launcher died.
         control, self._control = os.pipe()
@@ -74,8 +75,10 @@ class Zygote:
         if pid == 0:
             status = 1
             try:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the launcher stops the zygote
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 os.close(self._control)
-                _serve(listener, control, self.socket_path, sdk_worker_main)
+                _serve(listener, control, sdk_worker_main)
                 status = 0
             finally:
                 os._exit(status)  # never back into the launcher's code
@@ -85,14 +88,17 @@ class Zygote:
 
     def command(self) -> str:
         """Beam's worker command line, through the zygote."""
-        return f"{sys.executable} -m pipelines.local_workers connect {self.socket_path} {os.getpid()}"
+        return f"{shlex.quote(sys.executable)} -m pipelines.local_workers connect {self.name} {os.getpid()}"
 
     def stop(self) -> None:
+        if self._control < 0:
+            return
         try:
             os.write(self._control, b"stop")
-            os.close(self._control)
         except OSError:
             pass
+        os.close(self._control)
+        self._control = -1
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline:
             if os.waitpid(self._pid, os.WNOHANG)[0]:  # waited for: its and its workers' CPU time is accounted
@@ -101,18 +107,9 @@ class Zygote:
         else:
             os.kill(self._pid, signal.SIGKILL)
             os.waitpid(self._pid, 0)
-        _remove(self.socket_path)
 
 
-def _remove(socket_path: str) -> None:
-    for remove, path in ((os.unlink, socket_path), (os.rmdir, os.path.dirname(socket_path))):
-        try:
-            remove(path)
-        except OSError:
-            pass
-
-
-def _serve(listener: socket.socket, control: int, socket_path: str, sdk_worker_main) -> None:
+def _serve(listener: socket.socket, control: int, sdk_worker_main) -> None:
     children: set[int] = set()
     while True:
         ready, _, _ = select.select([listener, control], [], [], 1.0)
@@ -123,14 +120,15 @@ def _serve(listener: socket.socket, control: int, socket_path: str, sdk_worker_m
             # (a worker would wait for its lost runner for a long time). Either way every worker is
             # waited for, so its CPU time counts among this process's children's.
             _stop_children(children, grace=10.0 if b"stop" in message else 0.0)
-            listener.close()
-            _remove(socket_path)  # later clients (the launcher is gone) find no zygote
+            listener.close()  # later clients (the launcher is gone) find no zygote
             return
         if listener not in ready:
             continue
         connection, _ = listener.accept()
         try:
+            connection.settimeout(10)  # a client that connects and says nothing must not block the others
             environment = json.loads(_receive(connection))
+            connection.settimeout(None)
             with warnings.catch_warnings():  # Python 3.12+ warns of forking with threads: Arrow's are fork-safe
                 warnings.simplefilter("ignore", DeprecationWarning)
                 pid = os.fork()
@@ -147,6 +145,7 @@ def _work(listener: socket.socket, connection: socket.socket, environment: dict,
     """The forked child: become Beam's worker with the client's environment; always ends the process."""
     status = 1
     try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # a worker stops on Ctrl-C, as a cold one does
         listener.close()
         os.environ.clear()
         os.environ.update(environment)
@@ -207,10 +206,11 @@ def _receive(connection: socket.socket) -> bytes:
     return data
 
 
-def _connect(socket_path: str, launcher: int) -> int:
+def _connect(name: str, launcher: int) -> int:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the worker itself; this only relays its status
     try:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        connection.connect(socket_path)
+        connection.connect("\0" + name)
         payload = json.dumps(dict(os.environ)).encode()
         connection.sendall(struct.pack(">I", len(payload)) + payload)
         forked = connection.recv(1) == b"F"
