@@ -18,8 +18,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import struct
-import threading
-from collections import OrderedDict
 from typing import BinaryIO
 
 import numpy as np
@@ -27,7 +25,6 @@ import numpy as np
 __all__ = ["SampleTable", "read_sample_table", "Cut", "plan_cut", "write_cut"]
 
 _HEADER = struct.Struct(">I4s")
-_CONTAINERS = {b"moov", b"trak", b"mdia", b"minf", b"stbl", b"edts", b"dinf"}
 _MAX_MOOV = 256 << 20  # a moov this large is not a file we want to parse in Python
 
 
@@ -255,26 +252,6 @@ def read_sample_table(source: BinaryIO) -> SampleTable | None:
         return _parse(boxes.get(b"ftyp", b""), boxes[b"moov"], source.tell())
     except (ValueError, KeyError, IndexError, struct.error, OverflowError, MemoryError):
         return None  # unusual or damaged: the demuxer reports it properly
-
-
-_CACHE: OrderedDict = OrderedDict()
-_CACHED_SAMPLES = 2_000_000
-_CACHE_LOCK = threading.Lock()
-
-
-def cached_sample_table(key, source: BinaryIO) -> SampleTable | None:
-    """`read_sample_table`, remembered per key: a source file holds many episodes, its moov is read once."""
-    with _CACHE_LOCK:
-        if key in _CACHE:
-            _CACHE.move_to_end(key)
-            return _CACHE[key]
-    table = read_sample_table(source)
-    with _CACHE_LOCK:
-        _CACHE[key] = table
-        # About 50 bytes a sample: keep at most ~2M samples (100 MB) of tables per worker.
-        while len(_CACHE) > 1 and sum(len(t.pts) if t is not None else 0 for t in _CACHE.values()) > _CACHED_SAMPLES:
-            _CACHE.popitem(last=False)
-    return table
 
 
 def plan_cut(table: SampleTable, low: int | None, high: int | None) -> Cut | None:

@@ -21,9 +21,12 @@ stream; lerobot's H.264 has B-frames (negative first dts, pts from 0).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import os
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from fractions import Fraction
 from typing import BinaryIO
@@ -353,46 +356,57 @@ def _source_key(source: BinaryIO | str) -> tuple | None:
     return (path, size) if path and size is not None else None
 
 
-_INFOS: dict = {}
+# Per worker: what a source file's moov says, and its stream header, kept while about 2M samples
+# (~100 MB of tables) fit: a source file holds many episodes, and is parsed once.
+_SOURCES: OrderedDict = OrderedDict()
+_SOURCES_LOCK = threading.Lock()
+_CACHED_SAMPLES = 2_000_000
+
+
+def _plain_source(source: BinaryIO | str, handle: BinaryIO) -> tuple[mp4.SampleTable, VideoInfo] | None:
+    """The source's sample table and stream header, or None when it is not a plain MP4."""
+    key = _source_key(source)
+    with _SOURCES_LOCK:
+        if key is not None and key in _SOURCES:
+            _SOURCES.move_to_end(key)
+            return _SOURCES[key]
+    table = mp4.read_sample_table(handle)
+    facts = None
+    if table is not None:
+        handle.seek(0)
+        facts = table, stream_info(handle)
+    if key is not None:
+        with _SOURCES_LOCK:
+            _SOURCES[key] = facts
+            while len(_SOURCES) > 1 and sum(len(f[0].pts) for f in _SOURCES.values() if f) > _CACHED_SAMPLES:
+                _SOURCES.popitem(last=False)
+    return facts
 
 
 def _copy_by_sample_table(source: BinaryIO | str, destination: BinaryIO | str, *, start: float | None, end: float | None,
                           frames: int, fps: float) -> CopyResult | None:
     """The fast path of `copy_segment` (see formats.mp4); None when the file or the cut is not the plain
-    case, and every error is left to the PyAV path, which words it."""
+    case: then every error is left to the PyAV path, which words it."""
     try:
-        key = _source_key(source)
         handle = open(source, "rb") if isinstance(source, str) else source
     except OSError:
-        return None  # the PyAV path words it (missing file, permissions)
+        return None  # missing file, permissions
     try:
         try:
-            table = mp4.cached_sample_table(key, handle) if key is not None else mp4.read_sample_table(handle)
-            if table is None:
-                return None
-            low, high = _bounds(Fraction(1, table.timescale), start, end, fps)
-            cut = mp4.plan_cut(table, low, high)
-            if cut is None or cut.stop - cut.first != frames:
-                return None
-            info = _INFOS.get(key) if key is not None else None
-            if info is None:
-                handle.seek(0)
-                info = stream_info(handle)
-                if key is not None:
-                    if len(_INFOS) > 4096:
-                        _INFOS.clear()
-                    _INFOS[key] = info
+            facts = _plain_source(source, handle)
+            cut = None
+            if facts is not None:
+                cut = mp4.plan_cut(facts[0], *_bounds(Fraction(1, facts[0].timescale), start, end, fps))
         except Exception:  # noqa: BLE001 - anything odd before writing: the PyAV path decides and words it
             return None
+        if cut is None or cut.stop - cut.first != frames:
+            return None
         try:
-            if isinstance(destination, str):
-                with open(destination, "wb") as out:
-                    mp4.write_cut(cut, handle, out)
-            else:
-                mp4.write_cut(cut, handle, destination)
+            with open(destination, "wb") if isinstance(destination, str) else contextlib.nullcontext(destination) as out:
+                mp4.write_cut(cut, handle, out)
         except (ValueError, OSError) as error:
             raise VideoError(f"cannot copy video: {error}") from error
-        return CopyResult(frames=frames, reencoded=False, info=dataclasses.replace(info, frames=frames))
+        return CopyResult(frames=frames, reencoded=False, info=dataclasses.replace(facts[1], frames=frames))
     finally:
         if handle is not source:
             handle.close()
