@@ -80,9 +80,9 @@ class _SpillRowsFn(beam.DoFn):
         self._sizes: dict[int, int] = {}
 
     def process(self, sequence: Sequence):
-        shard = mixtrain.shard_of(sequence.sequence_id, self._num_shards)
-        self._buffers.setdefault(shard, []).append(sequence)
-        self._sizes[shard] = self._sizes.get(shard, 0) + _approximate_bytes(sequence)
+        shard, size = mixtrain.shard_of(sequence.sequence_id, self._num_shards), _approximate_bytes(sequence)
+        self._buffers.setdefault(shard, []).append((sequence, size))
+        self._sizes[shard] = self._sizes.get(shard, 0) + size
         # Files of about SPILL_BYTES per shard, however many shards, and a bounded buffer.
         if self._sizes[shard] >= SPILL_BYTES:
             yield from self._spill(shard)
@@ -95,18 +95,18 @@ class _SpillRowsFn(beam.DoFn):
                 yield GlobalWindows.windowed_value(record)
 
     def _spill(self, shard: int):
-        sequences = self._buffers.pop(shard)
+        buffered = self._buffers.pop(shard)
         del self._sizes[shard]
         folder = storage.join(self._root, SPILL_DIR, f"{shard:05d}")
         self._fs.makedirs(folder, exist_ok=True)
         path = storage.join(folder, f"{uuid.uuid4().hex}.arrow")
         # One Arrow table for the whole buffer (column building per row cost more than the rows),
         # written as one record batch per row so the shard writer can pick rows.
-        table = mixtrain.sequences_to_table(sequences, self._columns)
+        table = mixtrain.sequences_to_table([sequence for sequence, _ in buffered], self._columns)
         with self._fs.open(path, "wb") as handle, pa.ipc.new_file(handle, self._schema) as writer:
             writer.write_table(table, max_chunksize=1)
-        for batch, sequence in enumerate(sequences):
-            yield shard, SpilledRow(sequence.sequence_id, path, batch, _approximate_bytes(sequence), dict(sequence.extra_stats))
+        for batch, (sequence, size) in enumerate(buffered):
+            yield shard, SpilledRow(sequence.sequence_id, path, batch, size, dict(sequence.extra_stats))
 
 
 def _approximate_bytes(sequence: Sequence) -> int:
