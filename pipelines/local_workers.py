@@ -37,16 +37,12 @@ def wanted(argv: list[str]) -> bool:
     Beam's own cold workers are used."""
     if not sys.platform.startswith("linux"):
         return False
-    values: dict[str, str] = {}
-    for position, arg in enumerate(argv):
-        if arg.startswith("--") and "=" in arg:
-            key, value = arg[2:].split("=", 1)
-            values[key] = value
-        elif arg.startswith("--") and position + 1 < len(argv) and not argv[position + 1].startswith("--"):
-            values[arg[2:]] = argv[position + 1]  # --direct_num_workers 2
-    runner = values.get("runner", "DirectRunner")
-    return (runner in ("DirectRunner", "FnApiRunner") and values.get("direct_running_mode") == "multi_processing"
-            and values.get("direct_num_workers", "1") != "1")
+    from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
+
+    options = PipelineOptions(argv)  # Beam's own parsing: --key=value and --key value alike
+    direct = options.view_as(DirectOptions)
+    return (options.view_as(StandardOptions).runner in (None, "DirectRunner", "FnApiRunner")
+            and direct.direct_running_mode == "multi_processing" and direct.direct_num_workers != 1)
 
 
 class Zygote:
