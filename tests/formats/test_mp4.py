@@ -8,8 +8,9 @@ import av
 import numpy as np
 import pytest
 
-from formats import lerobot_v3, mp4, storage, video
+from formats import mp4, video
 from formats.lerobot_v3_writer import SyntheticLeRobot, write_dataset
+from tests.formats.segments import camera_segments
 
 
 def _packets(data: bytes) -> list[tuple[int, int, bool, bytes]]:
@@ -18,17 +19,9 @@ def _packets(data: bytes) -> list[tuple[int, int, bool, bytes]]:
         return [(p.pts, p.dts, p.is_keyframe, bytes(p)) for p in container.demux(stream) if p.size]
 
 
-def _segments(path):
-    fs, root = storage.open_root(str(path))
-    meta, refs = lerobot_v3.plan(fs, root)
-    for ref in refs:
-        for _, segment in ref.videos:
-            yield storage.join(root, segment.path), segment, meta.fps
-
-
 def _compare_with_remux(path) -> int:
     count = 0
-    for source, segment, fps in _segments(path):
+    for source, segment, fps in camera_segments(path):
         with open(source, "rb") as handle:
             table = mp4.read_sample_table(handle)
         assert table is not None, f"{source} is a plain MP4: the fast path must take it"
@@ -54,7 +47,7 @@ def test_av1_fixture_cuts_equal_the_remux(so100_tiny):
 def test_h264_b_frame_cuts_equal_the_remux(multi_file_dataset):
     """B-frames: composition offsets and the one-edit shift FFmpeg writes must come through."""
     path, _ = multi_file_dataset
-    source = next(_segments(path))[0]
+    source = next(camera_segments(path))[0]
     with open(source, "rb") as handle:
         assert mp4.read_sample_table(handle).composition.any()  # the case under test really has reordering
     assert _compare_with_remux(path) == 14
@@ -75,7 +68,7 @@ def test_lossless_depth_cuts_equal_the_remux(tmp_path):
 def test_cut_inside_a_gop_is_left_to_the_remux(multi_file_dataset):
     """A start that is not a sync sample: no fast cut (the remux path re-encodes it)."""
     path, _ = multi_file_dataset
-    source, segment, fps = next(_segments(path))
+    source, segment, fps = next(camera_segments(path))
     with open(source, "rb") as handle:
         table = mp4.read_sample_table(handle)
     presented = np.sort(table.pts)
@@ -86,7 +79,7 @@ def test_cut_inside_a_gop_is_left_to_the_remux(multi_file_dataset):
 @pytest.mark.parametrize("damage", ["fragmented", "no_moov", "truncated_moov"])
 def test_unusual_files_are_left_to_the_demuxer(multi_file_dataset, damage):
     path, _ = multi_file_dataset
-    source = next(_segments(path))[0]
+    source = next(camera_segments(path))[0]
     data = open(source, "rb").read()
     if damage == "fragmented":
         data = data + struct.pack(">I4s", 16, b"moof") + bytes(8)
@@ -102,7 +95,7 @@ def test_unusual_files_are_left_to_the_demuxer(multi_file_dataset, damage):
 def test_truncated_samples_are_a_video_error(tmp_path, multi_file_dataset):
     """Samples past the end of the file: one clear error, never a short file."""
     path, _ = multi_file_dataset
-    source, segment, fps = list(_segments(path))[-1]
+    source, segment, fps = list(camera_segments(path))[-1]
     data = open(source, "rb").read()
     moov = data.index(b"moov") - 4
     mdat = data.index(b"mdat") - 4
@@ -115,7 +108,7 @@ def test_truncated_samples_are_a_video_error(tmp_path, multi_file_dataset):
 
 def _b_frame_source(multi_file_dataset) -> tuple[bytearray, str, object, float]:
     path, _ = multi_file_dataset
-    source, segment, fps = next(_segments(path))
+    source, segment, fps = next(camera_segments(path))
     return bytearray(open(source, "rb").read()), source, segment, fps
 
 

@@ -5,21 +5,18 @@ import io
 import numpy as np
 import pytest
 
-from formats import lerobot_v3, storage, video
+from formats import video
 from formats.errors import VideoError
+from tests.formats.segments import camera_segments
 
 
 def _cut_all(path):
     """Cut every camera segment of a dataset; yield (source frames, output bytes, result)."""
-    fs, root = storage.open_root(str(path))
-    meta, refs = lerobot_v3.plan(fs, root)
-    for ref in refs:
-        for _, segment in ref.videos:
-            source = storage.join(root, segment.path)
-            out = io.BytesIO()
-            result = video.copy_segment(source, out, start=segment.start, end=segment.end, frames=segment.frames, fps=meta.fps)
-            expected = video.decode_frames(source, start=segment.start, end=segment.end, fps=meta.fps)
-            yield expected, out.getvalue(), result, segment
+    for source, segment, fps in camera_segments(path):
+        out = io.BytesIO()
+        result = video.copy_segment(source, out, start=segment.start, end=segment.end, frames=segment.frames, fps=fps)
+        expected = video.decode_frames(source, start=segment.start, end=segment.end, fps=fps)
+        yield expected, out.getvalue(), result, segment
 
 
 def _check_identical(path):
