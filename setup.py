@@ -32,5 +32,5 @@ setup(
         "google-crc32c>=1.5",
     ],
     extras_require={"test": ["pytest>=8", "ruff>=0.6", "gcp-storage-emulator>=2024.8"]},
-    entry_points={"console_scripts": ["mixtrain-convert=pipelines.convert:main", "mixtrain-validate=pipelines.validate:main"]},
+    entry_points={"console_scripts": ["mixtrain-convert=pipelines.convert:main", "mixtrain-validate=pipelines.validate:entry"]},
 )

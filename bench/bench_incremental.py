@@ -31,7 +31,7 @@ from formats.video import EncodeOptions, encode_frames  # noqa: E402
 def _convert(src: pathlib.Path, dst: pathlib.Path, *extra: str) -> float:
     env = dict(os.environ, PYTHONPATH=str(ROOT), SVT_LOG="1")
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "pipelines.convert", f"--input={src}", f"--output={dst}", "--progress_every=0", *extra],
+    done = subprocess.run([sys.executable, "-m", "pipelines.convert", f"--input={src}", f"--output={dst}", "--progress=off", *extra],
                           cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(done.stderr[-2000:])

@@ -49,7 +49,7 @@ def main() -> None:
     parser.add_argument("--dims", type=int, default=64)
     args = parser.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench_load_"))
-    convert = [sys.executable, "-m", "pipelines.convert", "--progress_every=0", "--direct_num_workers=1"]
+    convert = [sys.executable, "-m", "pipelines.convert", "--progress=off", "--direct_num_workers=1"]
     try:
         _, floor = _peak([sys.executable, "-c", "import pipelines.convert"])
         print(f"writing {args.short} short episodes and {args.long} x {args.long_steps}-step episodes ...", file=sys.stderr)

@@ -120,7 +120,7 @@ def main() -> None:
             results["bare loop"].append((wall, cpu))
             wall, cpu, _ = _run([sys.executable, "-m", "pipelines.convert", f"--input={source}", f"--output={work / f'pipe_{attempt}'}",
                                  "--video=reencode", "--runner=DirectRunner", "--direct_num_workers=1",
-                                 "--direct_running_mode=in_memory", "--progress_every=0"], env)
+                                 "--direct_running_mode=in_memory", "--progress=off"], env)
             results["pipeline"].append((wall, cpu))
         best = {name: min(runs, key=lambda r: r[1]) for name, runs in results.items()}
         print(f"\nre-encode AV1 -> H.264 (crf/gop/preset defaults), {frames} frames, best of {args.repeat}")

@@ -53,7 +53,7 @@ def measure(command: list[str]) -> tuple[float, float, float]:
 
 def convert(src: pathlib.Path, dst: pathlib.Path, workers: int, *extra: str) -> list[str]:
     mode = ["--direct_num_workers=2", "--direct_running_mode=multi_processing"] if workers == 2 else ["--direct_num_workers=1"]
-    return [sys.executable, "-m", "pipelines.convert", f"--input={src}", f"--output={dst}", "--progress_every=0", *mode, *extra]
+    return [sys.executable, "-m", "pipelines.convert", f"--input={src}", f"--output={dst}", "--progress=off", *mode, *extra]
 
 
 def copy_floor(src: pathlib.Path, dst: pathlib.Path) -> list[str]:

@@ -81,6 +81,11 @@ class ShardRef:
     path: str  # relative to the root
     records: int | None  # from shardLengths, checked when the shard is read
 
+    @property
+    def sequence_count(self) -> int | None:
+        """The episodes this shard holds, if dataset_info.json says (`sources.sequence_count`)."""
+        return self.records
+
 
 @dataclasses.dataclass(frozen=True)
 class RecordRef:

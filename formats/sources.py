@@ -9,7 +9,7 @@ import fsspec
 from formats import l5kit, lerobot_v3, ortf, rlds
 from formats.errors import FormatError
 
-__all__ = ["SOURCES", "get", "detect"]
+__all__ = ["SOURCES", "get", "detect", "sequence_count"]
 
 SOURCES: dict[str, types.ModuleType] = {lerobot_v3.FORMAT: lerobot_v3, ortf.FORMAT: ortf, l5kit.FORMAT: l5kit, rlds.FORMAT: rlds}
 
@@ -39,3 +39,10 @@ def detect(fs: fsspec.AbstractFileSystem, root: str) -> str:
     if len(found) > 1:
         raise FormatError(f"{root}: looks like several formats ({', '.join(found)}); pass --source")
     return found[0]
+
+
+def sequence_count(refs: list) -> int | None:
+    """How many sequences `refs` hold: one per ref, or a ref's `sequence_count` (RLDS: a shard's
+    records), None when some ref cannot tell before it is read."""
+    counts = [getattr(ref, "sequence_count", 1) for ref in refs]
+    return None if None in counts else sum(counts)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import apache_beam as beam
 
 from formats.errors import ConversionError, error_record
+from transforms.progress import report
 
 __all__ = ["ERRORS", "FAIL", "SKIP", "MODES", "skip_or_raise"]
 
@@ -22,4 +23,5 @@ def skip_or_raise(error: ConversionError, on_error: str, sequence: str | None, s
     """Under SKIP, the tagged error record replacing the bad element; under FAIL, re-raise."""
     if on_error != SKIP:
         raise error
+    report(skipped=1)
     return beam.pvalue.TaggedOutput(ERRORS, error_record(error, sequence=sequence, stage=stage))

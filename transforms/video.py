@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
-import sys
+import os
 
 import apache_beam as beam
 import av
@@ -22,13 +22,14 @@ from formats.errors import ConversionError, FormatError, in_context
 from formats.sequence import FileRef, ImageFrames, Sequence, VideoSegment
 from formats.stats import ImageStats
 from transforms.errors import ERRORS, FAIL, skip_or_raise
+from transforms.progress import report
 
 __all__ = ["WriteVideos"]
 
 
 class _WriteVideosFn(beam.DoFn):
     def __init__(self, source_url: str, staging_url: str, fps: float, encode: dict, sizes: dict, video_stats: bool,
-                 progress_every: int, on_error: str = FAIL):
+                 on_error: str = FAIL):
         self._source_url = source_url
         self._staging_url = staging_url
         self._fps = fps
@@ -36,7 +37,6 @@ class _WriteVideosFn(beam.DoFn):
         self._sizes = sizes
         self._on_error = on_error
         self._video_stats = video_stats
-        self._progress_every = progress_every
         self._copied = Metrics.counter("mixtrain", "video_segments_copied")
         self._reencoded = Metrics.counter("mixtrain", "video_segments_reencoded")
         self._encoded = Metrics.counter("mixtrain", "video_segments_encoded")
@@ -47,9 +47,9 @@ class _WriteVideosFn(beam.DoFn):
     def setup(self):
         self._source_fs, self._source_root = storage.open_root(self._source_url)
         self._out_fs, self._out_root = storage.open_root(self._staging_url)
-        self._done = 0
 
     def process(self, sequence: Sequence):
+        self._written_bytes = 0
         try:
             for column, item in sorted(sequence.videos.items()):
                 if isinstance(item, (VideoSegment, ImageFrames)):
@@ -64,9 +64,7 @@ class _WriteVideosFn(beam.DoFn):
             yield skip_or_raise(error, self._on_error, sequence.sequence_id, "video")
             return
         self._sequences.inc()
-        self._done += 1
-        if self._progress_every and self._done % self._progress_every == 0:
-            print(f"[mixtrain-convert] worker progress: {self._done} sequences converted", file=sys.stderr, flush=True)
+        report(sequences=1, timesteps=sequence.length, bytes=self._written_bytes)
         yield sequence
 
     def _write(self, sequence: Sequence, column: str, item: VideoSegment | ImageFrames) -> str:
@@ -122,8 +120,11 @@ class _WriteVideosFn(beam.DoFn):
             if self._out_fs.exists(target):  # the file being written when it failed: never published
                 self._out_fs.rm(target)
             raise in_context(error, file=path, sequence=f"{sequence.sequence_id} ({column})") from error
-        if not local_target:
+        if local_target:
+            self._written_bytes += os.path.getsize(local_target)
+        else:
             self._out_fs.pipe_file(target, destination.getvalue())
+            self._written_bytes += destination.getbuffer().nbytes
         return relative
 
 
@@ -171,6 +172,7 @@ class _WriteVideosFn(beam.DoFn):
             raise in_context(FormatError(f"{column} file not found"), file=path, sequence=sequence.sequence_id) from None
         self._out_fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
         self._out_fs.pipe_file(target, data)
+        self._written_bytes += len(data)
         self._files.inc()
         return relative
 
@@ -193,15 +195,13 @@ class WriteVideos(beam.PTransform):
       encode: column -> EncodeOptions, or None to packet-copy that column (from `video.plan_column`).
       sizes: column -> (width, height) the metadata declares for the source frames (checked on encode).
       video_stats: summarise sampled frames per channel into `Sequence.extra_stats`.
-      progress_every: print a worker progress line every N sequences (0: never).
       on_error: FAIL stops at the first bad sequence; SKIP drops it (and its files) into the errors output.
     """
 
     def __init__(self, source_url: str, staging_url: str, fps: float, encode: dict | None = None, sizes: dict | None = None,
-                 video_stats: bool = False, progress_every: int = 100, on_error: str = FAIL):
+                 video_stats: bool = False, on_error: str = FAIL):
         super().__init__()
-        self._fn = _WriteVideosFn(source_url, staging_url, fps, dict(encode or {}), dict(sizes or {}), video_stats, progress_every,
-                                  on_error)
+        self._fn = _WriteVideosFn(source_url, staging_url, fps, dict(encode or {}), dict(sizes or {}), video_stats, on_error)
 
     def expand(self, sequences):
         """Returns {"sequences": ..., "errors": [error records]} (see ReadSequences)."""

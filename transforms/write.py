@@ -31,6 +31,7 @@ from formats.errors import FormatError, error_record
 from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec, DatasetMeta, Sequence
 from formats.stats import ColumnStats, sketch_level_for
 from transforms.errors import ERRORS, FAIL, SKIP
+from transforms.progress import report
 from transforms.stats import MergeShardStatsFn
 
 __all__ = ["WriteMixtrain", "ShardResult"]
@@ -255,6 +256,7 @@ class _WriteShardFn(beam.DoFn):
         finally:
             reader.close()
         result.bytes = self._fs.size(path)
+        report(shards=1, bytes=result.bytes)
         yield result
 
     def _write_group(self, writer, group: list, result: ShardResult) -> None:

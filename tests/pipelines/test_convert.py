@@ -15,7 +15,7 @@ from pipelines import convert, validate
 
 
 def _convert(src, dst, *extra):
-    return convert.run([f"--input={src}", f"--output={dst}", "--progress_every=0", *extra])
+    return convert.run([f"--input={src}", f"--output={dst}", "--progress=off", *extra])
 
 
 def _rows(dst):

@@ -17,7 +17,7 @@ from formats.ortf_writer import SyntheticORTF
 from formats.ortf_writer import write_dataset as write_ortf
 from formats.rlds_writer import SyntheticRLDS
 from formats.rlds_writer import write_dataset as write_rlds
-from pipelines import convert
+from pipelines import conversion, convert
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DATAFLOW = ["--runner=DataflowRunner", "--project=my-project-123", "--region=us-central1", "--temp_location=gs://bucket/tmp"]
@@ -33,9 +33,9 @@ def test_dataflow_job_graph_builds_offline(tmp_path, monkeypatch):
     options = PipelineOptions([f"--input={src}", "--output=gs://bucket/out", *DATAFLOW, "--dry_run=True", "--no_auth",
                                "--sdk_location=container", "--setup_file=./setup.py", "--video=reencode"])
     pipeline = beam.Pipeline(options=options)
-    meta, refs, num_shards = convert.build_pipeline(pipeline, options.view_as(convert.ConvertOptions), "dry")
+    plan = conversion.build_pipeline(pipeline, options.view_as(conversion.ConvertOptions), "dry", write_assets=False)
     result = pipeline.run()  # DataflowRunner with dry_run: the job proto is built, nothing is submitted
-    assert result is not None and len(refs) == 2
+    assert result is not None and len(plan.refs) == 2
     labels = {transform.full_label for transform in pipeline.transforms_stack[0].parts}
     assert {"Read", "Videos", "Write"} <= labels
 
@@ -83,7 +83,7 @@ def test_planned_refs_hold_only_paths_relative_to_the_source_root(tmp_path, sour
 def test_flex_template_parameters_are_the_pipeline_options():
     metadata = json.loads((ROOT / "deploy/flex_metadata.json").read_text())
     names = {parameter["name"] for parameter in metadata["parameters"]}
-    parser_options = PipelineOptions([]).view_as(convert.ConvertOptions)
+    parser_options = PipelineOptions([]).view_as(conversion.ConvertOptions)
     own = set(parser_options.get_all_options(retain_unknown_options=False))
     declared = {action.dest for action in _convert_parser()._actions if action.dest != "help"}
     assert names == declared and names <= own
@@ -93,7 +93,7 @@ def _convert_parser():
     import argparse
 
     parser = argparse.ArgumentParser()
-    convert.ConvertOptions._add_argparse_args(parser)
+    conversion.ConvertOptions._add_argparse_args(parser)
     return parser
 
 

@@ -68,7 +68,7 @@ def test_gs_to_gs_conversion_validates_read_back_from_gs(gcs, source):
     src = _upload(local, f"gs://bucket/sources/{source}")
     dst = f"gs://bucket/mixtrain/{source}"
     extra = ["--fps=10"] if source == "rlds" else []
-    assert convert.run([f"--input={src}", f"--output={dst}", "--progress_every=0", *extra]) == 0
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", *extra]) == 0
     assert validate.validate(dst) == []
     findings, summary = validate.deep_check(dst)
     assert findings == []
@@ -82,9 +82,9 @@ def test_gs_output_already_holding_a_dataset_needs_overwrite(gcs):
     WRITERS["l5kit"](local)
     src = _upload(local, "gs://bucket/sources/again")
     dst = "gs://bucket/mixtrain/again"
-    assert convert.run([f"--input={src}", f"--output={dst}", "--progress_every=0"]) == 0
-    assert convert.run([f"--input={src}", f"--output={dst}", "--progress_every=0"]) == 1
-    assert convert.run([f"--input={src}", f"--output={dst}", "--progress_every=0", "--overwrite"]) == 0
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off"]) == 0
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off"]) == 1
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--overwrite"]) == 0
     assert validate.validate(dst) == []
 
 
@@ -93,8 +93,8 @@ def test_gs_incremental_rerun_reuses_everything_unchanged(gcs):
     WRITERS["ortf"](local)
     src = _upload(local, "gs://bucket/sources/nightly")
     dst = "gs://bucket/mixtrain/nightly"
-    assert convert.run([f"--input={src}", f"--output={dst}", "--progress_every=0"]) == 0
-    assert convert.run([f"--input={src}", f"--output={dst}", "--progress_every=0", "--incremental"]) == 0
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off"]) == 0
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--incremental"]) == 0
     fs, root = storage.open_root(dst)
     sidecar = json.loads(fs.cat_file(f"{root}/mixtrain.json"))
     assert sidecar["incremental"]["reused_sequences"] == 3 and sidecar["incremental"]["converted_units"] == 0

@@ -22,7 +22,7 @@ def test_real_fixture_converts_and_validates(tmp_path):
     if not FIXTURE.is_dir():
         pytest.skip(f"real fixture not found at {FIXTURE} (../shared/fixtures is absent in a plain clone)")
     dst = tmp_path / "out"
-    assert convert.run([f"--input={FIXTURE}", f"--output={dst}", "--progress_every=0"]) == 0
+    assert convert.run([f"--input={FIXTURE}", f"--output={dst}", "--progress=off"]) == 0
     assert validate.validate(str(dst)) == []
     rows = _rows(dst)
     assert rows.column("sequence_id").to_pylist() == ["scene_000000"] and rows.column("length").to_pylist() == [248]
@@ -41,7 +41,7 @@ def test_written_dataset_rows_and_stats(tmp_path):
     spec = SyntheticL5Kit(scene_lengths=(30, 45, 12, 60, 7), frames_chunk=16, agents_chunk=64)
     truth = write_dataset(str(src), spec)
     dst = tmp_path / "out"
-    assert convert.run([f"--input={src}", f"--output={dst}", "--num_shards=2", "--progress_every=0",
+    assert convert.run([f"--input={src}", f"--output={dst}", "--num_shards=2", "--progress=off",
                         "--direct_num_workers=2", "--direct_running_mode=multi_processing"]) == 0
     assert validate.validate(str(dst)) == []
     rows = _rows(dst)

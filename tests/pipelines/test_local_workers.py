@@ -46,7 +46,7 @@ def _alive(pids) -> list[int]:
 
 
 def _convert(source, output) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "pipelines.convert", f"--input={source}", f"--output={output}", "--progress_every=0",
+    return subprocess.Popen([sys.executable, "-m", "pipelines.convert", f"--input={source}", f"--output={output}", "--progress=off",
                              "--direct_num_workers=2", "--direct_running_mode=multi_processing"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 

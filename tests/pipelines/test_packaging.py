@@ -41,6 +41,6 @@ def test_sdist_installed_in_a_fresh_virtualenv_converts_with_two_worker_processe
     assert str(ROOT) not in where and str(env_dir) in where
     _run([str(python), "-m", "pipelines.make_sample", "ds", "--episodes=6"], cwd=work)
     done = _run([str(python), "-m", "pipelines.convert", "--input=ds", "--output=out", "--video=reencode", "--video_stats",
-                 "--direct_num_workers=2", "--direct_running_mode=multi_processing", "--progress_every=0"], cwd=work)
+                 "--direct_num_workers=2", "--direct_running_mode=multi_processing", "--progress=off"], cwd=work)
     assert "converted 6 sequences" in done.stdout
     _run([str(python), "-m", "pipelines.validate", "out", "--deep"], cwd=work)

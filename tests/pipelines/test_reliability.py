@@ -23,7 +23,7 @@ from pipelines import convert, validate
 
 
 def _convert(src, dst, *extra):
-    return convert.run([f"--input={src}", f"--output={dst}", "--progress_every=0", *extra])
+    return convert.run([f"--input={src}", f"--output={dst}", "--progress=off", *extra])
 
 
 def _errors(dst):
@@ -188,7 +188,7 @@ def test_sigkill_at_any_point_leaves_the_previous_dataset_and_the_next_run_compl
     src = tmp_path / "ds"
     write_lerobot(str(src), SyntheticLeRobot(lengths=[12] * 24, codec="h264", gop=None, episodes_per_video_file=6))
     dst = tmp_path / "out"
-    base = [sys.executable, "-m", "pipelines.convert", f"--input={src}", f"--output={dst}", "--progress_every=0"]
+    base = [sys.executable, "-m", "pipelines.convert", f"--input={src}", f"--output={dst}", "--progress=off"]
     root = pathlib.Path(__file__).resolve().parents[2]
     assert subprocess.run([*base, "--num_shards=2"], cwd=root, capture_output=True, timeout=300).returncode == 0
     previous = _state(dst)

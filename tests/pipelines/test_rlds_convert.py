@@ -41,7 +41,7 @@ def _run_without_tensorflow(*args) -> subprocess.CompletedProcess:
         "print('TENSORFLOW_IMPORTED' if attempts or 'tensorflow' in sys.modules else 'NO_TENSORFLOW', attempts)\n"
         "sys.exit(code)\n"
     )
-    return subprocess.run([sys.executable, "-c", script, "--progress_every=0", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-c", script, "--progress=off", *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=600)
 
 

@@ -77,7 +77,7 @@ def test_published_output_has_no_spill_files(tmp_path, multi_file_dataset):
     from pipelines import convert
 
     source, _ = multi_file_dataset
-    assert convert.run([f"--input={source}", f"--output={tmp_path / 'out'}", "--progress_every=0"]) == 0
+    assert convert.run([f"--input={source}", f"--output={tmp_path / 'out'}", "--progress=off"]) == 0
     assert not list((tmp_path / "out").rglob(write.SPILL_DIR))
     assert not list((tmp_path / "out").rglob("*.arrow"))
 

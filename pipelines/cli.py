@@ -1,0 +1,186 @@
+"""The convert command line: every option of the product, parsed strictly, without importing Beam.
+
+`--help` must answer in well under a second, and a misspelt option must be refused before a
+minute of conversion runs with defaults; both happen here, before the heavy imports. The same
+`add_arguments` registers the options with Beam (`ConvertOptions`), so the job's options on
+Dataflow and a Flex Template's parameters are these and only these.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import math
+
+__all__ = ["UsageError", "add_arguments", "build_parser", "check_unknown", "parse", "DEFAULTS", "SOURCE_OPTIONS"]
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SKIPPED = 0, 1, 2, 3
+DEFAULT_SHARD_MB = 256.0
+DEFAULT_PROGRESS_SECONDS = 10.0
+# Known here without importing the format modules (pyarrow, PyAV): tests check they match them.
+SOURCE_IDS = ("l5kit", "lerobot_v3", "ortf", "rlds")
+VIDEO_CODECS = ("av1", "h264", "hevc")
+VIDEO_MODES = ("copy", "reencode")
+ERROR_MODES = ("fail", "skip")
+PROGRESS_MODES = ("auto", "bar", "lines", "off")
+# Options that only one source reads: given for another source they would change nothing.
+SOURCE_OPTIONS = {"split": "rlds", "fps": "rlds", "bgr_cameras": "rlds"}
+# Options that only matter when some camera is encoded (re-encode mode or image cameras).
+ENCODING_OPTIONS = ("video_codec", "video_crf", "video_gop", "video_preset", "video_pix_fmt")
+
+EPILOG = """\
+Beam options:
+  Every Apache Beam pipeline option is passed to Beam, for example --runner=DataflowRunner
+  --project=P --region=R --temp_location=gs://B/tmp --setup_file=./setup.py (docs/dataflow.md),
+  and for local runs --direct_num_workers=2 --direct_running_mode=multi_processing.
+  `python -m pipelines.convert --help_beam` lists them all (slower: it imports Beam).
+
+exit status:
+  0 converted; 1 bad input or failed conversion (one error: line naming the file and the
+  sequence, the output left as it was); 2 bad command line; 3 converted with --on_error=skip
+  but some sequences were skipped (DST/_errors.jsonl); 130 / 143 interrupted (Ctrl-C / SIGTERM),
+  the output left as it was.
+"""
+
+
+class UsageError(Exception):
+    """A bad command line: exit status 2, one `error:` line and at most one hint line."""
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.hint = hint
+
+
+def boolean(text: str) -> bool:
+    """`--flag`, `--flag=true` and `--flag=false` all work: Flex Templates pass booleans as values."""
+    value = text.strip().lower()
+    if value not in ("true", "false", "1", "0", "yes", "no"):
+        raise argparse.ArgumentTypeError(f"expected true or false, found {text!r}")
+    return value in ("true", "1", "yes")
+
+
+def _number(kind, low: float, *, above: bool = False):
+    """An argparse type: a finite number >= low (> low with `above`)."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if kind is int else 'a number'}, found {text!r}") from None
+        if not math.isfinite(value) or value < low or (above and value == low):
+            raise argparse.ArgumentTypeError(f"expected a number {'>' if above else '>='} {low:g}, found {text!r}")
+        return value
+    return parse
+
+
+def _flag(parser, name: str, help: str) -> None:
+    parser.add_argument(name, type=boolean, nargs="?", const=True, default=False, metavar="BOOL", help=help)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register every option of the product (used by our parser and by Beam's)."""
+    group = parser.add_argument_group("conversion")
+    group.add_argument("--input", metavar="SRC", help="source dataset root: a path or an fsspec URL (gs://, file://, memory://); required")
+    group.add_argument("--output", metavar="DST", help="Mixtrain dataset root to write; required; must be empty, or a Mixtrain "
+                                                       "dataset with --overwrite or --incremental")
+    group.add_argument("--source", default="auto", choices=("auto", *SOURCE_IDS), help="source format (default auto: detected from the files)")
+    group.add_argument("--on_error", default="fail", choices=ERROR_MODES,
+                       help="fail (default): the first bad sequence stops the run, output untouched; "
+                            "skip: bad sequences go to DST/_errors.jsonl, the rest is published (exit 3)")
+    _flag(group, "--overwrite", "replace an existing Mixtrain dataset at --output")
+    _flag(group, "--incremental", "nightly re-conversion: reuse unchanged sequences of the dataset at --output, convert new "
+                                  "and changed ones, drop deleted ones, publish a complete new version")
+
+    group = parser.add_argument_group("video")
+    group.add_argument("--video", default="copy", choices=VIDEO_MODES,
+                       help="copy (default): each episode's segment is cut out of the source file, pixels identical; "
+                            "reencode: decoded and encoded with the options below (image cameras are always encoded)")
+    group.add_argument("--video_codec", default=None, choices=VIDEO_CODECS, help="codec of encoded video (default h264)")
+    group.add_argument("--video_crf", default=None, type=_number(int, 0), metavar="N",
+                       help="quality, lower is better (default per codec: h264 16, hevc 16, av1 20)")
+    group.add_argument("--video_gop", default=None, type=_number(int, 1), metavar="N", help="a keyframe every N frames (default 10)")
+    group.add_argument("--video_preset", default=None, metavar="P", help="encoder speed preset (default: h264/hevc medium, av1 8)")
+    group.add_argument("--video_pix_fmt", default=None, metavar="FMT", help="yuv420p (default); yuv422p or yuv444p for h264 and hevc")
+    _flag(group, "--video_stats", "per-channel image statistics of sampled frames into stats.json")
+
+    group = parser.add_argument_group("output")
+    group.add_argument("--num_shards", default=0, type=_number(int, 0), metavar="N",
+                       help="number of Parquet shards (default 0: derived from --target_shard_mb)")
+    group.add_argument("--target_shard_mb", default=None, type=_number(float, 0, above=True), metavar="MB",
+                       help="approximate uncompressed MB of rows per shard (default 256)")
+
+    group = parser.add_argument_group("progress and logs")
+    group.add_argument("--progress", default="auto", choices=PROGRESS_MODES,
+                       help="auto (default): a line redrawn in place on a terminal, plain lines otherwise; bar; lines; off")
+    group.add_argument("--progress_interval", default=None, type=_number(float, 0, above=True), metavar="SECONDS",
+                       help="seconds between plain progress lines (default 10)")
+    group.add_argument("--log_file", default=None, metavar="PATH",
+                       help="where Beam's and the workers' logs go (default ~/.cache/mixtrain-convert/logs/<run>.log)")
+    _flag(group, "--verbose", "also print Beam's and the workers' logs on stderr")
+    _flag(group, "--detach", "remote runners: return once the job is submitted, printing its id and console URL "
+                             "(the job publishes the dataset itself)")
+
+    group = parser.add_argument_group("RLDS options (--source=rlds)")
+    group.add_argument("--split", default="", metavar="A,B", help="comma-separated splits to convert (default: all, with a split column)")
+    group.add_argument("--fps", default=None, type=_number(float, 0, above=True), metavar="HZ",
+                       help="control rate (known Open X-Embodiment datasets have a default)")
+    group.add_argument("--bgr_cameras", default="", metavar="A,B",
+                       help="cameras stored as BGR, swapped to RGB (column or feature names, or all)")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise UsageError(message, hint="python -m pipelines.convert --help lists every option")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m pipelines.convert", allow_abbrev=False, add_help=False,
+                     formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+                     description="Convert a LeRobot v3, RLDS, ORTF or L5Kit dataset to Mixtrain v1.0.\n\n"
+                                 "  python -m pipelines.convert --input=SRC --output=DST [options]")
+    parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
+    parser.add_argument("--help_beam", action="store_true", help="list Apache Beam's own pipeline options and exit")
+    add_arguments(parser)
+    return parser
+
+
+DEFAULTS = {action.dest: action.default for action in build_parser()._actions}
+
+
+def _normalized(flag: str) -> str:
+    """`--num-shards=3` -> `--num_shards`: the spelling our options use."""
+    return "--" + flag.split("=", 1)[0].lstrip("-").replace("-", "_")
+
+
+def _spelling_hint(flag: str, known: list[str]) -> str | None:
+    match = difflib.get_close_matches(_normalized(flag), known, n=1, cutoff=0.6)
+    return f"did you mean {match[0]}?" if match else None
+
+
+def check_unknown(unknown: list[str], known: list[str]) -> None:
+    """Refuse what no parser took: a misspelt option must not run with defaults."""
+    flags = [arg for arg in unknown if arg.startswith("-")]
+    if flags:
+        raise UsageError(f"unknown option {flags[0].split('=', 1)[0]}", hint=_spelling_hint(flags[0], known)
+                         or "python -m pipelines.convert --help lists every option")
+    if unknown:
+        raise UsageError(f"unexpected argument {unknown[0]!r} (options are written --name=value)",
+                         hint="python -m pipelines.convert --input=SRC --output=DST")
+
+
+def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """Our options, and the arguments left for Beam. Raises UsageError; `--help` is the caller's."""
+    parser = build_parser()
+    args, rest = parser.parse_known_args(argv)
+    if args.help or args.help_beam:
+        return args, rest
+    known = [option for action in parser._actions for option in action.option_strings]
+    for arg in rest:  # one of ours spelt with dashes is refused before Beam is even imported
+        if arg.startswith("-") and _normalized(arg) in known:
+            check_unknown([arg], known)
+    if not args.input or not args.output:
+        raise UsageError("--input and --output are required", hint="python -m pipelines.convert --help lists every option")
+    if args.target_shard_mb is not None and args.num_shards:
+        raise UsageError("--target_shard_mb has no effect with --num_shards (the shard count is given); pass one of them")
+    if args.progress_interval is not None and args.progress in ("off", "bar"):
+        raise UsageError(f"--progress_interval has no effect with --progress={args.progress} (it spaces plain progress lines)")
+    return args, rest

@@ -1,0 +1,131 @@
+"""Live progress on the launcher of a local run: sequences done of total, timesteps, MB, rate, ETA.
+
+Workers report through `transforms.progress.report` (one datagram per sequence or shard to the
+abstract socket this module binds); a thread adds them up and draws one line: redrawn in place on
+a terminal, or printed every `interval` seconds otherwise (logs, CI, nightly jobs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import TextIO
+
+from transforms.progress import ENV, FIELDS
+
+__all__ = ["Progress", "line"]
+
+REDRAW_SECONDS = 0.5
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60:02d} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def line(totals: dict, total: int | None, shards: int, elapsed: float) -> str:
+    """The progress line for `totals` (FIELDS keys) after `elapsed` seconds of conversion."""
+    done = totals["sequences"] + totals["skipped"]
+    parts = [f"{done}/{total} sequences ({100 * done / total:.0f}%)" if total else f"{done} sequences"]
+    parts.append(f"{totals['timesteps']} timesteps")
+    parts.append(f"{totals['bytes'] / 1e6:.1f} MB written")
+    rate = done / elapsed if elapsed > 0 else 0.0
+    if rate:
+        parts.append(f"{rate:.1f} sequences/s")
+    if total and rate and done < total:
+        parts.append(f"ETA {_duration((total - done) / rate)}")
+    if totals["shards"]:
+        parts.append(f"{totals['shards']}/{shards} shards")
+    if totals["skipped"]:
+        parts.append(f"{totals['skipped']} skipped")
+    return "[mixtrain-convert] " + ", ".join(parts)
+
+
+class Progress:
+    """Collects the workers' reports while a local run goes on; `mode` is bar, lines or off."""
+
+    def __init__(self, console: TextIO, mode: str, interval: float, total: int | None, shards: int):
+        self._console = console
+        self._mode = mode
+        self._interval = interval
+        self._total = total
+        self._shards = shards
+        self.totals = dict.fromkeys(FIELDS, 0)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._name = f"mixtrain-progress-{os.getpid()}-{uuid.uuid4().hex}"
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._socket.bind("\0" + self._name)
+        self._socket.settimeout(0.2)
+        self._threads = [threading.Thread(target=self._receive, daemon=True, name="mixtrain-progress-receive")]
+        if mode != "off":
+            self._threads.append(threading.Thread(target=self._draw, daemon=True, name="mixtrain-progress-draw"))
+
+    def __enter__(self) -> Progress:
+        self._saved = os.environ.get(ENV)
+        os.environ[ENV] = self._name  # workers started from now on inherit it
+        self._started = time.monotonic()
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(timeout=2)
+        self._socket.close()
+        if self._saved is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = self._saved
+
+    def _receive(self) -> None:
+        while not self._stop.is_set():
+            try:
+                data = self._socket.recv(4096)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            try:
+                counts = json.loads(data)
+            except ValueError:
+                continue
+            with self._lock:
+                for key, value in counts.items():
+                    if key in self.totals and isinstance(value, int):
+                        self.totals[key] += value
+
+    def current(self) -> str:
+        with self._lock:
+            totals = dict(self.totals)
+        return line(totals, self._total, self._shards, time.monotonic() - self._started)
+
+    def _draw(self) -> None:
+        shown, last_line = "", time.monotonic()
+        while not self._stop.wait(REDRAW_SECONDS):
+            text = self.current()
+            try:
+                if self._mode == "bar":
+                    self._console.write("\r" + text + "\x1b[K")
+                    self._console.flush()
+                elif text != shown and time.monotonic() - last_line >= self._interval:
+                    self._console.write(text + "\n")
+                    self._console.flush()
+                    shown, last_line = text, time.monotonic()
+            except (OSError, ValueError):  # the console went away: the run goes on
+                return
+        if self._mode == "bar":
+            try:
+                self._console.write("\r\x1b[K")
+                self._console.flush()
+            except (OSError, ValueError):
+                pass

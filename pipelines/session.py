@@ -1,0 +1,122 @@
+"""What one `convert` process sets up around a run so that its terminal shows only our lines.
+
+- The log: file descriptor 2 is pointed at a log file, so Beam's logging, the workers (forked or
+  cold, they inherit it), libraries writing to C stderr (SVT-AV1, FFmpeg, "terminate called ...")
+  and any traceback land there. Our own lines go to `console`, a copy of the original stderr.
+  `--verbose` also copies the log to the console.
+- A private temporary folder (TMPDIR) for everything the run and its workers create, removed at
+  the end whatever happened: Beam leaves `beam-pipeline-temp*` folders behind otherwise.
+- SIGINT and SIGTERM raise `Interrupted`, so a run unwinds through the same clean-up as a failure.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+from typing import TextIO
+
+__all__ = ["Interrupted", "Session", "default_log_dir"]
+
+KEEP_LOGS = 20
+EXIT_SIGNALS = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived: not an Exception, so no `except Exception` in Beam swallows it."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+        self.exit_code = EXIT_SIGNALS[signum]
+
+
+def default_log_dir() -> pathlib.Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return pathlib.Path(base) / "mixtrain-convert" / "logs"
+
+
+def _raise_interrupted(signum, _frame):
+    raise Interrupted(signum)
+
+
+class Session:
+    """Enter before the heavy imports' side effects and before local workers start; leave once."""
+
+    def __init__(self, run_id: str, log_file: str | None, verbose: bool):
+        self.run_id = run_id
+        self.log_path = pathlib.Path(log_file) if log_file else default_log_dir() / f"{run_id}.log"
+        self._verbose = verbose
+
+    def __enter__(self) -> Session:
+        sys.stderr.flush()
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        if self.log_path.parent == default_log_dir():
+            _prune(self.log_path.parent)
+        self._saved_fd = os.dup(2)
+        self.console: TextIO = os.fdopen(os.dup(2), "w", buffering=1)
+        log_fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self._tee = None
+        if self._verbose:  # a pipe on fd 2, copied to the log and the console by a thread
+            read_end, write_end = os.pipe()
+            os.dup2(write_end, 2)
+            os.close(write_end)
+            self._tee = threading.Thread(target=_tee, args=(read_end, log_fd, self._saved_fd), daemon=True)
+            self._tee.start()
+        else:
+            os.dup2(log_fd, 2)
+            os.close(log_fd)
+        logging.basicConfig(level=logging.INFO, stream=sys.stderr, force=True,
+                            format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        self._temp = tempfile.mkdtemp(prefix=f"mixtrain-convert-{self.run_id}-")
+        self._saved_tmpdir = os.environ.get("TMPDIR")
+        os.environ["TMPDIR"] = self._temp
+        tempfile.tempdir = self._temp
+        self._saved_handlers = {signum: signal.signal(signum, _raise_interrupted) for signum in EXIT_SIGNALS}
+        return self
+
+    def ignore_signals(self) -> None:
+        """While cleaning up after a failure or an interrupt: a second Ctrl-C must not cut it short."""
+        for signum in EXIT_SIGNALS:
+            signal.signal(signum, signal.SIG_IGN)
+
+    def __exit__(self, *exc_info) -> None:
+        self.ignore_signals()
+        tempfile.tempdir = None
+        if self._saved_tmpdir is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = self._saved_tmpdir
+        shutil.rmtree(self._temp, ignore_errors=True)
+        sys.stderr.flush()
+        logging.shutdown()
+        os.dup2(self._saved_fd, 2)  # the tee's pipe loses its last writer here (local workers are gone)
+        os.close(self._saved_fd)
+        self.console.close()
+        if self._tee is not None:
+            self._tee.join(timeout=2)
+        for signum, handler in self._saved_handlers.items():
+            signal.signal(signum, handler)
+
+
+def _tee(read_end: int, log_fd: int, console_fd: int) -> None:
+    with os.fdopen(read_end, "rb", buffering=0) as source:
+        while chunk := source.read(65536):
+            os.write(log_fd, chunk)
+            try:
+                os.write(console_fd, chunk)
+            except OSError:
+                pass
+    os.close(log_fd)
+
+
+def _prune(folder: pathlib.Path) -> None:
+    """Keep the newest KEEP_LOGS logs of earlier runs."""
+    logs = sorted(folder.glob("*.log"), key=lambda path: path.stat().st_mtime, reverse=True)
+    for old in logs[KEEP_LOGS - 1:]:
+        old.unlink(missing_ok=True)
