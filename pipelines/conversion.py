@@ -9,6 +9,7 @@ converted with --on_error=skip but some sequences were skipped; 130 / 143 interr
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import logging
@@ -180,10 +181,11 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     Raises UsageError for an option that has no effect on this dataset. `write_assets=False` (dry
     runs, templates) leaves the output untouched: nothing is staged on the launcher.
     """
-    fs, root = storage.open_root(options.input)
-    source = sources.detect(fs, root) if options.source == "auto" else options.source
-    module = sources.get(source)
-    meta, refs = module.plan(fs, root, source_options(options))
+    with _blame(options.input, "cannot read the input"):
+        fs, root = storage.open_root(options.input)
+        source = sources.detect(fs, root) if options.source == "auto" else options.source
+        module = sources.get(source)
+        meta, refs = module.plan(fs, root, source_options(options))
     requested = requested_encoding(options)
     encode, sizes = plan_videos(meta, options.video, requested)
     check_effective(options, source, meta, encode)
@@ -325,8 +327,9 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
     try:
         try:
             if not launch_only:
-                prepare_output(options.output, options.overwrite or options.incremental)
-                mixtrain.claim_staging(out_fs, staging)
+                with _blame(options.output, "cannot write the output"):
+                    prepare_output(options.output, options.overwrite or options.incremental)
+                    mixtrain.claim_staging(out_fs, staging)
             pipeline = beam.Pipeline(runner=_runner(all_options, zygote), options=all_options)
             plan = build_pipeline(pipeline, options, run_id, write_assets=not launch_only)
             total = sources.sequence_count(plan.to_convert)
@@ -353,10 +356,10 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         return interrupt.exit_code
     except Exception as error:  # noqa: BLE001 - every failure becomes one line and a clean output
         message = user_message(error)
-        if message is None:  # not bad input: a fault of ours or of the platform; the log has the traceback
-            _LOG.error("conversion failed", exc_info=error)
+        if message is None:  # not bad input: a fault of ours or of the platform
             first = (str(error).strip().splitlines() or [""])[0]
             message = f"{options.output}: conversion failed: {type(error).__name__}: {first}"
+        _LOG.error("conversion failed: %s", message, exc_info=error)  # the traceback, for whoever reads the log
         print(f"error: {message}", file=console, flush=True)
         if log_path:
             print(f"(Beam's and the workers' log of this run: {log_path})", file=console, flush=True)
@@ -396,6 +399,19 @@ def _summary(output_url: str, seconds: float) -> tuple[str, int]:
     if skipped:
         line += f"; skipped {skipped} bad sequence(s), listed in {storage.join(root, mixtrain.ERRORS_FILE)}"
     return line, skipped
+
+
+@contextlib.contextmanager
+def _blame(url: str, what: str):
+    """A failure that is not our ConversionError (storage unreachable, no credentials, permissions)
+    becomes one naming the URL it concerns; the original stays the cause, for the log."""
+    try:
+        yield
+    except errors.ConversionError:
+        raise
+    except Exception as error:  # noqa: BLE001 - filesystems raise many kinds
+        first = (str(error).strip().splitlines() or [""])[0]
+        raise errors.ConversionError(f"{url}: {what}: {type(error).__name__}: {first}") from error
 
 
 def new_run_id() -> str:

@@ -3,7 +3,10 @@
 import json
 import logging
 import os
+import pathlib
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -99,3 +102,23 @@ def test_gs_incremental_rerun_reuses_everything_unchanged(gcs):
     sidecar = json.loads(fs.cat_file(f"{root}/mixtrain.json"))
     assert sidecar["incremental"]["reused_sequences"] == 3 and sidecar["incremental"]["converted_units"] == 0
     assert validate.validate(dst) == [] and validate.deep_check(dst)[0] == []
+
+
+def test_dataflow_dry_run_prints_the_job_and_never_touches_the_output(gcs):
+    """A launch that does not wait for the job (here a dry run) reports what it built and reads no output."""
+    pytest.importorskip("apache_beam.runners.dataflow.internal.apiclient", reason="apache-beam[gcp] is a dependency")
+    local = gcs / "dry"
+    WRITERS["lerobot_v3"](local)
+    src = _upload(local, "gs://bucket/sources/dry")
+    dst = "gs://bucket/mixtrain/dry"
+    root = pathlib.Path(__file__).resolve().parents[2]
+    done = subprocess.run([sys.executable, "-m", "pipelines.convert", f"--input={src}", f"--output={dst}", "--runner=DataflowRunner",
+                           "--project=my-project-123", "--region=us-central1", "--temp_location=gs://bucket/tmp", "--dry_run=True",
+                           "--no_auth", "--sdk_location=container", "--setup_file=./setup.py", "--job_name=mixtrain-nightly-dry"],
+                          cwd=root, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "TMPDIR": str(gcs), "XDG_CACHE_HOME": str(gcs / "cache")})
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.strip().splitlines()[-1] == ("[mixtrain-convert] dry run: job mixtrain-nightly-dry was built and not submitted; "
+                                                    "nothing was written to gs://bucket/tmp or to the output")
+    fs, path = storage.open_root(dst)
+    assert not fs.exists(path)

@@ -1,0 +1,279 @@
+"""The real command line in a subprocess: help, strict options, one error line per failure, interrupts,
+progress, dry runs, and nothing left behind in the temp folder."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from formats.l5kit_writer import SyntheticL5Kit
+from formats.l5kit_writer import write_dataset as write_l5kit
+from formats.lerobot_v3_writer import SyntheticLeRobot
+from formats.lerobot_v3_writer import write_dataset as write_lerobot
+from formats.ortf_writer import SyntheticORTF
+from formats.ortf_writer import write_dataset as write_ortf
+from formats.rlds_writer import SyntheticRLDS
+from formats.rlds_writer import write_dataset as write_rlds
+from pipelines import cli
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+TWO_WORKERS = ("--direct_num_workers=2", "--direct_running_mode=multi_processing")
+LOG_HINT = re.compile(r"^\(Beam's and the workers' log of this run: (.+\.log)\)$")
+
+
+def _cli(tmp_path: pathlib.Path, *args: str, module: str = "pipelines.convert", wait: bool = True, **popen):
+    """Run the command with a private TMPDIR and log folder; returns the CompletedProcess (or Popen)."""
+    temp = tmp_path / "tmpdir"
+    temp.mkdir(exist_ok=True)
+    env = {**os.environ, "TMPDIR": str(temp), "XDG_CACHE_HOME": str(tmp_path / "cache"), "SVT_LOG": "1"}
+    command = [sys.executable, "-m", module, *args]
+    if not wait:
+        return subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _lines(text: str) -> list[str]:
+    return text.strip().splitlines()
+
+
+def test_help_lists_every_option_without_importing_beam(tmp_path):
+    done = _cli(tmp_path, "--help")
+    assert done.returncode == 0 and done.stderr == ""
+    options = [option for action in cli.build_parser()._actions for option in action.option_strings]
+    assert len(options) > 25
+    assert [option for option in options if option not in done.stdout] == []
+    for heading in ("conversion:", "video:", "output:", "progress and logs:", "RLDS options", "Beam options:", "exit status:"):
+        assert heading in done.stdout
+    probe = subprocess.run([sys.executable, "-c", "import sys; sys.argv = ['convert', '--help']\n"
+                            "from pipelines import convert\n"
+                            "try:\n    convert.main()\nexcept SystemExit:\n    pass\n"
+                            "print(sorted(m for m in ('apache_beam', 'pyarrow', 'av') if m in sys.modules))"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert probe.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_help_beam_lists_beams_own_options(tmp_path):
+    done = _cli(tmp_path, "--help_beam")
+    assert done.returncode == 0
+    for option in ("--runner", "--direct_num_workers", "--temp_location", "--setup_file"):
+        assert option in done.stdout
+
+
+def test_the_format_ids_known_to_the_command_line_are_the_registered_sources():
+    from formats import sources, video
+
+    assert set(cli.SOURCE_IDS) == set(sources.SOURCES)
+    assert set(cli.VIDEO_CODECS) == set(video.ENCODERS) - {"ffv1"}
+    assert set(cli.VIDEO_MODES) == set(video.MODES)
+
+
+@pytest.fixture(scope="module")
+def small_lerobot(tmp_path_factory) -> pathlib.Path:
+    src = tmp_path_factory.mktemp("cli_src") / "ds"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(6, 5, 7), codec="h264", gop=None, episodes_per_video_file=2))
+    return src
+
+
+@pytest.mark.parametrize("typo, meant", [
+    ("--vidoe=reencode", "--video"),
+    ("--num-shards=3", "--num_shards"),
+    ("--overwirte", "--overwrite"),
+    ("--target_shard=5", "--target_shard_mb"),
+    ("--direct_runing_mode=multi_processing", "--direct_running_mode"),
+])
+def test_a_misspelt_option_is_refused_with_a_suggestion(tmp_path, small_lerobot, typo, meant):
+    dst = tmp_path / "out"
+    done = _cli(tmp_path, f"--input={small_lerobot}", f"--output={dst}", typo)
+    assert done.returncode == 2
+    assert _lines(done.stderr) == [f"error: unknown option {typo.split('=')[0]}", f"did you mean {meant}?"]
+    assert done.stdout == "" and not dst.exists()
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--video_codec=hevc", "--video_crf=30"),
+     ["error: --video_codec has no effect: --video=copy copies every camera of this dataset (video_front, video_wrist) without encoding",
+      "pass --video=reencode to encode them"]),
+    (("--split=train",), ["error: --split is an option of --source=rlds; it has no effect on this lerobot_v3 dataset"]),
+    (("--num_shards=2", "--target_shard_mb=10"),
+     ["error: --target_shard_mb has no effect with --num_shards (the shard count is given); pass one of them"]),
+    (("--detach",), ["error: --detach has no effect on a local runner (the run is this process); it is for --runner=DataflowRunner"]),
+    (("--fps=-10",), ["error: argument --fps: expected a number > 0, found '-10'", "python -m pipelines.convert --help lists every option"]),
+    (("--fps=nan",), ["error: argument --fps: expected a number > 0, found 'nan'", "python -m pipelines.convert --help lists every option"]),
+    (("--source=lerobot",), ["error: argument --source: invalid choice: 'lerobot' (choose from 'auto', 'l5kit', 'lerobot_v3', 'ortf', "
+                             "'rlds')", "python -m pipelines.convert --help lists every option"]),
+    (("extra",), ["error: unexpected argument 'extra' (options are written --name=value)",
+                  "python -m pipelines.convert --input=SRC --output=DST"]),
+])
+def test_options_without_effect_and_bad_values_are_refused(tmp_path, small_lerobot, args, message):
+    dst = tmp_path / "out"
+    done = _cli(tmp_path, f"--input={small_lerobot}", f"--output={dst}", *args)
+    assert (done.returncode, _lines(done.stderr)) == (2, message)
+    assert not dst.exists() and os.listdir(tmp_path / "tmpdir") == []
+
+
+def test_missing_input_or_output_points_to_the_full_help(tmp_path):
+    done = _cli(tmp_path, "--input=x")
+    assert (done.returncode, _lines(done.stderr)) == (2, ["error: --input and --output are required",
+                                                          "python -m pipelines.convert --help lists every option"])
+
+
+def _missing_video(root: pathlib.Path) -> tuple[str, str]:
+    write_lerobot(str(root), SyntheticLeRobot(lengths=(6, 5, 7), codec="h264", gop=None, episodes_per_video_file=3))
+    video = root / "videos/observation.images.front/chunk-000/file-000.mp4"
+    video.unlink()
+    return str(video), "episode_000000 (video_front): video file not found"
+
+
+def _zeroed_video(root: pathlib.Path) -> tuple[str, str]:
+    write_lerobot(str(root), SyntheticLeRobot(lengths=(6, 5), codec="h264", gop=None, cameras=("observation.images.top",)))
+    video = root / "videos/observation.images.top/chunk-000/file-000.mp4"
+    video.write_bytes(bytes(video.stat().st_size))
+    return str(video), "episode_000000 (video_top): "
+
+
+def _truncated_data(root: pathlib.Path) -> tuple[str, str]:
+    write_lerobot(str(root), SyntheticLeRobot(lengths=(5, 4, 6), cameras=(), episodes_per_data_file=2))
+    data = root / "data/chunk-000/file-001.parquet"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    return str(data), "episode_000002: cannot read data:"
+
+
+def _schema_drift(root: pathlib.Path) -> tuple[str, str]:
+    write_lerobot(str(root), SyntheticLeRobot(lengths=(5, 4, 6), cameras=(), episodes_per_data_file=2))
+    data = root / "data/chunk-000/file-001.parquet"
+    table = pq.read_table(data)
+    column = pa.FixedSizeListArray.from_arrays(pa.array(range(len(table) * 6), pa.int64()), 6)
+    pq.write_table(table.set_column(table.schema.get_field_index("action"), "action", column), data)
+    return str(data), "episode_000002: schema drift between data files"
+
+
+def _symlink_out_of_root(root: pathlib.Path) -> tuple[str, str]:
+    write_ortf(str(root), SyntheticORTF(lengths=(4, 3), audio=False, annotations=False, slow_camera=None))
+    target = root / "videos/cam_wrist/chunk-000/episode_000001.mp4"
+    outside = root.parent / "outside.mp4"
+    shutil.move(target, outside)
+    os.symlink(outside, target)
+    return "videos/cam_wrist/chunk-000/episode_000001.mp4", "outside the dataset root"
+
+
+def _bad_features(root: pathlib.Path) -> tuple[str, str]:
+    write_rlds(str(root), SyntheticRLDS(splits={"train": (3,)}, shards={"train": 1}))
+    (root / "features.json").write_text("{not json")
+    return str(root / "features.json"), "malformed JSON"
+
+
+def _bad_zarray(root: pathlib.Path) -> tuple[str, str]:
+    write_l5kit(str(root), SyntheticL5Kit(scene_lengths=(4,)))
+    (root / "frames/.zarray").write_text("[1,")
+    return str(root / "frames/.zarray"), "malformed JSON"
+
+
+BAD_INPUTS = {fn.__name__.lstrip("_"): fn for fn in (_missing_video, _zeroed_video, _truncated_data, _schema_drift,
+                                                      _symlink_out_of_root, _bad_features, _bad_zarray)}
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("case", sorted(BAD_INPUTS))
+def test_bad_input_is_one_error_line_and_the_log_path(tmp_path, case, workers):
+    src = tmp_path / "src"
+    file, message = BAD_INPUTS[case](src)
+    dst = tmp_path / "out"
+    parallel = TWO_WORKERS if workers == 2 else ("--direct_num_workers=1",)
+    done = _cli(tmp_path, f"--input={src}", f"--output={dst}", *parallel)
+    assert done.returncode == 1, done.stderr
+    lines = _lines(done.stderr)
+    assert len(lines) == 2, done.stderr
+    assert lines[0].startswith("error: ") and file in lines[0] and message in lines[0], lines[0]
+    log = pathlib.Path(LOG_HINT.match(lines[1]).group(1))
+    assert log.parent == tmp_path / "cache/mixtrain-convert/logs" and log.stat().st_size > 0
+    assert not dst.exists()
+    assert os.listdir(tmp_path / "tmpdir") == []  # Beam's beam-pipeline-temp* and ours are gone
+
+
+def test_success_prints_progress_with_a_total_and_leaves_no_temp_files(tmp_path):
+    src = tmp_path / "many"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(40,) * 300, codec="h264", gop=None, episodes_per_video_file=50,
+                                             episodes_per_data_file=50))
+    dst = tmp_path / "out"
+    done = _cli(tmp_path, f"--input={src}", f"--output={dst}", "--video=reencode", "--progress=lines", "--progress_interval=0.2",
+                *TWO_WORKERS)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    lines = _lines(done.stdout)
+    assert lines[0] == f"[mixtrain-convert] lerobot_v3: 300 sequences -> {dst} (1 shards)"
+    assert re.fullmatch(rf"converted 300 sequences, 12000 timesteps, [0-9.]+ MB in [0-9.]+ s -> {dst}", lines[-1])
+    progress = [re.match(r"\[mixtrain-convert\] (\d+)/300 sequences \((\d+)%\), (\d+) timesteps, ([0-9.]+) MB written", line)
+                for line in lines[1:-1]]
+    assert progress and all(progress), lines
+    done_counts = [int(match.group(1)) for match in progress]
+    assert len(done_counts) >= 2 and done_counts == sorted(done_counts) and done_counts[-1] > done_counts[0]
+    assert all(int(match.group(3)) == 40 * int(match.group(1)) for match in progress)
+    assert os.listdir(tmp_path / "tmpdir") == []
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupt_exits_with_one_line_no_staging_and_no_process(tmp_path, signum, code):
+    src = tmp_path / "many"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(30,) * 400, codec="h264", gop=None, episodes_per_video_file=100,
+                                             episodes_per_data_file=100, cameras=("observation.images.top",)))
+    dst = tmp_path / "out"
+    process = _cli(tmp_path, f"--input={src}", f"--output={dst}", "--video=reencode", "--progress=lines", "--progress_interval=0.1",
+                   *TWO_WORKERS, wait=False)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:  # interrupt once sequences are being converted by the workers
+        line = process.stdout.readline()
+        if re.search(r" [1-9]\d*/400 sequences", line) or not line:
+            break
+    process.send_signal(signum)
+    stdout, stderr = process.communicate(timeout=120)
+    assert process.returncode == code, stderr
+    assert _lines(stderr) == [f"error: interrupted ({signal.Signals(signum).name}): the output was left as it was"]
+    assert "converted" not in stdout
+    assert not dst.exists()  # no staging left (the output folder did not exist before)
+    assert os.listdir(tmp_path / "tmpdir") == []
+    time.sleep(0.5)
+    assert _processes_mentioning(str(dst), f"connect mixtrain-workers-{process.pid}-") == []
+
+
+def _processes_mentioning(*needles: str) -> list[str]:
+    found = []
+    for entry in pathlib.Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if any(needle in command for needle in needles):
+            found.append(command)
+    return found
+
+
+def test_verbose_prints_the_log_too(tmp_path, small_lerobot):
+    done = _cli(tmp_path, f"--input={small_lerobot}", f"--output={tmp_path / 'out'}", "--verbose", "--progress=off")
+    assert done.returncode == 0
+    assert "INFO" in done.stderr and "Traceback" not in done.stderr
+    logs = list((tmp_path / "cache/mixtrain-convert/logs").glob("*.log"))
+    assert len(logs) == 1 and "INFO" in logs[0].read_text()
+
+
+def test_validate_deep_says_nothing_of_videos_where_there_are_none(tmp_path):
+    src = tmp_path / "l5kit"
+    write_l5kit(str(src), SyntheticL5Kit(scene_lengths=(4, 5)))
+    dst = tmp_path / "out"
+    assert _cli(tmp_path, f"--input={src}", f"--output={dst}", "--progress=off").returncode == 0
+    done = _cli(tmp_path, str(dst), "--deep", module="pipelines.validate")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _lines(done.stdout) == ["no video columns", f"ok: {dst} is a valid Mixtrain dataset (deep: no video columns to compare)"]
+    (dst / "data").joinpath(os.listdir(dst / "data")[0]).write_bytes(b"PAR1")
+    broken = _cli(tmp_path, str(dst), module="pipelines.validate")
+    assert broken.returncode == 1 and "unreadable Parquet shard" in broken.stdout and "Traceback" not in broken.stderr
