@@ -28,7 +28,7 @@ case "${1:-}" in
     rm -rf sample
     "$VENV/bin/python" -m pipelines.make_sample sample/lerobot_v3
     "$VENV/bin/python" -m pipelines.convert --input=sample/lerobot_v3 --output=sample/mixtrain \
-      --direct_num_workers=2 --direct_running_mode=multi_processing 2> >(grep -v -E '^(INFO|WARNING):' >&2)
+      --direct_num_workers=2 --direct_running_mode=multi_processing
     "$VENV/bin/python" -m pipelines.validate sample/mixtrain
     ;;
   test)
