@@ -220,20 +220,24 @@ def test_success_prints_progress_with_a_total_and_leaves_no_temp_files(tmp_path)
     assert os.listdir(tmp_path / "tmpdir") == []
 
 
-@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_an_interrupt_exits_with_one_line_no_staging_and_no_process(tmp_path, signum, code):
+@pytest.mark.parametrize("signum, code, group", [(signal.SIGINT, 130, False), (signal.SIGTERM, 143, False), (signal.SIGINT, 130, True)],
+                         ids=["sigint", "sigterm", "ctrl-c-to-the-process-group"])
+def test_an_interrupt_exits_with_one_line_no_staging_and_no_process(tmp_path, signum, code, group):
     src = tmp_path / "many"
     write_lerobot(str(src), SyntheticLeRobot(lengths=(30,) * 400, codec="h264", gop=None, episodes_per_video_file=100,
                                              episodes_per_data_file=100, cameras=("observation.images.top",)))
     dst = tmp_path / "out"
     process = _cli(tmp_path, f"--input={src}", f"--output={dst}", "--video=reencode", "--progress=lines", "--progress_interval=0.1",
-                   *TWO_WORKERS, wait=False)
+                   *TWO_WORKERS, wait=False, start_new_session=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # interrupt once sequences are being converted by the workers
         line = process.stdout.readline()
         if re.search(r" [1-9]\d*/400 sequences", line) or not line:
             break
-    process.send_signal(signum)
+    if group:  # what a terminal's Ctrl-C does: the launcher, the zygote, the clients and the workers all get it
+        os.killpg(process.pid, signum)
+    else:
+        process.send_signal(signum)
     stdout, stderr = process.communicate(timeout=120)
     assert process.returncode == code, stderr
     assert _lines(stderr) == [f"error: interrupted ({signal.Signals(signum).name}): the output was left as it was"]
