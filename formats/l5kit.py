@@ -27,7 +27,7 @@ import pyarrow as pa
 
 from formats import storage
 from formats.errors import ConversionError, FormatError, in_context
-from formats.sequence import SCALAR, ColumnSpec, DatasetMeta, Sequence, base_columns, check_unique_columns, column_name
+from formats.sequence import SCALAR, ColumnSpec, DatasetMeta, Sequence, base_columns, check_unique_columns, column_name, rebased_timestamps
 from formats.zarr_v2 import ZarrArray
 
 __all__ = ["FORMAT", "SceneRef", "detect", "plan", "load", "FRAME_RATE_HZ"]
@@ -290,7 +290,8 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: SceneRef, meta: DatasetM
             if (faces[:, 1] > faces[:, 0]).any():
                 raise FormatError("frames point at traffic-light faces but the dataset has no traffic_light_faces array")
         timestamps = frames["timestamp"].astype(np.int64)
-        sequence = Sequence(ref.sequence_id, ref.length, (timestamps - timestamps[0]) / 1e9)
+        rebased = rebased_timestamps(timestamps, FRAME_RATE_HZ, units_per_second=1e9, name="frames.timestamp")
+        sequence = Sequence(ref.sequence_id, ref.length, rebased)
         sequence.scalars.update(scene_index=ref.scene_index, host=ref.host, start_time=ref.start_time,
                                 end_time=ref.end_time, length=ref.length, duration_seconds=ref.length / FRAME_RATE_HZ)
         sequence.scalars.update(dict(ref.extras))

@@ -46,6 +46,7 @@ from formats.sequence import (
     base_columns,
     check_unique_columns,
     column_name,
+    rebased_timestamps,
     safe_sequence_id,
 )
 
@@ -502,8 +503,8 @@ def _to_sequence(fs, root: str, table: pa.Table, ref: EpisodeRef, meta: DatasetM
                 raise FormatError(f"step_index is not 0..{length - 1}")
             table = table.take(pa.array(order))
     if "timestamp" in table.column_names:
-        raw = table.column("timestamp").to_numpy().astype(np.float64)
-        timestamp = raw - raw[0]
+        raw = table.column("timestamp").to_numpy(zero_copy_only=False).astype(np.float64)
+        timestamp = rebased_timestamps(raw, meta.fps)
     else:
         raw = timestamp = np.arange(length, dtype=np.float64) / meta.fps
     sequence = Sequence(ref.sequence_id, length, timestamp)

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from formats.errors import ColumnNameError
+from formats.errors import ColumnNameError, FormatError
 
 __all__ = [
     "ColumnSpec",
@@ -37,6 +37,7 @@ __all__ = [
     "column_name",
     "check_unique_columns",
     "safe_sequence_id",
+    "rebased_timestamps",
     "RESERVED_COLUMNS",
 ]
 
@@ -214,6 +215,55 @@ _ID_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 def safe_sequence_id(raw: str) -> str:
     """Replace characters outside [A-Za-z0-9._-] with `_` (ids become file names)."""
     return _ID_UNSAFE.sub("_", raw)
+
+
+# How far the median step may stray from 1 / fps before the declared rate counts as contradicted.
+FPS_TOLERANCE = 0.10
+
+
+def rebased_timestamps(raw: np.ndarray, fps: float | None, *, units_per_second: float = 1.0,
+                       name: str = "timestamp") -> np.ndarray:
+    """A sequence's source clock as the `timestamp` column: float64 seconds from its first step.
+
+    Returns `(raw - raw[0]) / units_per_second` ([T] float64; the subtraction happens in the
+    source dtype, so int64 nanoseconds stay exact). A clock that cannot be rebased faithfully is
+    refused instead: one bad first value would shift every step, and a step backwards would be
+    written as if time ran that way. The rule, checked in this order:
+      1. every value is finite (no NaN/inf)           -> "non-finite value nan at step i"
+      2. strictly increasing (no repeat, no step back) -> "not strictly increasing at step i (value a then b)"
+      3. with T >= 2 and `fps` given: the median step s is within 10 % of 1 / fps
+         (|s * fps - 1| <= 0.1)                          -> "median step s s contradicts the declared f fps ..."
+    Forward gaps (dropped frames) are allowed: only the median has to match the rate.
+
+    Args:
+      raw: [T] source timestamps, any int or float dtype (T >= 1).
+      fps: the rate the dataset declares (Hz), or None when it declares none.
+      units_per_second: raw units in a second (1 for seconds, 1e9 for nanoseconds).
+      name: the source field, first word of the message (callers add file and sequence).
+
+    Raises:
+      FormatError: the clock breaks the rule above.
+    """
+    raw = np.asarray(raw).reshape(-1)
+    if raw.dtype.kind == "f":
+        bad = np.flatnonzero(~np.isfinite(raw))
+        if len(bad):
+            raise FormatError(f"{name}: non-finite value {raw[bad[0]]} at step {int(bad[0])}")
+    elif raw.dtype.kind not in "iu":
+        raise FormatError(f"{name}: values of type {raw.dtype} are not a clock")
+    if len(raw) > 1:
+        back = np.flatnonzero(raw[1:] <= raw[:-1])
+        if len(back):
+            step = int(back[0]) + 1
+            raise FormatError(f"{name}: not strictly increasing at step {step} (value {raw[step - 1]} then {raw[step]})")
+    rebased = (raw - raw[0]) / units_per_second if len(raw) else raw.astype(np.float64)
+    rebased = np.asarray(rebased, dtype=np.float64)
+    if fps and len(raw) > 1:
+        median = float(np.median(np.diff(rebased)))
+        if abs(median * fps - 1.0) > FPS_TOLERANCE:
+            raise FormatError(f"{name}: median step {median:.6g} s contradicts the declared {fps:g} fps "
+                              f"({1 / fps:.6g} s a step) by more than {FPS_TOLERANCE:.0%}")
+    return rebased
 
 
 @dataclasses.dataclass
