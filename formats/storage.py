@@ -10,6 +10,7 @@ import functools
 import json
 import os
 import posixpath
+import stat
 from typing import Any
 
 import fsspec
@@ -18,7 +19,8 @@ from fsspec.core import url_to_fs
 
 from formats.errors import FormatError
 
-__all__ = ["open_root", "join", "url_for", "resolve_inside", "local_path", "is_local", "open_input", "read_json", "parquet_footer"]
+__all__ = ["open_root", "join", "url_for", "resolve_inside", "check_regular", "local_path", "is_local", "open_input", "read_json",
+           "parquet_footer", "parquet_file", "read_parquet"]
 
 
 def open_root(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -50,7 +52,31 @@ def resolve_inside(root: str, relative: str, *, what: str, fs: fsspec.AbstractFi
         real = os.path.realpath(path)
         if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
             raise FormatError(f"{what} {relative!r} is a symlink to {real}, outside the dataset root")
+        kind = _special_kind(path)
+        if kind:
+            raise FormatError(f"{what} {relative!r} is a {kind}, not a regular file; refused without opening it")
     return path
+
+
+_SPECIAL = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"))
+
+
+def _special_kind(local: str) -> str | None:
+    """What a local path is when it is neither a regular file nor a folder (None otherwise or if absent)."""
+    try:
+        mode = os.stat(local).st_mode
+    except OSError:
+        return None  # absent or unreadable: the caller's own open reports it
+    return next((name for test, name in _SPECIAL if test(mode)), None)
+
+
+def check_regular(fs: fsspec.AbstractFileSystem, path: str) -> None:
+    """Refuse, without opening it, a local path that is a FIFO, device or socket: opening a FIFO
+    blocks until a writer appears (a hung launcher), a device never ends. Object stores hold none."""
+    local = local_path(fs, path)
+    kind = _special_kind(local) if local is not None else None
+    if kind:
+        raise FormatError(f"{path}: is a {kind}, not a regular file; refused without opening it")
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:
@@ -72,6 +98,7 @@ def read_json(fs: fsspec.AbstractFileSystem, path: str, *, missing: str | None =
         if missing is None:
             return None
         raise FormatError(f"{path}: {missing}")
+    check_regular(fs, path)
     try:
         value = json.loads(fs.cat_file(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as error:
@@ -86,13 +113,28 @@ def parquet_footer(fs: fsspec.AbstractFileSystem, path: str, plan_id: str) -> pq
     """A Parquet file's footer, read once per worker, file and plan: many episodes share one data
     file, and a dataset rewritten in place gets a new plan (so never an earlier plan's footer)."""
     with open_input(fs, path) as handle:
-        return pq.ParquetFile(handle).metadata
+        return parquet_file(handle).metadata
+
+
+def parquet_file(source: Any, **options: Any) -> pq.ParquetFile:
+    """`pq.ParquetFile` for a source file, verifying page checksums (CRC32) where the writer
+    recorded them: a flipped bit is then an OSError ("CRC checksum verification failed"), not a
+    silently different value. Pages without a checksum are read as before."""
+    return pq.ParquetFile(source, page_checksum_verification=True, **options)
+
+
+def read_parquet(fs: fsspec.AbstractFileSystem, path: str, **options: Any) -> Any:
+    """A whole source Parquet file as a pyarrow Table, page checksums verified (`parquet_file`)."""
+    with open_input(fs, path) as handle:
+        return pq.read_table(handle, page_checksum_verification=True, **options)
 
 
 def open_input(fs: fsspec.AbstractFileSystem, path: str):
-    """Open a source file for reading. On object stores with a plain read-ahead cache: gcsfs'
-    default ("adaptive", a background prefetcher) leaves pending tasks behind on every close and
-    is the suspect of a rare failed read against the GCS emulator; our reads are ranged anyway."""
+    """Open a source file for reading (never a FIFO or device: `check_regular`). On object stores
+    with a plain read-ahead cache: gcsfs' default ("adaptive", a background prefetcher) leaves
+    pending tasks behind on every close and is the suspect of a rare failed read against the GCS
+    emulator; our reads are ranged anyway."""
+    check_regular(fs, path)
     if local_path(fs, path) is not None:
         return fs.open(path, "rb")
     return fs.open(path, "rb", cache_type="readahead")
