@@ -96,14 +96,14 @@ _SHAPES = {
 
 
 @functools.lru_cache(maxsize=16)
-def _array(fs: fsspec.AbstractFileSystem, path: str, plan_id: str) -> ZarrArray:
+def _array(fs: fsspec.AbstractFileSystem, root: str, name: str, plan_id: str) -> ZarrArray:
     """One reader per array, plan and worker: its chunk cache serves scenes sharing chunks."""
-    return ZarrArray(fs, path)
+    return ZarrArray(fs, storage.join(root, name), root=root)
 
 
 def _arrays(fs, root: str, with_faces: bool, plan_id: str) -> dict[str, ZarrArray]:
     names = ["scenes", "frames", "agents"] + (["traffic_light_faces"] if with_faces else [])
-    arrays = {name: _array(fs, storage.join(root, name), plan_id) for name in names}
+    arrays = {name: _array(fs, root, name, plan_id) for name in names}
     for name, array in arrays.items():
         missing = [field for field in _REQUIRED[name] if field not in (array.dtype.names or ())]
         if missing:
@@ -123,13 +123,13 @@ def _extra_fields(dtype: np.dtype, name: str) -> list[str]:
 
 def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) -> tuple[DatasetMeta, list[SceneRef]]:
     """Read the attributes, the arrays' metadata and `scenes`; one SceneRef per scene."""
-    attrs_path = storage.join(root, ".zattrs")
+    attrs_path = storage.resolve_inside(root, ".zattrs", what="zarr file", fs=fs)
     attrs = storage.read_json(fs, attrs_path) or {}  # older datasets have no attributes
     version = attrs.get("format_version", 1)
     if version not in SUPPORTED_VERSIONS:
         raise FormatError(f"{attrs_path}: format_version {version!r} is not supported (known: {list(SUPPORTED_VERSIONS)})")
     plan_id = uuid.uuid4().hex
-    frames_array = _array(fs, storage.join(root, "frames"), plan_id)
+    frames_array = _array(fs, root, "frames", plan_id)
     with_faces = "traffic_light_faces_index_interval" in (frames_array.dtype.names or ()) and fs.exists(
         storage.join(root, "traffic_light_faces", ".zarray"))
     arrays = _arrays(fs, root, with_faces, plan_id)
