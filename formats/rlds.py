@@ -115,12 +115,14 @@ def _features(features_json: str):
 
 
 def _leaves(feature, prefix: str = "") -> Iterator[tuple[str, Any]]:
-    """(path, feature) for every leaf of nested FeaturesDicts, paths joined with '/'."""
+    """(path, feature) for every leaf of nested FeaturesDicts, paths joined with '/', keys sorted
+    at every level: a FeaturesDict rebuilt from features.json iterates a protobuf map, whose order
+    changes with PYTHONHASHSEED (and with it the column order, the bytes, --incremental reuse)."""
     import tensorflow_datasets.core.features as tff
 
     if isinstance(feature, tff.FeaturesDict):
-        for key, child in feature.items():
-            yield from _leaves(child, f"{prefix}{key}/")
+        for key in sorted(feature.keys()):
+            yield from _leaves(feature[key], f"{prefix}{key}/")
     else:
         yield prefix.rstrip("/"), feature
 
@@ -318,7 +320,7 @@ def _columns(features, features_path: str, fps: float, bgr: set) -> tuple[list[C
     if unknown:
         cameras = [spec.name for spec in columns if spec.kind == "video"]
         raise FormatError(f"{features_path}: --bgr_cameras names {sorted(unknown)}, which are not cameras (cameras: {cameras})")
-    for key in features.keys():
+    for key in sorted(features.keys()):  # sorted: see _leaves
         if key == "steps":
             continue
         for path, feature in _leaves(features[key], f"{key}/"):
