@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from typing import Any
 
 import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from formats import storage, video
 from formats.errors import ColumnNameError, ConversionError, FormatError, in_context
@@ -64,6 +64,22 @@ _EPISODE_LOCATORS = {"start_step", "end_step", "chunk_id", "video_files", "audio
 _STEP_BOOKKEEPING = {"episode_id", "step_index", "timestamp"}
 _FLAGS = ("is_first", "is_last", "is_terminal")
 _CODECS = {"h264": "h264", "avc": "h264", "h265": "hevc", "hevc": "hevc", "av1": "av1"}
+# Sizes no real recording has: a corrupt index, refused before anything is allocated for it.
+MAX_EPISODE_STEPS = 10**9
+MAX_RATE_HZ = 10**6
+# episodes.parquet column -> (Arrow type test, what the spec says it is); nulls allowed only where noted.
+_EPISODE_TYPES = {
+    "episode_id": (lambda t: _is_string(t) or pa.types.is_integer(t), "a string or an integer"),
+    "start_step": (pa.types.is_integer, "an integer"),
+    "end_step": (pa.types.is_integer, "an integer"),
+    "length": (pa.types.is_integer, "an integer"),
+    "chunk_id": (pa.types.is_integer, "an integer"),
+    "task_id": (pa.types.is_integer, "an integer"),
+    "duration_seconds": (lambda t: pa.types.is_integer(t) or pa.types.is_floating(t), "a number"),
+    "video_files": (lambda t: pa.types.is_struct(t) and all(_is_string(t.field(i).type) for i in range(t.num_fields)), "a struct of paths"),
+    "audio_file": (lambda t: _is_string(t) or pa.types.is_null(t), "a path"),
+}
+_NULLABLE = {"task_id", "duration_seconds", "video_files", "audio_file"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,8 +112,12 @@ def detect(fs: fsspec.AbstractFileSystem, root: str) -> bool:
     return fs.exists(storage.join(root, MANIFEST))
 
 
+def _is_string(field_type: pa.DataType) -> bool:
+    return pa.types.is_string(field_type) or pa.types.is_large_string(field_type)
+
+
 def _manifest(fs, root: str) -> dict:
-    path = storage.join(root, MANIFEST)
+    path = storage.resolve_inside(root, MANIFEST, what="manifest", fs=fs)
     manifest = storage.read_json(fs, path, missing="not found (required by ORTF v0.2)")
     missing = [key for key in REQUIRED_MANIFEST if key not in manifest]
     if missing:
@@ -107,13 +127,85 @@ def _manifest(fs, root: str) -> dict:
             raise FormatError(f"{path}: {key!r} must be a {kind.__name__}, found {type(manifest[key]).__name__}")
     if manifest["ortf_version"] not in SUPPORTED_VERSIONS:
         raise FormatError(f"{path}: ortf_version {manifest['ortf_version']!r} is not supported (only {', '.join(SUPPORTED_VERSIONS)})")
+    _check_manifest_types(manifest, path)
     return manifest
 
 
+def _check_manifest_types(manifest: dict, path: str) -> None:
+    """The manifest fields this reader interprets, checked for their JSON types (a list where the
+    spec has an object, a word where it has a number) so a bad manifest is one clear line."""
+    def fail(where: str, wanted: str, value) -> None:
+        found = type(value).__name__ if wanted in ("an object", "a list") else repr(value)
+        raise FormatError(f"{path}: {where} must be {wanted}, found {found}")
+
+    def positive_number(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+    space = manifest["observation_space"]
+    for key in ("images", "state"):
+        if space.get(key) is not None and not isinstance(space[key], dict):
+            fail(f"observation_space.{key}", "an object", space[key])
+    for camera, sensor in (space.get("images") or {}).items():
+        if not isinstance(sensor, str):
+            fail(f"observation_space.images.{camera}", "a sensor name", sensor)
+    for component, declared in (space.get("state") or {}).items():
+        if declared is not None and not isinstance(declared, dict):
+            fail(f"observation_space.state.{component}", "an object", declared)
+        dim = (declared or {}).get("dim")
+        if dim is not None and not (isinstance(dim, int) and not isinstance(dim, bool) and 0 < dim <= MAX_EPISODE_STEPS):
+            fail(f"observation_space.state.{component}.dim", "a positive integer", dim)
+    for number, sensor in enumerate(manifest["sensors"]):
+        if not isinstance(sensor, dict):
+            fail(f"sensors[{number}]", "an object", sensor)
+        if sensor.get("fps") is not None and not positive_number(sensor["fps"]):
+            fail(f"sensors[{number}].fps", "a positive number", sensor["fps"])
+        if sensor.get("resolution") is not None and not isinstance(sensor["resolution"], dict):
+            fail(f"sensors[{number}].resolution", "an object", sensor["resolution"])
+    lists = (("robot.joints", manifest["robot"].get("joints")), ("action_space.dimensions", manifest["action_space"].get("dimensions")))
+    for where, entries in lists:
+        if entries is None:
+            continue
+        if not isinstance(entries, list):
+            fail(where, "a list", entries)
+        for number, entry in enumerate(entries):
+            if not isinstance(entry, dict):
+                fail(f"{where}[{number}]", "an object", entry)
+            if "index" in entry and not (isinstance(entry["index"], int) and not isinstance(entry["index"], bool)):
+                fail(f"{where}[{number}].index", "an integer", entry["index"])
+    rate = manifest["action_space"].get("control_frequency_hz")
+    if rate is not None and positive_number(rate) and rate > MAX_RATE_HZ:
+        raise FormatError(f"{path}: action_space.control_frequency_hz {rate!r} is not plausible (more than {MAX_RATE_HZ:.0e} Hz)")
+
+
+def _check_episode_types(episodes: pa.Table, path: str) -> None:
+    """Each column of the episode index the reader interprets has the spec's type; required ones
+    hold no nulls; sizes are plausible. A chunk_id stored as text would otherwise be read as a
+    number, and a float one truncated to another chunk."""
+    for name, (accepts, wanted) in _EPISODE_TYPES.items():
+        if name not in episodes.column_names:
+            continue
+        column = episodes.column(name)
+        if not accepts(column.type) and not (name in _NULLABLE and pa.types.is_null(column.type)):
+            raise FormatError(f"{path}: column {name!r} is {column.type}, expected {wanted}")
+        if name not in _NULLABLE and column.null_count:
+            row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+            raise FormatError(f"{path}: column {name!r} is null in row {row}")
+    for name, low in (("chunk_id", 0), ("start_step", 0), ("end_step", 0), ("length", 1)):
+        values = episodes.column(name).to_numpy(zero_copy_only=False) if name in episodes.column_names else np.zeros(0)
+        bad = np.flatnonzero(values < low)
+        if len(bad):
+            raise FormatError(f"{path}: {name} {values[bad[0]]} in row {int(bad[0])} is {'negative' if low == 0 else 'not positive'}")
+    lengths = episodes.column("length").to_numpy(zero_copy_only=False)
+    if len(lengths) and lengths.max() > MAX_EPISODE_STEPS:
+        row = int(np.argmax(lengths))
+        raise FormatError(f"{path}: length {lengths[row]} in row {row} is not plausible (more than {MAX_EPISODE_STEPS:.0e} steps)")
+
+
 def _tasks(fs, root: str) -> dict[int, dict]:
-    path = storage.join(root, "meta/tasks.jsonl")
+    path = storage.resolve_inside(root, "meta/tasks.jsonl", what="task list", fs=fs)
     if not fs.exists(path):
         return {}
+    storage.check_regular(fs, path)
     tasks = {}
     for number, line in enumerate(fs.cat_file(path).decode("utf-8").splitlines(), start=1):
         if not line.strip():
@@ -130,7 +222,7 @@ def _chunk_file(fs, root: str, chunk: int, cache: dict) -> str:
     if chunk not in cache:
         for width in (3, 6):
             relative = f"data/chunk-{chunk:0{width}d}/steps.parquet"
-            if fs.exists(storage.join(root, relative)):
+            if fs.exists(storage.resolve_inside(root, relative, what="steps file", fs=fs)):
                 cache[chunk] = relative
                 break
         else:
@@ -145,7 +237,11 @@ def _steps_schema(fs, root: str, chunks: list[int], chunk_files: dict, plan_id: 
     first = None
     for chunk in chunks:
         relative = _chunk_file(fs, root, chunk, chunk_files)
-        found = storage.parquet_footer(fs, storage.join(root, relative), plan_id).schema.to_arrow_schema()
+        path = storage.resolve_inside(root, relative, what="steps file", fs=fs)
+        try:
+            found = storage.parquet_footer(fs, path, plan_id).schema.to_arrow_schema()
+        except (OSError, pa.ArrowException) as error:
+            raise FormatError(f"{path}: cannot read the steps file: {error}") from error
         if schema is None:
             schema, first = found, relative
             continue
@@ -162,16 +258,19 @@ def _steps_schema(fs, root: str, chunks: list[int], chunk_files: dict, plan_id: 
 def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) -> tuple[DatasetMeta, list[EpisodeRef]]:
     manifest = _manifest(fs, root)
     manifest_path = storage.join(root, MANIFEST)
-    episodes_path = storage.join(root, EPISODES)
+    episodes_path = storage.resolve_inside(root, EPISODES, what="episode index", fs=fs)
     if not fs.exists(episodes_path):
         raise FormatError(f"{episodes_path}: not found (required by ORTF v0.2)")
-    with storage.open_input(fs, episodes_path) as handle:
-        episodes = pq.read_table(handle)
+    try:
+        episodes = storage.read_parquet(fs, episodes_path)
+    except (OSError, pa.ArrowException) as error:
+        raise FormatError(f"{episodes_path}: cannot read the episode index: {error}") from error
     missing = [c for c in REQUIRED_EPISODE_COLUMNS if c not in episodes.column_names]
     if missing:
         raise FormatError(f"{episodes_path}: required column(s) {missing} missing")
     if episodes.num_rows == 0:
         raise FormatError(f"{episodes_path}: no episodes")
+    _check_episode_types(episodes, episodes_path)
     tasks = _tasks(fs, root)
     fps = _step_rate(manifest, manifest_path)
     sensors = {sensor.get("name"): sensor for sensor in manifest["sensors"] if isinstance(sensor, dict)}
@@ -181,6 +280,10 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     first_file = _chunk_file(fs, root, int(rows[0]["chunk_id"]), chunk_files)
     plan_id = DatasetMeta.__dataclass_fields__["plan_id"].default_factory()
     schema = _steps_schema(fs, root, sorted({int(row["chunk_id"]) for row in rows}), chunk_files, plan_id)
+    for name, accepts, wanted in (("timestamp", lambda t: pa.types.is_integer(t) or pa.types.is_floating(t), "a number"),
+                                  ("step_index", pa.types.is_integer, "an integer")):
+        if name in schema.names and not accepts(schema.field(name).type):
+            raise FormatError(f"{storage.join(root, first_file)}: step column {name!r} is {schema.field(name).type}, expected {wanted}")
 
     columns = base_columns() + [ColumnSpec("episode_id", SCALAR, pa.string(), {"source": "episodes.episode_id"})]
     reference = manifest.get("timestamp_reference")
@@ -197,7 +300,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     columns += _step_columns(schema, manifest, manifest_path, storage.join(root, first_file),
                              _first_widths(fs, storage.join(root, first_file), schema, plan_id))
     cameras = _camera_columns(episodes, images, sensors, fps, manifest_path, schema)
-    cameras = {key: (_probe_camera(fs, root, spec, rows, key, chunk_files), sensor) for key, (spec, sensor) in cameras.items()}
+    cameras = {key: (_probe_camera(fs, root, spec, rows, key, chunk_files, episodes_path), sensor) for key, (spec, sensor) in cameras.items()}
     columns += [spec for spec, _ in cameras.values()]
     with_audio = "audio_file" in episodes.column_names and pc.any(pc.is_valid(episodes.column("audio_file"))).as_py()
     if with_audio:
@@ -245,6 +348,12 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             scalars[column_name(name)] = row[name]
         episode_cameras = tuple(_episode_camera(row, key, spec, camera, chunk_files, position, sequence_id, episodes_path)
                                 for key, (spec, camera) in cameras.items())
+        try:  # every file the episode reads, resolved inside the root before anything opens it
+            for relative, what in [(c.path, "video file") for c in episode_cameras if c is not None] + (
+                    [(row["audio_file"], "audio file")] if with_audio and row.get("audio_file") else []):
+                storage.resolve_inside(root, relative, what=what, fs=fs)
+        except FormatError as error:
+            raise in_context(error, file=episodes_path, sequence=sequence_id) from error
         refs.append(EpisodeRef(
             position=position, episode_id=episode_id, episode_key=row["episode_id"], sequence_id=sequence_id, length=length,
             steps_file=_chunk_file(fs, root, int(row["chunk_id"]), chunk_files),
@@ -282,8 +391,11 @@ def _first_widths(fs, path: str, schema: pa.Schema, plan_id: str) -> dict[str, i
     names = [n for n in schema.names if pa.types.is_list(schema.field(n).type) or pa.types.is_large_list(schema.field(n).type)]
     if not names:
         return {}
-    with storage.open_input(fs, path) as handle:
-        first = pq.ParquetFile(handle, metadata=storage.parquet_footer(fs, path, plan_id)).read_row_group(0, columns=names).slice(0, 1)
+    try:
+        with storage.open_input(fs, path) as handle:
+            first = storage.parquet_file(handle, metadata=storage.parquet_footer(fs, path, plan_id)).read_row_group(0, columns=names).slice(0, 1)
+    except (OSError, pa.ArrowException) as error:
+        raise FormatError(f"{path}: cannot read the steps file: {error}") from error
     return {n: len(first.column(n)[0]) for n in names if first.num_rows and first.column(n)[0].is_valid}
 
 
@@ -386,14 +498,17 @@ def _camera_columns(episodes: pa.Table, images: dict, sensors: dict, fps: float,
     return cameras
 
 
-def _probe_camera(fs, root: str, spec: ColumnSpec, rows: list[dict], key: str, chunk_files: dict) -> ColumnSpec:
+def _probe_camera(fs, root: str, spec: ColumnSpec, rows: list[dict], key: str, chunk_files: dict, episodes_path: str) -> ColumnSpec:
     """The first episode's file says what the camera really is: codec, pixel format (a 12-bit
     depth stays 12-bit), size. The sensor's declarations are kept where the file is silent."""
     if spec.kind != VIDEO:
         return spec
     for position, row in enumerate(rows):
         path = (row.get("video_files") or {}).get(key) or _default_video(row, key, position, chunk_files)
-        full = storage.join(root, path)
+        try:
+            full = storage.resolve_inside(root, path, what="video file", fs=fs)
+        except FormatError as error:
+            raise in_context(error, file=episodes_path, sequence=safe_sequence_id(str(row["episode_id"]))) from error
         if fs.exists(full):
             with storage.open_input(fs, full) as handle:
                 info = video.stream_info(handle)
@@ -462,7 +577,7 @@ def _episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.Table
             offsets.append(offset)
         offset += metadata.row_group(group).num_rows
     with storage.open_input(fs, path) as handle:
-        parquet = pq.ParquetFile(handle, metadata=metadata)
+        parquet = storage.parquet_file(handle, metadata=metadata)
         parts = []
         for group, group_offset in zip(groups, offsets):
             part = parquet.read_row_group(group)
