@@ -95,6 +95,17 @@ _SHAPES = {
 }
 
 
+# Field kinds the reader interprets (numpy dtype.kind): intervals and clocks are integers (a
+# float timestamp would be truncated), poses floats, the host a string.
+_INTEGER, _FLOAT, _TEXT = "iu", "f", "U"
+_KIND_NAMES = {_INTEGER: "an integer", _FLOAT: "a float", _TEXT: "a string"}
+_KINDS = {
+    "scenes": {"frame_index_interval": _INTEGER, "start_time": _INTEGER, "end_time": _INTEGER, "host": _TEXT},
+    "frames": {"timestamp": _INTEGER, "agent_index_interval": _INTEGER, "traffic_light_faces_index_interval": _INTEGER,
+               "ego_translation": _FLOAT, "ego_rotation": _FLOAT},
+}
+
+
 @functools.lru_cache(maxsize=16)
 def _array(fs: fsspec.AbstractFileSystem, root: str, name: str, plan_id: str) -> ZarrArray:
     """One reader per array, plan and worker: its chunk cache serves scenes sharing chunks."""
@@ -108,6 +119,10 @@ def _arrays(fs, root: str, with_faces: bool, plan_id: str) -> dict[str, ZarrArra
         missing = [field for field in _REQUIRED[name] if field not in (array.dtype.names or ())]
         if missing:
             raise FormatError(f"{array.path}/.zarray: dtype lacks field(s) {missing} of the L5Kit {name} format")
+        for field, kinds in _KINDS.get(name, {}).items():
+            if field in array.dtype.names and array.dtype[field].base.kind not in kinds:
+                raise FormatError(f"{array.path}/.zarray: field {field!r} is {array.dtype[field].base}, the L5Kit format defines "
+                                  f"{_KIND_NAMES[kinds]}")
         for field, shape in _SHAPES.get(name, {}).items():
             if field in array.dtype.names and array.dtype[field].shape != shape:
                 raise FormatError(f"{array.path}/.zarray: field {field!r} has shape {list(array.dtype[field].shape)}, "

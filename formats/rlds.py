@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import zlib
 from collections.abc import Iterator
 from typing import Any
@@ -50,6 +51,11 @@ __all__ = ["FORMAT", "ShardRef", "RecordRef", "detect", "plan", "expand_ref", "l
 
 FORMAT = "rlds"
 DEFAULT_TEMPLATE = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"
+TEMPLATE_FIELDS = ("DATASET", "SPLIT", "FILEFORMAT", "SHARD_INDEX", "NUM_SHARDS", "SHARD_X_OF_Y")
+# Sizes no real dataset has (a corrupt dataset_info.json / features.json), refused at plan.
+MAX_SHARDS = 10**6
+MAX_RECORDS_PER_SHARD = 10**9
+MAX_VALUES_PER_STEP = 10**8
 INSTRUCTION_KEYS = ("language_instruction", "natural_language_instruction", "instruction")
 # Control rates of Open X-Embodiment datasets (Hz), from the "Control Frequency" column of the
 # OXE dataset overview (https://robotics-transformer-x.github.io/, "Dataset Overview" sheet);
@@ -160,8 +166,11 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     options = options or {}
     info_path, features_path = storage.join(root, "dataset_info.json"), storage.join(root, "features.json")
     missing = "not found; an RLDS dataset root (a TFDS version folder) has dataset_info.json and features.json"
+    info_path = storage.resolve_inside(root, "dataset_info.json", what="metadata file", fs=fs)
+    features_path = storage.resolve_inside(root, "features.json", what="metadata file", fs=fs)
     info = storage.read_json(fs, info_path, missing=missing)
     features_json = storage.read_json(fs, features_path, missing=missing)
+    _check_info(info, info_path)
     name = info.get("name") or root.rstrip("/").split("/")[-2]
     file_format = info.get("fileFormat", "tfrecord")
     if file_format != "tfrecord":
@@ -191,16 +200,67 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             "version": info.get("version"),
             "description": info.get("description"),
             "citation": info.get("citation"),
-            "splits": {split["name"]: [int(n) for n in split.get("shardLengths", [])] for split in info.get("splits", [])},
+            "splits": {split["name"]: [_count(n) for n in split.get("shardLengths", [])] for split in info.get("splits", [])},
             "selected_splits": splits,
             "fps": float(fps),
             "fps_source": "--fps" if options.get("fps") else "known Open X-Embodiment control rate",
             "features": features_json,
             "layout": layout,
         },
-        estimated_bytes=float(sum(int(s.get("numBytes", 0)) for s in info.get("splits", []) if s.get("name") in splits)),
+        estimated_bytes=float(sum(_count(s.get("numBytes", 0)) for s in info.get("splits", []) if s.get("name") in splits)),
     )
     return meta, refs
+
+
+def _count(value: Any) -> int | None:
+    """A TFDS count (JSON integer, or the decimal string protobuf's JSON writes for int64)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.isdigit():
+        return int(value)
+    return None
+
+
+def _check_info(info: dict, path: str) -> None:
+    """The dataset_info.json fields this reader interprets, with their JSON types and plausible sizes."""
+    if info.get("name") is not None and not isinstance(info["name"], str):
+        raise FormatError(f"{path}: name must be a string, found {info['name']!r}")
+    splits = info.get("splits", [])
+    if not isinstance(splits, list) or not all(isinstance(split, dict) for split in splits):
+        raise FormatError(f"{path}: splits must be a list of objects, found {splits!r}"[:300])
+    for number, split in enumerate(splits):
+        where = f"splits[{number}]"
+        if not isinstance(split.get("name"), str) or not split["name"]:
+            raise FormatError(f"{path}: {where} has no name")
+        lengths = split.get("shardLengths")
+        if lengths is not None:
+            counts = [_count(n) for n in lengths] if isinstance(lengths, list) else [None]
+            if None in counts or any(n < 0 for n in counts):
+                raise FormatError(f"{path}: {where}.shardLengths must be a list of non-negative integers, found {lengths!r}"[:300])
+            if len(counts) > MAX_SHARDS or any(n > MAX_RECORDS_PER_SHARD for n in counts):
+                raise FormatError(f"{path}: {where}.shardLengths ({len(counts)} shards, up to {max(counts, default=0)} records) "
+                                  f"is not plausible (at most {MAX_SHARDS:.0e} shards of {MAX_RECORDS_PER_SHARD:.0e} records)")
+        for key, limit in (("numShards", MAX_SHARDS), ("numBytes", None)):
+            if split.get(key) is None:
+                continue
+            count = _count(split[key])
+            if count is None:
+                raise FormatError(f"{path}: {where}.{key} must be a non-negative integer, found {split[key]!r}")
+            if limit is not None and count > limit:
+                raise FormatError(f"{path}: {where}.{key} {count} is not plausible (more than {limit:.0e})")
+        template = split.get("filepathTemplate")
+        if template is not None:
+            if not isinstance(template, str):
+                raise FormatError(f"{path}: {where}.filepathTemplate must be a string, found {template!r}")
+            try:
+                template.format(**{field: "0" for field in TEMPLATE_FIELDS})
+            except KeyError as error:
+                raise FormatError(f"{path}: {where}.filepathTemplate {template!r} has an unknown placeholder {error.args[0]!r} "
+                                  f"(known: {', '.join(TEMPLATE_FIELDS)})") from error
+            except (ValueError, IndexError) as error:
+                raise FormatError(f"{path}: {where}.filepathTemplate {template!r} is not a valid template: {error}") from error
 
 
 def _splits(info: dict, info_path: str, wanted) -> list[str]:
@@ -221,8 +281,8 @@ def _shard_refs(fs, root: str, info: dict, info_path: str, name: str, splits: li
     for split in info["splits"]:
         if split.get("name") not in splits:
             continue
-        lengths = [int(n) for n in split.get("shardLengths") or []]
-        count = len(lengths) or int(split.get("numShards", 0))
+        lengths = [_count(n) for n in split.get("shardLengths") or []]
+        count = len(lengths) or _count(split.get("numShards", 0))
         if not count:
             raise FormatError(f"{info_path}: split {split['name']!r} lists no shards (shardLengths)")
         template = split.get("filepathTemplate") or DEFAULT_TEMPLATE
@@ -231,7 +291,11 @@ def _shard_refs(fs, root: str, info: dict, info_path: str, name: str, splits: li
                 DATASET=name, SPLIT=split["name"], FILEFORMAT=info.get("fileFormat", "tfrecord"),
                 SHARD_INDEX=f"{position:05d}", NUM_SHARDS=f"{count:05d}", SHARD_X_OF_Y=f"{position:05d}-of-{count:05d}",
             )
-            found = fs.exists(storage.join(root, file_name)) if "/" in file_name else file_name in present
+            try:
+                shard_path = storage.resolve_inside(root, file_name, what="shard", fs=fs)
+            except FormatError as error:
+                raise in_context(error, file=info_path, sequence=f"split {split['name']!r} shard {position}") from error
+            found = fs.exists(shard_path) if "/" in file_name else file_name in present
             if not found:
                 raise FormatError(f"{storage.join(root, file_name)}: shard {position} of split {split['name']!r} not found "
                                   f"(from filepathTemplate {template!r})")
@@ -302,6 +366,7 @@ def _columns(features, features_path: str, fps: float, bgr: set) -> tuple[list[C
                                   "(ragged per step), which this version does not convert")
             if dtype.kind in "OSU":
                 raise FormatError(f"{features_path}: steps/{path} is a string tensor of shape {list(shape)}; not supported")
+            _check_values(shape, f"steps/{path}", features_path)
             entry = {"kind": "numeric", "path": path, "dtype": dtype.name, "shape": list(shape), "encoding": encoding}
             meta = {"source": source, "description": getattr(feature, "_doc", None) and feature._doc.desc}
             meta = {k: v for k, v in meta.items() if v}
@@ -335,6 +400,7 @@ def _columns(features, features_path: str, fps: float, bgr: set) -> tuple[list[C
                 if dtype.kind in "OSU" or any(d is None or d < 0 for d in shape):
                     raise FormatError(f"{features_path}: {path} is a {dtype.name} tensor of shape {list(shape)}; "
                                       "only fixed-shape numeric episode tensors are converted")
+                _check_values(shape, path, features_path)
                 arrow = pa.from_numpy_dtype(dtype) if shape == () else pa.list_(pa.from_numpy_dtype(dtype))
                 columns.append(ColumnSpec(name, SCALAR, arrow, {"source": path, **({"shape": list(shape)} if shape else {})}))
                 encoding = str(getattr(feature, "_encoding", "none")).lower().rsplit(".", 1)[-1]
@@ -342,6 +408,13 @@ def _columns(features, features_path: str, fps: float, bgr: set) -> tuple[list[C
             else:
                 raise FormatError(f"{features_path}: {path} is a {type(feature).__name__} episode feature, which this version does not convert")
     return columns, layout
+
+
+def _check_values(shape: tuple, path: str, features_path: str) -> None:
+    values = math.prod(int(d) for d in shape)
+    if values > MAX_VALUES_PER_STEP:
+        raise FormatError(f"{features_path}: {path} has shape {list(shape)}: {values} values a step is not plausible "
+                          f"(more than {MAX_VALUES_PER_STEP:.0e})")
 
 
 def expand_ref(fs: fsspec.AbstractFileSystem, root: str, ref: ShardRef, meta: DatasetMeta) -> Iterator[RecordRef]:
