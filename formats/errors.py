@@ -7,7 +7,7 @@ sequence on the way out, so every message a user sees names both. The command li
 
 from __future__ import annotations
 
-__all__ = ["ConversionError", "FormatError", "VideoError", "ColumnNameError", "error_record"]
+__all__ = ["ConversionError", "FormatError", "VideoError", "ColumnNameError", "error_record", "skipped_counts"]
 
 
 class ConversionError(ValueError):
@@ -48,11 +48,26 @@ def in_context(error: ConversionError, *, file: str | None = None, sequence: str
     return new
 
 
-def error_record(error: ConversionError, *, sequence: str | None, stage: str) -> dict:
-    """What `--on_error=skip` writes to _errors.jsonl for one bad sequence (or source unit)."""
-    return {
+def error_record(error: ConversionError, *, sequence: str | None, stage: str, sequences: int | None = 1) -> dict:
+    """What `--on_error=skip` writes to _errors.jsonl for one bad sequence (or source unit).
+
+    `sequences`: how many sequences the record stands for. A source unit that could not be read
+    at all (an RLDS shard whose records cannot be indexed) holds as many as its metadata says
+    (shardLengths), or an unknown number (None); the record then carries `"sequences"`.
+    """
+    record = {
         "sequence_id": sequence,
         "source_file": getattr(error, "file", None),
         "stage": stage,
         "error": str(error).splitlines()[0],
     }
+    if sequences != 1:
+        record["sequences"] = sequences
+    return record
+
+
+def skipped_counts(records: list[dict]) -> tuple[int, int]:
+    """(sequences skipped, source units skipped whose sequences could not be counted) over error
+    records: a record counts 1, or the `sequences` of a unit record, or nothing known (None)."""
+    counted = sum(record.get("sequences", 1) for record in records if record.get("sequences", 1) is not None)
+    return counted, sum(1 for record in records if record.get("sequences", 1) is None)

@@ -237,7 +237,7 @@ def column_types(columns: list[ColumnSpec]) -> dict[str, dict]:
 
 def sidecar(meta: DatasetMeta, *, num_sequences: int, num_timesteps: int, num_shards: int,
             converter_version: str, options: dict, created_at: str, num_skipped: int = 0,
-            non_finite: dict | None = None, incremental: dict | None = None) -> dict:
+            non_finite: dict | None = None, incremental: dict | None = None, skipped_units: int = 0) -> dict:
     value = {
         "mixtrain": VERSION,
         "column_types": column_types(meta.columns),
@@ -256,6 +256,9 @@ def sidecar(meta: DatasetMeta, *, num_sequences: int, num_timesteps: int, num_sh
         value["incremental"] = incremental  # what an --incremental run reused and converted
     if num_skipped:
         value["num_skipped"] = num_skipped
+    if skipped_units:  # source units skipped whole whose sequence count is unknown (not in num_skipped)
+        value["num_skipped_units"] = skipped_units
+    if num_skipped or skipped_units:
         value["errors"] = ERRORS_FILE
     return value
 

@@ -418,18 +418,23 @@ def _check_values(shape: tuple, path: str, features_path: str) -> None:
 
 
 def expand_ref(fs: fsspec.AbstractFileSystem, root: str, ref: ShardRef, meta: DatasetMeta) -> Iterator[RecordRef]:
-    """Index one shard: read its record headers (not the records) into RecordRefs."""
-    path = storage.resolve_inside(root, ref.path, what="shard", fs=fs)
+    """Index one shard: read its record headers (not the records) into RecordRefs.
+
+    Every error names the shard file (`error.file`): under --on_error=skip the record of a shard
+    that cannot be indexed must say which unit failed, or --incremental would keep its fingerprint
+    and never convert its episodes again."""
+    path = storage.join(root, ref.path)
     try:
+        path = storage.resolve_inside(root, ref.path, what="shard", fs=fs)
         size = fs.size(path)
         with storage.open_input(fs, path) as handle:
             records = list(tfrecord.scan(handle, size))
     except ConversionError as error:
         raise in_context(error, file=path, sequence=f"{ref.split} shard {ref.position}") from error
     except OSError as error:
-        raise FormatError(f"{path}: cannot read shard: {error}") from error
+        raise in_context(FormatError(f"{path}: cannot read shard: {error}"), file=path) from error
     if ref.records is not None and len(records) != ref.records:
-        raise FormatError(f"{path}: {len(records)} records, dataset_info.json shardLengths says {ref.records}")
+        raise in_context(FormatError(f"{path}: {len(records)} records, dataset_info.json shardLengths says {ref.records}"), file=path)
     for index, (offset, nbytes) in enumerate(records):
         yield RecordRef(ref.split, ref.position, index, ref.path, offset, nbytes, f"{ref.split}_{ref.position:05d}_{index:06d}")
 

@@ -389,6 +389,7 @@ def _summary(output_url: str, seconds: float) -> tuple[str, int]:
     sidecar = mixtrain.read_sidecar(fs, root)
     total_bytes = sum(info["size"] for info in fs.find(mixtrain.published_root(fs, root), detail=True).values())
     skipped = int(sidecar.get("num_skipped", 0))
+    units = int(sidecar.get("num_skipped_units", 0))
     line = (
         f"converted {sidecar['num_sequences']} sequences, {sidecar['num_timesteps']} timesteps, "
         f"{total_bytes / 1e6:.2f} MB in {seconds:.1f} s -> {output_url}"
@@ -396,9 +397,11 @@ def _summary(output_url: str, seconds: float) -> tuple[str, int]:
     non_finite = sidecar.get("non_finite_values") or {}
     if non_finite:
         line += f"; kept {sum(non_finite.values())} NaN/inf value(s) (" + ", ".join(f"{k}: {v}" for k, v in non_finite.items()) + ")"
-    if skipped:
-        line += f"; skipped {skipped} bad sequence(s), listed in {storage.join(root, mixtrain.ERRORS_FILE)}"
-    return line, skipped
+    if skipped or units:
+        what = " and ".join(part for part in (skipped and f"{skipped} bad sequence(s)",
+                                              units and f"{units} unreadable source unit(s) whose sequences could not be counted") if part)
+        line += f"; skipped {what}, listed in {storage.join(root, mixtrain.ERRORS_FILE)}"
+    return line, skipped + units
 
 
 @contextlib.contextmanager

@@ -19,9 +19,10 @@ FAIL, SKIP = "fail", "skip"
 MODES = (FAIL, SKIP)
 
 
-def skip_or_raise(error: ConversionError, on_error: str, sequence: str | None, stage: str):
-    """Under SKIP, the tagged error record replacing the bad element; under FAIL, re-raise."""
+def skip_or_raise(error: ConversionError, on_error: str, sequence: str | None, stage: str, sequences: int | None = 1):
+    """Under SKIP, the tagged error record replacing the bad element (`sequences` of them: see
+    error_record); under FAIL, re-raise."""
     if on_error != SKIP:
         raise error
-    report(skipped=1)
-    return beam.pvalue.TaggedOutput(ERRORS, error_record(error, sequence=sequence, stage=stage))
+    report(skipped=sequences or 1)
+    return beam.pvalue.TaggedOutput(ERRORS, error_record(error, sequence=sequence, stage=stage, sequences=sequences))

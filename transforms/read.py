@@ -42,8 +42,8 @@ class _ExpandRefFn(_SourceFn):
     def process(self, ref):
         try:
             yield from list(self._module.expand_ref(self._fs, self._root, ref, self._meta))
-        except ConversionError as error:  # a shard that cannot be indexed: all its sequences
-            yield skip_or_raise(error, self._on_error, None, "index")
+        except ConversionError as error:  # a shard that cannot be indexed: all its sequences, as many as planned (None: unknown)
+            yield skip_or_raise(error, self._on_error, None, "index", getattr(ref, "sequence_count", None))
 
 
 class ReadSequences(beam.PTransform):

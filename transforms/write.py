@@ -27,7 +27,7 @@ import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
 from formats import mixtrain, storage
-from formats.errors import FormatError, error_record
+from formats.errors import FormatError, error_record, skipped_counts
 from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec, DatasetMeta, Sequence
 from formats.stats import ColumnStats, sketch_level_for
 from transforms.errors import ERRORS, FAIL, SKIP
@@ -332,7 +332,8 @@ class _PublishFn(beam.DoFn):
             num_sequences=sum(shard.rows for shard in shards),
             num_timesteps=sum(shard.timesteps for shard in shards),
             num_shards=self._num_shards,
-            num_skipped=len(records),
+            num_skipped=skipped_counts(records)[0],
+            skipped_units=skipped_counts(records)[1],
             non_finite=_sum_counts(shard.non_finite for shard in shards),
             **self._sidecar_extra,
         )
