@@ -205,9 +205,12 @@ def _tasks(fs, root: str) -> dict[int, dict]:
     path = storage.resolve_inside(root, "meta/tasks.jsonl", what="task list", fs=fs)
     if not fs.exists(path):
         return {}
-    storage.check_regular(fs, path)
     tasks = {}
-    for number, line in enumerate(fs.cat_file(path).decode("utf-8").splitlines(), start=1):
+    try:
+        text = fs.cat_file(path).decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise FormatError(f"{path}: not UTF-8 text: {error}") from error
+    for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -680,10 +683,11 @@ def _annotations(fs, root: str, ref: EpisodeRef, sequence: Sequence) -> None:
     names = sorted(p[len(folder) + 1:] for p in fs.find(folder)) if fs.exists(folder) else []  # files, subfolders included
     sequence.scalars["scene_objects"] = None
     if "scene_objects.json" in names:
-        text = fs.cat_file(storage.join(folder, "scene_objects.json")).decode("utf-8")
+        objects = storage.resolve_inside(root, f"{ref.annotations}/scene_objects.json", what="annotation file", fs=fs)
         try:
+            text = fs.cat_file(objects).decode("utf-8")
             json.loads(text)
-        except json.JSONDecodeError as error:
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
             raise FormatError(f"{folder}/scene_objects.json: malformed JSON: {error}") from error
         sequence.scalars["scene_objects"] = text
     others = [name for name in names if name != "scene_objects.json"]

@@ -184,6 +184,8 @@ RECIPES = [
     ("ortf", "video_file_escapes", _video_files("../outside.mp4"), "meta/episodes.parquet", r"video file '../outside.mp4' escapes the dataset root"),
     ("ortf", "video_file_fifo", _fifo_video, "meta/episodes.parquet",
      r"video file 'videos/cam_wrist/chunk-000/episode_000000.mp4' is a FIFO, not a regular file; refused without opening it"),
+    ("ortf", "tasks_not_utf8", lambda src: (src / "meta/tasks.jsonl").write_bytes(b'{"task_id": 0, "instruction": "\xff\xfe"}\n'),
+     "meta/tasks.jsonl", r"not UTF-8 text"),
     # ORTF: manifest of the wrong types
     ("ortf", "images_list", _json("meta/manifest.json", lambda m: m["observation_space"].update(images=["cam_wrist"])),
      "meta/manifest.json", r"observation_space.images must be an object, found list"),
