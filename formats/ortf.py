@@ -67,6 +67,7 @@ _CODECS = {"h264": "h264", "avc": "h264", "h265": "hevc", "hevc": "hevc", "av1":
 # Sizes no real recording has: a corrupt index, refused before anything is allocated for it.
 MAX_EPISODE_STEPS = 10**9
 MAX_RATE_HZ = 10**6
+MAX_STATE_DIM = 10**6
 # episodes.parquet column -> (Arrow type test, what the spec says it is); nulls allowed only where noted.
 _EPISODE_TYPES = {
     "episode_id": (lambda t: _is_string(t) or pa.types.is_integer(t), "a string or an integer"),
@@ -76,7 +77,8 @@ _EPISODE_TYPES = {
     "chunk_id": (pa.types.is_integer, "an integer"),
     "task_id": (pa.types.is_integer, "an integer"),
     "duration_seconds": (lambda t: pa.types.is_integer(t) or pa.types.is_floating(t), "a number"),
-    "video_files": (lambda t: pa.types.is_struct(t) and all(_is_string(t.field(i).type) for i in range(t.num_fields)), "a struct of paths"),
+    "video_files": (lambda t: pa.types.is_struct(t) and all(_is_string(t.field(i).type) or pa.types.is_null(t.field(i).type)
+                                                            for i in range(t.num_fields)), "a struct of paths"),
     "audio_file": (lambda t: _is_string(t) or pa.types.is_null(t), "a path"),
 }
 _NULLABLE = {"task_id", "duration_seconds", "video_files", "audio_file"}
@@ -152,8 +154,10 @@ def _check_manifest_types(manifest: dict, path: str) -> None:
         if declared is not None and not isinstance(declared, dict):
             fail(f"observation_space.state.{component}", "an object", declared)
         dim = (declared or {}).get("dim")
-        if dim is not None and not (isinstance(dim, int) and not isinstance(dim, bool) and 0 < dim <= MAX_EPISODE_STEPS):
+        if dim is not None and not (isinstance(dim, int) and not isinstance(dim, bool) and dim > 0):
             fail(f"observation_space.state.{component}.dim", "a positive integer", dim)
+        if dim is not None and dim > MAX_STATE_DIM:
+            raise FormatError(f"{path}: observation_space.state.{component}.dim {dim} is not plausible (more than {MAX_STATE_DIM:.0e})")
     for number, sensor in enumerate(manifest["sensors"]):
         if not isinstance(sensor, dict):
             fail(f"sensors[{number}]", "an object", sensor)
@@ -371,7 +375,8 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
         fps=fps,
         columns=columns,
         source={"format": FORMAT, "uri": storage.url_for(fs, root), "manifest": manifest, "tasks": list(tasks.values()),
-                "stats": storage.read_json(fs, storage.join(root, "meta/stats.json"), want_object=False),
+                "stats": storage.read_json(fs, storage.resolve_inside(root, "meta/stats.json", what="statistics file", fs=fs),
+                                           want_object=False),
                 # Dataset-level files rows do not reference (URDF, meshes): copied to files/_dataset/.
                 "assets": sorted(p[len(root) + 1:] for p in fs.find(storage.join(root, "robot"))) if fs.exists(storage.join(root, "robot")) else []},
         plan_id=plan_id,

@@ -193,6 +193,8 @@ RECIPES = [
      "meta/manifest.json", r"observation_space.state must be an object, found list"),
     ("ortf", "state_dim_string", _json("meta/manifest.json", lambda m: m["observation_space"]["state"]["ee_position"].update(dim="three")),
      "meta/manifest.json", r"observation_space.state.ee_position.dim must be a positive integer, found 'three'"),
+    ("ortf", "state_dim_huge", _json("meta/manifest.json", lambda m: m["observation_space"]["state"]["ee_position"].update(dim=10**12)),
+     "meta/manifest.json", r"observation_space.state.ee_position.dim 1000000000000 is not plausible"),
     ("ortf", "sensor_fps_string", _json("meta/manifest.json", lambda m: m["sensors"][0].update(fps="fast")),
      "meta/manifest.json", r"sensors\[0\].fps must be a positive number, found 'fast'"),
     ("ortf", "joint_index_string", _json("meta/manifest.json", lambda m: m["robot"]["joints"][3].update(index="four")),
@@ -278,3 +280,13 @@ def test_hostile_input_is_one_error_line_naming_the_file(originals, tmp_path, ca
     assert f"{src}/{blamed}" in line, line
     assert re.search(message, line), line
     assert not (tmp_path / "out").exists()
+
+
+def test_an_all_null_video_path_typed_null_still_converts(originals, tmp_path):
+    """pandas/pyarrow type a struct field that is null in every row as `null`: legal, not a wrong type."""
+    src = tmp_path / "ortf"
+    shutil.copytree(originals / "ortf", src)
+    _episodes(_set_column("video_files", lambda t: pa.array([{"cam_wrist": None}] * t.num_rows)))(src)
+    assert pq.read_schema(src / "meta/episodes.parquet").field("video_files").type.field(0).type == pa.null()
+    assert convert.run([f"--input={src}", f"--output={tmp_path / 'out'}", "--progress=off"]) == convert.EXIT_OK
+    assert pq.read_table(tmp_path / "out/data").num_rows == 3
