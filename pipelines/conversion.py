@@ -104,6 +104,7 @@ def check_reachable_by_workers(options: PipelineOptions) -> None:
 def prepare_output(output_url: str, overwrite: bool) -> None:
     """Refuse to touch an output that holds something we did not write, or a dataset without --overwrite."""
     fs, root = storage.open_root(output_url)
+    mixtrain.check_no_live_run(fs, root)
     if not fs.exists(root):
         return
     if not fs.isdir(root):
@@ -113,7 +114,6 @@ def prepare_output(output_url: str, overwrite: bool) -> None:
     if mixtrain.is_versioned(fs, root):  # `current` and _versions/ are ours only when `current` is our symlink
         names -= {mixtrain.VERSIONS_DIR, mixtrain.CURRENT}
     names = {name for name in names if not name.startswith(f".{mixtrain.CURRENT}-")}
-    mixtrain.check_no_live_run(fs, root)
     if not names:
         return
     if mixtrain.SIDECAR in names or names <= set(mixtrain.PUBLISHED):
@@ -192,7 +192,8 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     num_shards = options.num_shards or estimate_num_shards(meta, refs, options.target_shard_mb or cli.DEFAULT_SHARD_MB)
     out_fs, out_root = storage.open_root(options.output)
     output_url = storage.url_for(out_fs, out_root)
-    staging_url = storage.url_for(out_fs, storage.join(out_root, mixtrain.STAGING_DIR, run_id))
+    staging = mixtrain.staging_root(out_fs, out_root, run_id)
+    staging_url = storage.url_for(out_fs, staging)
     source_url = storage.url_for(fs, root)
     sidecar_extra = {
         "converter_version": formats.__version__,
@@ -202,7 +203,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     if write_assets:
-        mixtrain.copy_assets(fs, root, out_fs, storage.join(out_root, mixtrain.STAGING_DIR, run_id), meta)
+        mixtrain.copy_assets(fs, root, out_fs, staging, meta)
     units, shared = module.incremental_units(refs)
     context = fingerprint.context_hash(formats.__version__, {**{k: v for k, v in sidecar_extra["options"].items()
                                                                 if k not in ("num_shards", "on_error")}, "fps": meta.fps}, meta.columns)
@@ -323,7 +324,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
     runner = all_options.view_as(StandardOptions).runner
     local = runner in LOCAL_RUNNERS
     out_fs, out_root = storage.open_root(options.output)
-    staging = storage.join(out_root, mixtrain.STAGING_DIR, run_id)
+    staging = mixtrain.staging_root(out_fs, out_root, run_id)
     try:
         try:
             if not launch_only:
@@ -375,10 +376,11 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
 
 
 def _discard(fs, staging: str, out_root: str) -> None:
-    """Best effort after a failure: drop this run's staging, and the output folder if we created it."""
+    """Best effort after a failure: drop this run's staging (on object stores, where folders exist
+    only through their objects, also an output folder left empty)."""
     try:
         mixtrain.discard_staging(fs, staging, out_root)
-        if fs.exists(out_root) and not fs.ls(out_root):
+        if not storage.is_local(fs) and fs.exists(out_root) and not fs.ls(out_root):
             fs.rm(out_root, recursive=True)
     except OSError:
         pass

@@ -150,8 +150,7 @@ def test_same_input_and_options_give_identical_outputs(tmp_path, name):
     outputs = [tmp_path / "one", tmp_path / "two"]
     for dst in outputs:
         assert _convert(src, dst, "--num_shards=2", "--direct_num_workers=2", *extra) == convert.EXIT_OK
-    views = [pathlib.Path(os.path.realpath(d / "current")) for d in outputs]  # the published version of each run
-    first, second = ({p.relative_to(d): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()} for d in views)
+    first, second = ({p.relative_to(d): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()} for d in outputs)
     assert first.keys() == second.keys()
     sidecars = [json.loads(files.pop(pathlib.Path("mixtrain.json"))) for files in (first, second)]
     for sidecar in sidecars:
@@ -200,9 +199,9 @@ def test_sigkill_at_any_point_leaves_the_previous_dataset_and_the_next_run_compl
         while process.poll() is None and time.monotonic() - started < 120:
             if moment == "early" and time.monotonic() - started > 1.0:
                 break
-            if moment == "middle" and any((dst / "_staging").glob("*/files/*/*")):  # videos being written
+            if moment == "middle" and any(tmp_path.glob(".out.mixtrain-*/files/*/*")):  # videos being written
                 break
-            if moment == "publishing" and any((dst / "_staging").glob("*/data/*.parquet")):  # shards done: publish next
+            if moment == "publishing" and any(tmp_path.glob(".out.mixtrain-*/data/*.parquet")):  # shards done: publish next
                 break
             time.sleep(0.005)
         process.send_signal(signal.SIGKILL)
@@ -214,12 +213,11 @@ def test_sigkill_at_any_point_leaves_the_previous_dataset_and_the_next_run_compl
     finished = subprocess.run(replacement, cwd=root, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr[-2000:]
     assert _state(dst)[0] == 3
-    assert not (dst / "_staging").exists() and len(list((dst / "_versions").iterdir())) == 1  # leftovers collected
+    assert not list(tmp_path.glob(".out.mixtrain-*")) and not (dst / "_versions").exists()  # leftovers collected
 
 
 def _published(dst):
-    view = pathlib.Path(os.path.realpath(dst / "current"))
-    return {p.relative_to(view).as_posix(): p.read_bytes() for p in sorted(view.rglob("*")) if p.is_file()}
+    return {p.relative_to(dst).as_posix(): p.read_bytes() for p in sorted(dst.rglob("*")) if p.is_file()}
 
 
 def test_incremental_reuses_unchanged_episodes_and_equals_a_full_conversion(tmp_path):
@@ -315,7 +313,7 @@ def test_a_second_writer_is_refused_while_one_is_live(tmp_path, capsys):
     assert _convert(src, dst) == convert.EXIT_OK
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        staging = dst / "_staging" / "other-run"
+        staging = tmp_path / ".out.mixtrain-other-run"  # a live run's staging, beside the output
         staging.mkdir(parents=True)
         (staging / ".owner").write_text(f"{os.uname().nodename} {sleeper.pid}\n")
         assert _convert(src, dst, "--overwrite") == convert.EXIT_FAILED
@@ -324,7 +322,7 @@ def test_a_second_writer_is_refused_while_one_is_live(tmp_path, capsys):
         sleeper.kill()
         sleeper.wait()
     assert _convert(src, dst, "--overwrite") == convert.EXIT_OK  # a dead owner's staging is collected
-    assert not (dst / "_staging").exists() and validate.validate(str(dst)) == []
+    assert not staging.exists() and validate.validate(str(dst)) == []
 
 
 def test_a_users_own_current_folder_is_not_taken_for_ours(tmp_path, capsys):
@@ -384,3 +382,54 @@ def test_skipped_camera_leaves_no_half_written_file(tmp_path):
     assert _convert(src, dst, "--on_error=skip") == convert.EXIT_SKIPPED
     assert not (dst / "files/video_image/episode_000001.mp4").exists()
     assert (dst / "files/video_image/episode_000000.mp4").exists() and validate.validate(str(dst)) == []
+
+
+def test_every_common_reader_and_copy_tool_sees_each_row_and_file_once(tmp_path):
+    """The published layout: real folders, one copy, nothing a glob reader or `cp -rL` sees twice,
+    after a first run, an --overwrite run and an --incremental run."""
+    import subprocess
+
+    import duckdb
+    import pandas
+    import polars
+    import pyarrow.dataset as ds
+
+    src = tmp_path / "ds"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(5, 4, 6, 3), codec="h264", gop=None, episodes_per_video_file=2))
+    dst = tmp_path / "out"
+    for extra in ((), ("--overwrite", "--num_shards=2"), ("--incremental", "--num_shards=2")):
+        assert _convert(src, dst, *extra) == convert.EXIT_OK
+        assert polars.scan_parquet(f"{dst}/**/*.parquet").select(polars.len()).collect().item() == 4
+        assert ds.dataset(str(dst), format="parquet", exclude_invalid_files=True).count_rows() == 4
+        assert duckdb.sql(f"SELECT count(*) FROM read_parquet('{dst}/**/*.parquet')").fetchall() == [(4,)]
+        assert len(pandas.read_parquet(dst / "data")) == 4
+        copy = tmp_path / "copy"
+        subprocess.run(["cp", "-rL", str(dst), str(copy)], check=True)
+        files = sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*") if p.is_file())
+        assert sum(name.endswith(".mp4") for name in files) == 8 and sum(name.endswith(".parquet") for name in files) == (1 if not extra else 2)
+        assert not any(p.is_symlink() for p in dst.rglob("*"))
+        assert validate.validate(str(copy)) == []  # a copy is a complete dataset on its own
+        shutil.rmtree(copy)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "out"]  # nothing left beside the output
+
+
+def test_an_output_in_the_earlier_symlinked_layout_is_replaced_whole(tmp_path):
+    """Datasets published by earlier versions (`current -> _versions/<run>`) are still taken for
+    ours, read by --incremental, and replaced by one real folder."""
+    src = tmp_path / "ds"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(5, 4), cameras=()))
+    dst = tmp_path / "out"
+    assert _convert(src, dst) == convert.EXIT_OK
+    version = dst / "_versions" / "20260101T000000-legacy"
+    version.mkdir(parents=True)
+    for name in os.listdir(dst):
+        if name != "_versions":
+            shutil.move(dst / name, version / name)
+    os.symlink("_versions/20260101T000000-legacy", dst / "current")
+    for name in os.listdir(version):
+        os.symlink(f"current/{name}", dst / name)
+    assert validate.validate(str(dst)) == []
+    assert _convert(src, dst, "--incremental") == convert.EXIT_OK
+    assert json.loads((dst / "mixtrain.json").read_text())["incremental"]["reused_sequences"] == 2
+    assert not (dst / "_versions").exists() and not (dst / "current").exists() and not any(p.is_symlink() for p in dst.rglob("*"))
+    assert validate.validate(str(dst)) == []
