@@ -608,16 +608,16 @@ def reencode_segment(
 
 
 class ImageDecoder:
-    """Images (JPEG/PNG bytes, arrays) -> VideoFrame, with FFmpeg's own decoders and no temporary
-    files. Each image gets a fresh decoder context (about 40 us): FFmpeg's PNG decoder carries
+    """Images (JPEG/PNG/TIFF bytes, arrays) -> VideoFrame, with FFmpeg's own decoders and no temporary
+    files (lerobot 0.6 stores depth images as 16-bit TIFF). Each image gets a fresh decoder context (about 40 us): FFmpeg's PNG decoder carries
     state from one packet to the next (APNG), so a reused context returns blends of earlier images."""
 
-    _MAGIC = ((b"\xff\xd8", "mjpeg"), (b"\x89PNG", "png"))
+    _MAGIC = ((b"\xff\xd8", "mjpeg"), (b"\x89PNG", "png"), (b"II*\x00", "tiff"), (b"MM\x00*", "tiff"))
 
     def decode(self, data: bytes, index: int) -> av.VideoFrame:
         name = next((codec for magic, codec in self._MAGIC if data[: len(magic)] == magic), None)
         if name is None:
-            raise VideoError(f"image {index} is neither JPEG nor PNG (starts with {bytes(data[:4])!r})")
+            raise VideoError(f"image {index} is neither JPEG, PNG nor TIFF (starts with {bytes(data[:4])!r})")
         try:
             decoded = av.CodecContext.create(name, "r").decode(av.Packet(data))
         except av.error.FFmpegError as error:
