@@ -287,7 +287,7 @@ def _column_for(feature: _Feature, spec: dict, data_types: dict[str, pa.DataType
     if feature.key not in data_types:
         raise FormatError(f"feature {feature.key!r} is declared in info.json but missing from the data files")
     if feature.dtype == "language":  # lerobot-annotate's per-step message lists, in the type the files agree on
-        meta["type"] = "language"
+        meta.update(type="language", dtype=str(data_types[feature.key]))
     return ColumnSpec.steps(feature.column, data_types[feature.key], **meta)
 
 

@@ -491,21 +491,20 @@ def _lossless_segment(source, container, stream, destination, low, high, frames:
     plane decodes to the source's values. Decoding starts at the keyframe before the segment; when
     that is not enough (an open GOP's leading pictures need the GOP before), from the file's start."""
     options = lossless_options(stream.codec_context.pix_fmt)
+    info = _info_of(stream, frames)
     for attempt in ("seek", "start"):
-        if attempt == "start":
-            container.close()
-            if not isinstance(source, str):
-                source.seek(0)
-            container = _open_input(source)
-            stream = _video_stream(container)
-        stream.thread_type = "AUTO"
-        _truncate(destination)
-        result = encode_frames(_segment_frames(container, stream, low if attempt == "seek" else None, high, skip_before=low),
-                               destination, fps=fps, options=options, lossless=True)
+        if not isinstance(source, str):
+            source.seek(0)
+        with _open_input(source) as fresh:  # the caller's container has been demuxed past the segment
+            decoder = _video_stream(fresh)
+            decoder.thread_type = "AUTO"
+            _truncate(destination)
+            result = encode_frames(_segment_frames(fresh, decoder, low if attempt == "seek" else None, high, skip_before=low),
+                                   destination, fps=fps, options=options, lossless=True)
         _rewind(destination)
         decoded = _count_decoded(destination)
         if result.frames == frames and decoded == frames:
-            return CopyResult(frames=decoded, reencoded=True, info=_info_of(stream, frames), written_as=LOSSLESS,
+            return CopyResult(frames=decoded, reencoded=True, info=info, written_as=LOSSLESS,
                               codec="ffv1", pix_fmt=options.pix_fmt, reason=reason)
     raise VideoError(f"segment decodes to {result.frames} frames, expected {frames}; cannot copy it")
 
