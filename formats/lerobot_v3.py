@@ -12,6 +12,13 @@ Quirks real writers produce (lerobot 0.4.4 wrote ../shared/fixtures/lerobot_v3/s
   - data `timestamp` is float32; video from/to timestamps may be float32 or float64;
   - an episode's `from_timestamp` equals the previous episode's `to_timestamp` in the same MP4;
   - the episodes table carries `stats/<feature>/<stat>` columns (dropped: we recompute stats).
+lerobot 0.6.1 (../shared/fixtures/lerobot_v3/*_lerobot061) and its tools add:
+  - a real `task` column in tasks.parquet; `info.is_depth_map` beside 0.4.4's `video.is_depth_map`;
+  - depth video as HEVC gray12le with log-quantised codes (`video.depth_min/depth_max/shift/use_log`),
+    depth images as 16-bit TIFF; annotation columns (dtype `language`) and info.json `tools`;
+  - modify_tasks / merge_datasets rewrite data files through pandas (`list<float>` vectors beside
+    `fixed_size_list` in later files), and pyarrow infers `list<null>` for an empty annotation
+    column: one type per feature over all files decides (`_data_types`).
 
 An episode is read by its `index` range: only the row groups whose statistics overlap it.
 """

@@ -1,12 +1,15 @@
 """Video through PyAV: cut a time range out of an MP4 by packet copy, re-encode, encode image
 sequences, probe, decode.
 
-Copy mode never decodes: the packets of [start, end) are copied into a new MP4 whose timestamps
-start at 0, so the output decodes to the source's pixels bit for bit. Plain MP4s are cut on their
-sample tables (`formats.mp4`, no per-packet work); anything else is remuxed through PyAV. lerobot writes each episode
-as its own closed GOP run and joins files by stream copy, so an episode starts on a keyframe; a
-segment that does not (a cut inside a GOP) cannot be copied and is re-encoded from the decoded
-frames with the source's codec at high quality, and reported as such.
+Copy mode: the packets of [start, end) are copied into a new MP4 whose timestamps start at 0, so
+the output decodes to the source's pixels bit for bit. Plain MP4s are cut on their sample tables
+(`formats.mp4`, no per-packet work); anything else is remuxed through PyAV. Packets can be copied
+alone only when they are one unbroken decode-order run starting on a keyframe that is shown first:
+lerobot's recorder writes each episode as its own GOP run, but convert_image_to_video_dataset
+encodes many episodes in one stream (episodes start inside GOPs, HEVC B-frames reference frames of
+the next episode). Such a segment is decoded and encoded losslessly (FFV1, the source's pixel
+format), so it still decodes to the source's pixels; `CopyResult.note()` says so for mixtrain.json.
+A remuxed or encoded segment's frame count is counted by decoding the written file.
 
 Encoding (re-encode mode, image sequences) takes decoded frames, encoded JPEG/PNG bytes or raw
 uint8/uint16 arrays and writes frame i at pts i in a 1/fps time base. 4:2:0 and 4:2:2 need even
