@@ -127,3 +127,20 @@ def test_merge_and_conform_types():
     assert conformed.type == merged and conformed.to_pylist() == rows
     empty = lerobot_v3._conform(pa.array([[], []], pa.list_(pa.null())), merged)
     assert empty.type == merged and empty.to_pylist() == [[], []]
+
+
+def test_gaps_in_file_numbers_after_delete_episodes(tmp_path):
+    """delete_episodes / split_dataset leave gaps in file numbers: paths come from the episodes table."""
+    root = tmp_path / "ds"
+    truth = write_dataset(str(root), SyntheticLeRobot(lengths=(3, 4, 5), cameras=(), episodes_per_data_file=1, lerobot_version="0.6.1"))
+    (root / "data/chunk-000/file-002.parquet").rename(root / "data/chunk-000/file-007.parquet")
+    (root / "data/chunk-000/file-001.parquet").unlink()  # episode 1 deleted
+    episodes_file = root / "meta/episodes/chunk-000/file-000.parquet"
+    rows = [row for row in pq.read_table(episodes_file).to_pylist() if row["episode_index"] != 1]
+    rows[1]["data/file_index"] = 7
+    pq.write_table(pa.Table.from_pylist(rows), episodes_file)
+    fs, root_, meta, refs = _plan(root)
+    assert [ref.data_file for ref in refs] == ["data/chunk-000/file-000.parquet", "data/chunk-000/file-007.parquet"]
+    for ref in refs:
+        sequence = lerobot_v3.load(fs, root_, ref, meta)
+        assert sequence.trajectories["action"].tobytes() == truth["action"][ref.episode_index].tobytes()
