@@ -154,6 +154,12 @@ def test_image_to_video_layout_is_pixel_exact_and_says_which_files_are_not_copie
     assert validate.validate(str(dst)) == []
     findings, _ = validate.deep_check(str(dst))
     assert findings == []
+    # An --incremental rerun reuses every file and still names the ones that are not copies.
+    assert _convert(src, dst, "--incremental") == 0
+    again = json.loads((dst / "mixtrain.json").read_text())
+    assert again["incremental"]["reused_sequences"] == 4
+    for column in ("video_wrist", "video_depth"):
+        assert again["column_types"][column]["not_copied"] == sidecar["column_types"][column]["not_copied"]
 
 
 def test_copied_hevc_cut_never_loses_a_b_frame(tmp_path):
