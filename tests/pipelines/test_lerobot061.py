@@ -177,3 +177,21 @@ def test_copied_hevc_cut_never_loses_a_b_frame(tmp_path):
     result = video.copy_segment(path, str(out), start=0.0, end=7 / 15, frames=7, fps=15)
     assert result.frames == 7 and len(_frames(str(out))) == 7 and result.written_as == "lossless"
     np.testing.assert_array_equal(np.stack(_frames(str(out))), truth["frames"]["observation.images.depth"][0])
+
+
+def test_streaming_recorder_layout_is_copied_packet_for_packet(tmp_path):
+    """lerobot 0.6's recorder: every episode its own encode (AV1 RGB, HEVC gray12le depth with
+    B-frames), joined by stream copy. Every segment is a packet copy, 12-bit codes intact."""
+    spec = SyntheticLeRobot(lengths=(9, 6, 11), fps=15, lerobot_version="0.6.1", cameras=("observation.images.wrist",),
+                            depth_cameras=("observation.images.depth",), depth_codec="hevc", episodes_per_video_file=3)
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    truth = write_dataset(str(src), spec)
+    assert _convert(src, dst) == 0
+    types = json.loads((dst / "mixtrain.json").read_text())["column_types"]
+    assert types["video_depth"]["written_as"] == "copy" and "not_copied" not in types["video_depth"]
+    assert types["video_depth"]["is_depth_map"] is True and types["video_depth"]["depth_quantization"]["use_log"] is True
+    rows = _rows(dst)
+    for row in range(3):
+        path = str(dst / rows.column("video_depth")[row].as_py())
+        assert video.probe(path).codec == "hevc" and video.probe(path).pix_fmt == "gray12le"
+        np.testing.assert_array_equal(np.stack(_frames(path)), truth["frames"]["observation.images.depth"][row])
