@@ -240,10 +240,10 @@ def column_types(columns: list[ColumnSpec]) -> dict[str, dict]:
 
 def sidecar(meta: DatasetMeta, *, num_sequences: int, num_timesteps: int, num_shards: int,
             converter_version: str, options: dict, created_at: str, num_skipped: int = 0,
-            non_finite: dict | None = None, incremental: dict | None = None) -> dict:
+            non_finite: dict | None = None, incremental: dict | None = None, video_notes: dict | None = None) -> dict:
     value = {
         "mixtrain": VERSION,
-        "column_types": column_types(meta.columns),
+        "column_types": _with_video_notes(column_types(meta.columns), video_notes or {}),
         "source": _jsonable(meta.source),
         "num_sequences": num_sequences,
         "num_timesteps": num_timesteps,
@@ -261,6 +261,21 @@ def sidecar(meta: DatasetMeta, *, num_sequences: int, num_timesteps: int, num_sh
         value["num_skipped"] = num_skipped
         value["errors"] = ERRORS_FILE
     return value
+
+
+def _with_video_notes(types: dict[str, dict], notes: dict[str, dict]) -> dict[str, dict]:
+    """A copied column some of whose files are lossless encodes says so, and names them: `written_as`
+    becomes "copy+lossless" (every file still decodes to the source's pixels) and `not_copied` maps
+    each such sequence_id to how its file was written and why."""
+    for column, by_sequence in sorted(notes.items()):
+        entry = types.get(column)
+        if entry is None or not by_sequence:
+            continue
+        if entry.get("written_as") == "copy":
+            entry["written_as"] = "copy+lossless"
+            entry["lossless"] = True
+        entry["not_copied"] = dict(sorted(by_sequence.items()))
+    return types
 
 
 def _jsonable(value: Any) -> Any:

@@ -105,6 +105,8 @@ class _WriteVideosFn(beam.DoFn):
                             copied = video.copy_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
                                                         fps=self._fps)
                             (self._reencoded if copied.reencoded else self._copied).inc()
+                            if copied.note() is not None:
+                                sequence.video_notes[column] = copied.note()
                         if on_frame is not None:  # nothing was decoded: decode what was written, once
                             written = destination if local_target else destination.getvalue()
                             for index, frame in enumerate(video.iter_frames(written, fps=self._fps)):

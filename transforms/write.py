@@ -46,6 +46,7 @@ class ShardResult:
     stats: dict[str, ColumnStats]
     errors: list = dataclasses.field(default_factory=list)
     non_finite: dict = dataclasses.field(default_factory=dict)  # column -> NaN/inf values kept
+    video_notes: dict = dataclasses.field(default_factory=dict)  # column -> {sequence_id: note} (Sequence.video_notes)
 
 
 SPILL_DIR = "_rows"
@@ -62,6 +63,7 @@ class SpilledRow:
     batch: int
     nbytes: int  # what the row weighs (closes row groups by size without reading the row first)
     extra_stats: dict  # statistics computed upstream (video frames), which the row cannot give back
+    video_notes: dict = dataclasses.field(default_factory=dict)  # column -> how its file was written, if not as the column says
 
 
 class _SpillRowsFn(beam.DoFn):
@@ -107,7 +109,7 @@ class _SpillRowsFn(beam.DoFn):
         with self._fs.open(path, "wb") as handle, pa.ipc.new_file(handle, self._schema) as writer:
             writer.write_table(table, max_chunksize=1)
         for batch, (sequence, size) in enumerate(buffered):
-            yield shard, SpilledRow(sequence.sequence_id, path, batch, size, dict(sequence.extra_stats))
+            yield shard, SpilledRow(sequence.sequence_id, path, batch, size, dict(sequence.extra_stats), dict(sequence.video_notes))
 
 
 def _approximate_bytes(sequence: Sequence) -> int:
@@ -266,6 +268,8 @@ class _WriteShardFn(beam.DoFn):
         sequences = mixtrain.table_to_sequences(table, self._columns)
         for sequence, (_, row) in zip(sequences, group):
             sequence.extra_stats = row.extra_stats
+            for column, note in row.video_notes.items():
+                result.video_notes.setdefault(column, {})[row.sequence_id] = note
         result.timesteps += sum(s.length for s in sequences)
         if sequences:
             for name, stats in shard_stats(sequences, self._columns).items():
@@ -291,6 +295,14 @@ def _sum_counts(counts) -> dict[str, int]:
         for name, value in count.items():
             total[name] = total.get(name, 0) + value
     return dict(sorted(total.items()))
+
+
+def _merge_notes(per_shard) -> dict[str, dict]:
+    merged: dict[str, dict] = {}
+    for notes in per_shard:
+        for column, by_sequence in notes.items():
+            merged.setdefault(column, {}).update(by_sequence)
+    return merged
 
 
 def _shard_partial(result: ShardResult):
@@ -334,6 +346,7 @@ class _PublishFn(beam.DoFn):
             num_shards=self._num_shards,
             num_skipped=len(records),
             non_finite=_sum_counts(shard.non_finite for shard in shards),
+            video_notes=_merge_notes(shard.video_notes for shard in shards),
             **self._sidecar_extra,
         )
         spilled = storage.join(staging, SPILL_DIR)

@@ -120,8 +120,8 @@ def test_truncated_parquet_schema_drift_and_absurd_lengths(tmp_path, capsys):
     pq.write_table(drifted, second)
     assert _convert(src, tmp_path / "a") == convert.EXIT_FAILED
     assert _last_error_line(capsys).endswith(
-        "episode_000002: schema drift between data files: action is fixed_size_list<element: double>[6] here, "
-        "fixed_size_list<element: float>[6] in the first data file")
+        f"{second}: episode_000002: schema drift between data files: action is fixed_size_list<element: double>[6] here, "
+        f"fixed_size_list<element: float>[6] in {src / 'data/chunk-000/file-000.parquet'}")
     second.write_bytes(second.read_bytes()[: second.stat().st_size // 2])  # truncated: no footer
     assert _convert(src, tmp_path / "b") == convert.EXIT_FAILED
     assert "file-001.parquet: episode_000002: cannot read data:" in _last_error_line(capsys)
