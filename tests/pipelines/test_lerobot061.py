@@ -17,7 +17,7 @@ from tests.conftest import shared_lerobot
 
 
 def _convert(src, dst, *extra):
-    return convert.run([f"--input={src}", f"--output={dst}", "--progress_every=0", *extra])
+    return convert.run([f"--input={src}", f"--output={dst}", "--progress=off", *extra])
 
 
 def _rows(dst):
