@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 from typing import Any
 
 import fsspec
@@ -108,7 +109,7 @@ def detect(fs: fsspec.AbstractFileSystem, root: str) -> bool:
 
 def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) -> tuple[DatasetMeta, list[EpisodeRef]]:
     """Read metadata only and return the output schema and one EpisodeRef per episode."""
-    info_path = storage.join(root, INFO_PATH)
+    info_path = storage.resolve_inside(root, INFO_PATH, what="info.json", fs=fs)
     info = storage.read_json(fs, info_path, missing="not found; a LeRobot v3 dataset needs meta/info.json")
     plan_id = DatasetMeta.__dataclass_fields__["plan_id"].default_factory()
     version = info.get("codebase_version")
@@ -116,12 +117,18 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
         hint = f"; convert it to v3.0 first with lerobot's converter: {V21_CONVERTER}" if str(version).startswith("v2") else ""
         raise FormatError(f"{info_path}: codebase_version {version!r} is not supported (only {SUPPORTED_VERSION}){hint}")
     fps = _require(info, "fps", (int, float), info_path)
+    if not math.isfinite(fps) or fps <= 0:
+        raise FormatError(f"{info_path}: 'fps' must be a positive number of frames per second, found {fps!r}")
     features = _require(info, "features", dict, info_path)
     data_template = _require(info, "data_path", str, info_path)
     video_template = info.get("video_path")
     parsed = _parse_features(features, info_path)
 
     episodes = _read_episodes(fs, root)
+    declared = info.get("total_episodes")
+    if isinstance(declared, int) and not isinstance(declared, bool) and declared != len(episodes):
+        raise FormatError(f"{info_path}: total_episodes is {declared} but meta/episodes lists {len(episodes)} episodes "
+                          "(an episode index file missing, unreadable, or left over)")
     task_texts = _read_tasks(fs, root)
     multi_task = any(len(tasks) > 1 for tasks in episodes.column("tasks").to_pylist()) if "tasks" in episodes.column_names else False
     splits = _parse_splits(info.get("splits"), info_path)
@@ -142,6 +149,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     refs = [_episode_ref(row, parsed, data_template, video_template, splits, extra_scalars, info_path) for row in episodes.to_pylist()]
     data_types = _data_types(fs, root, data_template, episodes, [f.key for f in parsed if f.dtype != "video"], plan_id)
     for feature in parsed:
+        _check_declared_dtype(feature, data_types, info_path)
         columns.append(_column_for(feature, features[feature.key], data_types, fps))
     _probe_images(fs, root, data_template, episodes, columns, plan_id)
     if multi_task:
@@ -214,7 +222,7 @@ def _parse_features(features: dict, path: str) -> list[_Feature]:
         if not isinstance(spec, dict) or "dtype" not in spec:
             raise FormatError(f"{path}: feature {key!r} has no dtype")
         dtype = spec["dtype"]
-        shape = tuple(int(n) for n in spec.get("shape") or (1,))
+        shape = _shape(spec.get("shape"), key, path)
         if dtype in ("video", "image"):
             parsed.append(_Feature(key, column_name(key, camera=True), VIDEO, dtype, shape))
         elif dtype in ("string", "language") or shape == (1,):
@@ -226,6 +234,22 @@ def _parse_features(features: dict, path: str) -> list[_Feature]:
                 raise FormatError(f"{path}: feature {key!r} has unknown dtype {dtype!r}") from error
             parsed.append(_Feature(key, column_name(key), "trajectory", dtype, shape))
     return parsed
+
+
+# Values per step of one feature beyond which a declared shape is a corrupt info.json, refused
+# before anything is sized from it (the largest real features, images, are ~10^7).
+MAX_FEATURE_VALUES = 10**9
+
+
+def _shape(shape, key: str, path: str) -> tuple[int, ...]:
+    """A feature's `shape` as positive ints; a string, a float or an absurd size is one line."""
+    if shape is None or shape == []:
+        return (1,)
+    if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape):
+        raise FormatError(f"{path}: feature {key!r} has shape {shape!r}; expected a list of positive integers like [6]")
+    if math.prod(shape) > MAX_FEATURE_VALUES:
+        raise FormatError(f"{path}: feature {key!r} has shape {shape!r}: {math.prod(shape):.3g} values per frame is not plausible")
+    return tuple(shape)
 
 
 def _depth_meta(info: dict) -> dict:
@@ -251,6 +275,22 @@ def _depth_meta(info: dict) -> dict:
 DEPTH_CODES = "12-bit codes 0..4095 (gray12le samples)"
 DEPTH_LOG_FORMULA = "clip(exp(log(depth_min + shift) + q * (log(depth_max + shift) - log(depth_min + shift)) / 4095) - shift, depth_min, depth_max)"
 DEPTH_LINEAR_FORMULA = "clip(depth_min + q * (depth_max - depth_min) / 4095, depth_min, depth_max)"
+
+
+def _check_declared_dtype(feature: _Feature, data_types: dict[str, pa.DataType], info_path: str) -> None:
+    """A numeric feature's values must be stored in the dtype info.json declares: casting float
+    actions to a declared int8 would turn them into 0/1 silently."""
+    if feature.kind == VIDEO or feature.dtype in ("string", "language") or feature.key not in data_types:
+        return
+    leaf = data_types[feature.key]
+    while _is_list(leaf):
+        leaf = leaf.value_type
+    if pa.types.is_null(leaf):
+        return  # no values anywhere: nothing to convert wrongly
+    declared = pa.from_numpy_dtype(np.dtype(feature.dtype))
+    if leaf != declared:
+        raise FormatError(f"{info_path}: feature {feature.key!r} is declared {feature.dtype} but the data files hold {leaf} values; "
+                          "fix info.json (converting would change the values)")
 
 
 def _column_for(feature: _Feature, spec: dict, data_types: dict[str, pa.DataType], fps: float) -> ColumnSpec:
@@ -299,8 +339,7 @@ def _column_for(feature: _Feature, spec: dict, data_types: dict[str, pa.DataType
 
 
 def _read_episodes(fs, root: str) -> pa.Table:
-    pattern = storage.join(root, EPISODES_DIR, "*", "*.parquet")
-    files = sorted(fs.glob(pattern))
+    files = _episode_index_files(fs, root)
     if not files:
         raise FormatError(f"{storage.join(root, EPISODES_DIR)}: no episode index files (meta/episodes/chunk-*/file-*.parquet)")
     tables = []
@@ -327,12 +366,35 @@ def _read_episodes(fs, root: str) -> pa.Table:
     return episodes
 
 
+def _episode_index_files(fs, root: str) -> list[str]:
+    """meta/episodes/<chunk>/<file>.parquet by listing, not by a glob pattern: a root path holding
+    glob characters (`ds[12]`) must not match a sibling, and chunk folders that are symlinks count
+    (when they stay inside the dataset)."""
+    folder = storage.resolve_inside(root, EPISODES_DIR, what="episode index folder", fs=fs)
+    if not fs.isdir(folder):
+        return []
+    files = []
+    for chunk in sorted(entry["name"].rstrip("/") for entry in fs.ls(folder, detail=True)):
+        name = chunk.rsplit("/", 1)[-1]
+        if name.startswith(".") or not fs.isdir(chunk):
+            continue
+        chunk = storage.resolve_inside(root, f"{EPISODES_DIR}/{name}", what="episode index folder", fs=fs)
+        for entry in sorted(path.rstrip("/") for path in fs.ls(chunk, detail=False)):
+            file = entry.rsplit("/", 1)[-1]
+            if file.endswith(".parquet") and not file.startswith("."):
+                files.append(storage.resolve_inside(root, f"{EPISODES_DIR}/{name}/{file}", what="episode index file", fs=fs))
+    return files
+
+
 def _read_tasks(fs, root: str) -> dict[int, str]:
-    path = storage.join(root, TASKS_PATH)
+    path = storage.resolve_inside(root, TASKS_PATH, what="task table", fs=fs)
     if not fs.exists(path):
         return {}
-    with storage.open_input(fs, path) as handle:
-        table = pq.read_table(handle)
+    try:
+        with storage.open_input(fs, path) as handle:
+            table = pq.read_table(handle)
+    except (OSError, pa.ArrowException) as error:
+        raise FormatError(f"{path}: cannot read the task table: {error}") from error
     text_column = "task" if "task" in table.column_names else "__index_level_0__"
     if text_column not in table.column_names or "task_index" not in table.column_names:
         raise FormatError(f"{path}: expected columns task_index and task (or a pandas index), found {table.column_names}")
@@ -497,6 +559,17 @@ def _conform(array: pa.Array, kind: pa.DataType) -> pa.Array:
     raise FormatError(f"a {array.type} column cannot hold {kind}")
 
 
+def _fill(template: str, info_path: str, key: str, **values) -> str:
+    """A `data_path` / `video_path` template filled in; a placeholder lerobot does not write or a
+    bad format spec is one line naming the template, not a KeyError."""
+    try:
+        return template.format(**values)
+    except (KeyError, IndexError, ValueError, AttributeError) as error:
+        raise FormatError(f"{info_path}: {key} {template!r} cannot be filled with {', '.join(sorted(values))} "
+                          f"({type(error).__name__}: {error}); lerobot writes e.g. "
+                          f"'data/chunk-{{chunk_index:03d}}/file-{{file_index:03d}}.parquet'") from None
+
+
 def _episode_ref(row: dict, features, data_template, video_template, splits, extra_scalars, info_path) -> EpisodeRef:
     index = int(row["episode_index"])
     sequence_id = f"episode_{index:06d}"
@@ -518,7 +591,8 @@ def _episode_ref(row: dict, features, data_template, video_template, splits, ext
         missing = [k for k in ("chunk_index", "file_index", "from_timestamp", "to_timestamp") if prefix + k not in row]
         if missing or video_template is None:
             raise FormatError(f"{info_path}: {sequence_id}: camera {feature.key!r} has no video location in the episode index")
-        path = video_template.format(video_key=feature.key, chunk_index=row[prefix + "chunk_index"], file_index=row[prefix + "file_index"])
+        path = _fill(video_template, info_path, "video_path", video_key=feature.key, chunk_index=row[prefix + "chunk_index"],
+                     file_index=row[prefix + "file_index"])
         videos.append((feature.column, VideoSegment(path, length, float(row[prefix + "from_timestamp"]), float(row[prefix + "to_timestamp"]))))
     scalars = [("episode_index", index)]
     tasks = tuple(row.get("tasks") or ())
@@ -534,7 +608,7 @@ def _episode_ref(row: dict, features, data_template, video_template, splits, ext
         episode_index=index,
         sequence_id=sequence_id,
         length=length,
-        data_file=data_template.format(chunk_index=row["data/chunk_index"], file_index=row["data/file_index"]),
+        data_file=_fill(data_template, info_path, "data_path", chunk_index=row["data/chunk_index"], file_index=row["data/file_index"]),
         from_index=int(row["dataset_from_index"]),
         to_index=int(row["dataset_to_index"]),
         tasks=tasks,
