@@ -186,6 +186,9 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
         source = sources.detect(fs, root) if options.source == "auto" else options.source
         module = sources.get(source)
         meta, refs = module.plan(fs, root, source_options(options))
+    if not refs or sources.sequence_count(refs) == 0:
+        raise errors.ConversionError(f"{storage.url_for(fs, root)}: the {source} dataset holds no sequences; nothing to convert "
+                                     "(an existing dataset at the output is left as it was)")
     requested = requested_encoding(options)
     encode, sizes = plan_videos(meta, options.video, requested)
     check_effective(options, source, meta, encode)
@@ -199,14 +202,16 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
         "converter_version": formats.__version__,
         "options": {"source": source, "source_options": source_options(options), "video": options.video, "num_shards": num_shards,
                     "on_error": options.on_error,
+                    **({"max_skipped": cli.describe_skip_limit(options.max_skipped)} if options.on_error == "skip" else {}),
                     "video_encoding": dataclasses.asdict(requested), "video_stats": options.video_stats},
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     if write_assets:
         mixtrain.copy_assets(fs, root, out_fs, staging, meta)
     units, shared = module.incremental_units(refs)
-    context = fingerprint.context_hash(formats.__version__, {**{k: v for k, v in sidecar_extra["options"].items()
-                                                                if k not in ("num_shards", "on_error")}, "fps": meta.fps}, meta.columns)
+    # What changes the output of a unit; not the shard count or the error policy.
+    recorded = {k: v for k, v in sidecar_extra["options"].items() if k not in ("num_shards", "on_error", "max_skipped")}
+    context = fingerprint.context_hash(formats.__version__, {**recorded, "fps": meta.fps}, meta.columns)
     current = fingerprint.fingerprints(units, fingerprint.signatures(fs, root), shared, context)
     to_convert, reused = refs, None
     if options.incremental:
@@ -225,7 +230,8 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
         sequences = (sequences, kept) | "AllSequences" >> beam.Flatten()
     bad = read[ERRORS] + videos[ERRORS] | "BadSequences" >> beam.Flatten()
     _ = {"sequences": sequences, ERRORS: bad} | "Write" >> WriteMixtrain(
-        staging_url, output_url, meta, num_shards, sidecar_extra, options.on_error, {"context": context, "units": current})
+        staging_url, output_url, meta, num_shards, sidecar_extra, options.on_error, {"context": context, "units": current},
+        tuple(options.max_skipped))
     return Plan(meta, refs, num_shards, to_convert)
 
 

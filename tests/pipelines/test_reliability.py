@@ -45,7 +45,13 @@ def test_skip_publishes_the_good_sequences_and_lists_the_bad(tmp_path, capsys):
     dst = tmp_path / "out"
     assert _convert(src, dst) == convert.EXIT_FAILED  # fail: nothing published
     assert not dst.exists()
-    assert _convert(src, dst, "--on_error=skip") == convert.EXIT_SKIPPED
+    capsys.readouterr()
+    assert _convert(src, dst, "--on_error=skip") == convert.EXIT_FAILED  # 2 of 5 is more than the default 10 %
+    assert _last_error_line(capsys) == (f"error: {dst}: 2 of 5 sequences were skipped, more than --max_skipped=10%; nothing was published "
+                                        f"(first: {src}/videos/observation.images.wrist/chunk-000/file-001.mp4: episode_000002 "
+                                        "(video_wrist): video file not found)")
+    assert not dst.exists()
+    assert _convert(src, dst, "--on_error=skip", "--max_skipped=2") == convert.EXIT_SKIPPED
     out = capsys.readouterr().out
     assert "converted 3 sequences" in out and "skipped 2 bad sequence(s), listed in" in out
     records = _errors(dst)
@@ -61,6 +67,34 @@ def test_skip_publishes_the_good_sequences_and_lists_the_bad(tmp_path, capsys):
     assert sidecar["num_skipped"] == 2 and sidecar["errors"] == "_errors.jsonl"
 
 
+def test_nothing_is_published_over_a_good_dataset_when_every_sequence_fails_or_none_is_left(tmp_path, capsys):
+    src = tmp_path / "ds"
+    write_lerobot(str(src), MULTI)
+    dst = tmp_path / "out"
+    assert _convert(src, dst) == convert.EXIT_OK
+    before = _published(dst)
+    for video in src.glob("videos/*/*/*.mp4"):
+        video.write_bytes(b"")
+    assert _convert(src, dst, "--overwrite", "--on_error=skip", "--max_skipped=100%") == convert.EXIT_FAILED
+    assert _last_error_line(capsys).startswith(f"error: {dst}: no sequence was converted (5 skipped) (first: ")
+    assert _published(dst) == before
+    for index in src.glob("meta/episodes/*/*.parquet"):  # the source's episode index became empty
+        pq.write_table(pq.read_table(index).slice(0, 0), index)
+    info = json.loads((src / "meta/info.json").read_text())
+    (src / "meta/info.json").write_text(json.dumps({**info, "total_episodes": 0}))
+    assert _convert(src, dst, "--incremental") == convert.EXIT_FAILED
+    assert _last_error_line(capsys) == f"error: file://{src}: the lerobot_v3 dataset holds no sequences; nothing to convert " \
+                                       "(an existing dataset at the output is left as it was)"
+    assert _published(dst) == before
+
+
+def test_max_skipped_is_checked_on_the_command_line(tmp_path, capsys):
+    assert _convert(tmp_path, tmp_path / "out", "--max_skipped=10%") == convert.EXIT_USAGE
+    assert "--max_skipped has no effect with --on_error=fail" in capsys.readouterr().err
+    assert _convert(tmp_path, tmp_path / "out", "--on_error=skip", "--max_skipped=lots") == convert.EXIT_USAGE
+    assert "expected a count like 5 or a percentage like 10%, found 'lots'" in capsys.readouterr().err
+
+
 def test_skip_rlds_corrupt_record_and_unreadable_shard(tmp_path):
     src = tmp_path / "rlds" / "1.0.0"
     write_rlds(str(src), SyntheticRLDS(splits={"train": (4, 5, 6), "val": (3, 4)}, shards={"train": 1, "val": 1}))
@@ -71,7 +105,7 @@ def test_skip_rlds_corrupt_record_and_unreadable_shard(tmp_path):
     val = src / "synthetic_rlds-val.tfrecord-00000-of-00001"
     val.write_bytes(val.read_bytes()[:-9])  # the last record is cut: the shard cannot be indexed
     dst = tmp_path / "out"
-    assert _convert(src, dst, "--fps=10", "--on_error=skip") == convert.EXIT_SKIPPED
+    assert _convert(src, dst, "--fps=10", "--on_error=skip", "--max_skipped=100%") == convert.EXIT_SKIPPED
     records = _errors(dst)
     assert [(r["sequence_id"], r["stage"]) for r in records] == [(None, "index"), ("train_00000_000000", "load")]
     assert "val shard 0: record 1: truncated" in records[0]["error"]
@@ -379,7 +413,7 @@ def test_skipped_camera_leaves_no_half_written_file(tmp_path):
     fixed = pa.StructArray.from_arrays([pa.array(blobs, pa.binary()), images.field("path")], names=["bytes", "path"])
     pq.write_table(table.set_column(table.schema.get_field_index("observation.image"), "observation.image", fixed), data)
     dst = tmp_path / "out"
-    assert _convert(src, dst, "--on_error=skip") == convert.EXIT_SKIPPED
+    assert _convert(src, dst, "--on_error=skip", "--max_skipped=1") == convert.EXIT_SKIPPED
     assert not (dst / "files/video_image/episode_000001.mp4").exists()
     assert (dst / "files/video_image/episode_000000.mp4").exists() and validate.validate(str(dst)) == []
 
