@@ -238,6 +238,23 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
 _ERROR_LINE = re.compile(r"(?:^|\s|\.)(?:" + "|".join(n for n in errors.__all__ if n[0].isupper()) + r"): (.+)")
 
 
+_OUTPUT_ERRNO = re.compile(r"\[Errno (?:" + "|".join(str(n) for n in sorted(errors.OUTPUT_ERRNOS)) + r")\] ([^:'\]\n]+)")
+
+
+def _output_message(error: BaseException, output: str) -> str | None:
+    """A full, read-only or over-quota output, wherever in the run (and whichever worker) it
+    surfaced: the output is named, not the source file being copied at that moment."""
+    failure = errors.output_failure(error)
+    if failure is not None:
+        reason = failure.strerror
+    else:  # from another process, only the text is left
+        found = _OUTPUT_ERRNO.search(str(error))
+        if found is None:
+            return None
+        reason = found.group(1).strip()
+    return f"{output}: cannot write the output: {reason}; nothing was published (the previous dataset, if any, is as it was)"
+
+
 def user_message(error: BaseException) -> str | None:
     """The one line for a user: our own error's message, found even inside Beam's wrapping."""
     if isinstance(error, errors.ConversionError):
@@ -362,7 +379,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         print(f"error: interrupted ({interrupt}): the output was left as it was", file=console, flush=True)
         return interrupt.exit_code
     except Exception as error:  # noqa: BLE001 - every failure becomes one line and a clean output
-        message = user_message(error)
+        message = _output_message(error, options.output) or user_message(error)
         if message is None:  # not bad input: a fault of ours or of the platform
             first = (str(error).strip().splitlines() or [""])[0]
             message = f"{options.output}: conversion failed: {type(error).__name__}: {first}"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from formats.errors import ConversionError, error_record
+from formats.errors import ConversionError, OutputError, error_record, output_failure
 from transforms.progress import report
 
 __all__ = ["ERRORS", "FAIL", "SKIP", "MODES", "skip_or_raise"]
@@ -20,7 +20,11 @@ MODES = (FAIL, SKIP)
 
 
 def skip_or_raise(error: ConversionError, on_error: str, sequence: str | None, stage: str):
-    """Under SKIP, the tagged error record replacing the bad element; under FAIL, re-raise."""
+    """Under SKIP, the tagged error record replacing the bad element; under FAIL, re-raise. A full
+    or read-only output stops the run whatever the mode: skipping every sequence would not help."""
+    failure = output_failure(error)
+    if failure is not None:
+        raise OutputError(f"cannot write the output: {failure.strerror}") from error
     if on_error != SKIP:
         raise error
     report(skipped=1)
