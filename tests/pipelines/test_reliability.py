@@ -467,3 +467,14 @@ def test_an_output_in_the_earlier_symlinked_layout_is_replaced_whole(tmp_path):
     assert json.loads((dst / "mixtrain.json").read_text())["incremental"]["reused_sequences"] == 2
     assert not (dst / "_versions").exists() and not (dst / "current").exists() and not any(p.is_symlink() for p in dst.rglob("*"))
     assert validate.validate(str(dst)) == []
+
+
+@pytest.mark.parametrize("folder", ["two::colons", "brackets[x]", "star*and?mark"])
+def test_paths_with_url_and_glob_characters_are_plain_local_paths(tmp_path, folder):
+    src = tmp_path / folder / "ds"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(4, 3), codec="h264", gop=None, cameras=("observation.images.top",)))
+    (tmp_path / "brackets" / "ds").mkdir(parents=True)  # what `brackets[x]` would match as a pattern (empty)
+    dst = tmp_path / folder / "out"
+    assert _convert(src, dst, "--direct_num_workers=2", "--direct_running_mode=multi_processing") == convert.EXIT_OK
+    assert validate.validate(str(dst)) == [] and validate.deep_check(str(dst))[0] == []
+    assert json.loads((dst / "mixtrain.json").read_text())["num_sequences"] == 2
