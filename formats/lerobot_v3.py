@@ -196,9 +196,22 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: Datase
     except ConversionError as error:
         raise in_context(error, file=data_path, sequence=ref.sequence_id) from error
     except (OSError, pa.ArrowException) as error:
-        failure = FormatError(f"{data_path}: {ref.sequence_id}: cannot read data: {error}")
+        reason = "changed while it was being converted (rerun the conversion)" if _changed_since_plan(fs, data_path, meta.plan_id) \
+            else f"cannot read data: {error}"
+        failure = FormatError(f"{data_path}: {ref.sequence_id}: {reason}")
         failure.file, failure.sequence = data_path, ref.sequence_id
         raise failure from error
+
+
+def _changed_since_plan(fs, path: str, plan_id: str) -> bool:
+    """Whether the file's footer now differs from the one read while planning (a data file
+    rewritten during the run reads as garbage through the old footer: say so, not "thrift")."""
+    try:
+        with storage.open_input(fs, path) as handle:
+            current = pq.ParquetFile(handle).metadata
+        return not current.equals(storage.parquet_footer(fs, path, plan_id))
+    except (OSError, pa.ArrowException):
+        return False  # unreadable now (and maybe then): the read error itself says more
 
 
 # --- metadata -----------------------------------------------------------------------------------

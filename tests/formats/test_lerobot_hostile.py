@@ -125,3 +125,18 @@ def test_declared_dtype_matches_data_in_every_real_and_generated_layout(tmp_path
     assert _convert(root, tmp_path / "out") == convert.EXIT_OK
     table = pq.read_table(tmp_path / "out/data")
     assert table.schema.field("obs_sensor").type == pa.list_(pa.list_(pa.float64(), 2))
+
+
+def test_a_data_file_rewritten_after_planning_is_named_as_changed(dataset, tmp_path):
+    """Planning caches each data file's footer; a file replaced before its episodes are read is
+    reported as changed, not as a thrift decoding error."""
+    from formats import lerobot_v3, storage
+
+    fs, root = storage.open_root(str(dataset))
+    meta, refs = lerobot_v3.plan(fs, root)
+    data = dataset / refs[2].data_file
+    table = pq.read_table(data)
+    pq.write_table(table.slice(0, 3), data, row_group_size=1)  # rewritten in place: another footer
+    with pytest.raises(lerobot_v3.FormatError) as caught:
+        lerobot_v3.load(fs, root, refs[2], meta)
+    assert str(caught.value) == f"{data}: episode_000002: changed while it was being converted (rerun the conversion)"
