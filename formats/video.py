@@ -56,6 +56,7 @@ __all__ = [
     "probe",
     "stream_info",
     "copy_segment",
+    "verify_decodes",
     "reencode_segment",
     "retime",
     "near_lossless_options",
@@ -304,6 +305,7 @@ def copy_segment(
     end: float | None,
     frames: int,
     fps: float,
+    verify: bool = True,
 ) -> CopyResult:
     """Remux the packets presented in [start, end) seconds into a new MP4 starting at t=0.
 
@@ -313,12 +315,16 @@ def copy_segment(
       start, end: segment bounds in seconds of the source's presentation time; None = open end.
       frames: the number of frames the segment must hold (the sequence length).
       fps: frame rate used to place the half-frame tolerance around the bounds.
+      verify: decode the written file once (`verify_decodes`); the sample-table path otherwise
+        copies bytes it never looked at.
 
     Raises:
       VideoError: unreadable input, or a segment whose frame count is not `frames`.
     """
     copied = _copy_by_sample_table(source, destination, start=start, end=end, frames=frames, fps=fps)
     if copied is not None:
+        if verify:
+            verify_decodes(destination, frames)
         return copied
     return _copy_by_remux(source, destination, start=start, end=end, frames=frames, fps=fps)
 
@@ -402,6 +408,17 @@ def _count_decoded(destination: BinaryIO | str) -> int:
     finally:
         container.close()
         _rewind(destination)
+
+
+def verify_decodes(written: BinaryIO | str, frames: int) -> None:
+    """Decode a file of copied samples once: samples the decoder rejects (a damaged source), or a
+    frame count other than `frames`, are a VideoError instead of a published file no one can play."""
+    try:
+        decoded = _count_decoded(written)
+    except av.error.FFmpegError as error:
+        raise VideoError(f"the copied samples do not decode ({error}); the source video is damaged") from error
+    if decoded != frames:
+        raise VideoError(f"the copied samples decode to {decoded} frames, expected {frames}")
 
 
 def _source_key(source: BinaryIO | str) -> tuple | None:

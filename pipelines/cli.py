@@ -125,6 +125,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--video_preset", default=None, metavar="P", help="encoder speed preset (default: h264/hevc medium, av1 8)")
     group.add_argument("--video_pix_fmt", default=None, metavar="FMT", help="yuv420p (default); yuv422p or yuv444p for h264 and hevc")
     _flag(group, "--video_stats", "per-channel image statistics of sampled frames into stats.json")
+    group.add_argument("--verify_copies", type=boolean, nargs="?", const=True, default=True, metavar="BOOL",
+                       help="copy mode: decode every copied video once, refusing damaged source samples (default true; "
+                            "false trusts the source and only copies bytes)")
 
     group = parser.add_argument_group("output")
     group.add_argument("--num_shards", default=0, type=_number(int, 0), metavar="N",

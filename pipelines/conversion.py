@@ -150,10 +150,12 @@ def check_effective(options: ConvertOptions, source: str, meta: DatasetMeta, enc
             raise UsageError(f"--{name} is an option of --source={owner}; it has no effect on this {source} dataset")
     cameras = [spec.name for spec in meta.columns if spec.kind == VIDEO]
     if not cameras:
-        for name in ("video", "video_stats", *cli.ENCODING_OPTIONS):
+        for name in ("video", "video_stats", "verify_copies", *cli.ENCODING_OPTIONS):
             if given(options, name):
                 raise UsageError(f"--{name} has no effect: this {source} dataset has no cameras")
         return
+    if given(options, "verify_copies") and all(encode.values()):
+        raise UsageError(f"--verify_copies has no effect: every camera of this dataset ({', '.join(cameras)}) is encoded, none copied")
     if not any(encode.values()):
         for name in cli.ENCODING_OPTIONS:
             if given(options, name):
@@ -223,7 +225,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
                                             "previous_created_at": reused["created_at"]}
     read = pipeline | "Read" >> ReadSequences(source, source_url, meta, to_convert, options.on_error)
     videos = read["sequences"] | "Videos" >> WriteVideos(source_url, staging_url, meta.fps or 30.0, encode, sizes,
-                                                         options.video_stats, options.on_error)
+                                                         options.video_stats, options.on_error, options.verify_copies)
     sequences = videos["sequences"]
     if reused is not None and reused["ids"]:
         kept = pipeline | "Reuse" >> ReusePrevious(reused["root_url"], staging_url, meta.columns, reused["shards"], reused["ids"])

@@ -478,3 +478,20 @@ def test_paths_with_url_and_glob_characters_are_plain_local_paths(tmp_path, fold
     assert _convert(src, dst, "--direct_num_workers=2", "--direct_running_mode=multi_processing") == convert.EXIT_OK
     assert validate.validate(str(dst)) == [] and validate.deep_check(str(dst))[0] == []
     assert json.loads((dst / "mixtrain.json").read_text())["num_sequences"] == 2
+
+
+def test_copy_mode_refuses_damaged_source_samples_instead_of_publishing_them(tmp_path, capsys):
+    src = tmp_path / "ds"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(12, 10), codec="av1", cameras=("observation.images.top",), episodes_per_video_file=2))
+    video = src / "videos/observation.images.top/chunk-000/file-000.mp4"
+    data = bytearray(video.read_bytes())
+    start = data.find(b"mdat") + 600  # inside the first episode's samples; the tables are intact
+    data[start:start + 400] = bytes(range(256)) + bytes(144)
+    video.write_bytes(bytes(data))
+    dst = tmp_path / "out"
+    assert _convert(src, dst) == convert.EXIT_FAILED
+    line = _last_error_line(capsys)
+    assert line.startswith(f"error: {video}: episode_000000 (video_top): the copied samples do not decode (") and line.endswith(
+        "the source video is damaged"), line
+    assert not dst.exists()
+    assert _convert(src, dst, "--verify_copies=false") == convert.EXIT_OK  # the documented trade: bytes copied unexamined
