@@ -315,3 +315,14 @@ def test_a_read_only_output_is_one_line(tmp_path, small_lerobot, small_disk):
     assert done.returncode == 1
     assert _lines(done.stderr)[0] == (f"error: {small_disk / 'out'}: cannot write the output: Read-only file system; nothing was published "
                                       "(the previous dataset, if any, is as it was)")
+
+
+def test_validate_deep_on_a_zeroed_video_is_a_finding_not_a_traceback(tmp_path, small_lerobot):
+    dst = tmp_path / "out"
+    assert _cli(tmp_path, f"--input={small_lerobot}", f"--output={dst}", "--progress=off").returncode == 0
+    video = dst / "files/video_front/episode_000001.mp4"
+    video.write_bytes(bytes(video.stat().st_size))
+    done = _cli(tmp_path, str(dst), "--deep", module="pipelines.validate")
+    assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
+    assert any(line.startswith(f"{video}: episode_000001") for line in _lines(done.stdout)), done.stdout
+    assert _lines(done.stderr)[-1].endswith(f"{dst} is not a valid Mixtrain dataset")
