@@ -413,6 +413,7 @@ def _count_decoded(destination: BinaryIO | str) -> int:
 def verify_decodes(written: BinaryIO | str, frames: int) -> None:
     """Decode a file of copied samples once: samples the decoder rejects (a damaged source), or a
     frame count other than `frames`, are a VideoError instead of a published file no one can play."""
+    _rewind(written)
     try:
         decoded = _count_decoded(written)
     except av.error.FFmpegError as error:

@@ -109,7 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "skip: bad sequences go to DST/_errors.jsonl, the rest is published (exit 3)")
     group.add_argument("--max_skipped", default=skip_limit(DEFAULT_MAX_SKIPPED), type=skip_limit, metavar="N|P%",
                        help=f"with --on_error=skip: publish nothing if more sequences than this (a count, or a percentage of "
-                            f"the sequences) were skipped (default {DEFAULT_MAX_SKIPPED})")
+                            f"the sequences) were skipped (default {DEFAULT_MAX_SKIPPED.replace('%', '%%')})")
     _flag(group, "--overwrite", "replace an existing Mixtrain dataset at --output")
     _flag(group, "--incremental", "nightly re-conversion: reuse unchanged sequences of the dataset at --output, convert new "
                                   "and changed ones, drop deleted ones, publish a complete new version")
