@@ -2,6 +2,8 @@
 pandas-rewritten data files beside later ones, annotation columns inferred per file, depth in
 both of 0.6's forms, 0.6's metadata keys; and the one-line refusals of real conflicts."""
 
+import json
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
