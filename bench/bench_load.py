@@ -51,7 +51,7 @@ def main() -> None:
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench_load_"))
     convert = [sys.executable, "-m", "pipelines.convert", "--progress=off", "--direct_num_workers=1"]
     try:
-        _, floor = _peak([sys.executable, "-c", "import pipelines.convert"])
+        _, floor = _peak([sys.executable, "-c", "import pipelines.conversion"])
         print(f"writing {args.short} short episodes and {args.long} x {args.long_steps}-step episodes ...", file=sys.stderr)
         write_dataset(str(work / "short"), SyntheticLeRobot(lengths=[10] * args.short, cameras=(), episodes_per_data_file=1000,
                                                              episodes_per_meta_file=1000))

@@ -7,7 +7,9 @@ sequence on the way out, so every message a user sees names both. The command li
 
 from __future__ import annotations
 
-__all__ = ["ConversionError", "FormatError", "VideoError", "ColumnNameError", "error_record", "skipped_counts"]
+import errno
+
+__all__ = ["ConversionError", "FormatError", "VideoError", "ColumnNameError", "OutputError", "error_record", "output_failure", "skipped_counts"]
 
 
 class ConversionError(ValueError):
@@ -24,6 +26,26 @@ class VideoError(ConversionError):
 
 class ColumnNameError(ConversionError):
     """Two source features map to the same Mixtrain column."""
+
+
+class OutputError(ConversionError):
+    """The output cannot be written (disk full, read-only, quota): a fault of the destination,
+    never of a sequence, so never skipped under --on_error=skip."""
+
+
+# errno values only a write can cause: seen in a failure, the output is at fault, not the source.
+OUTPUT_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG}
+
+
+def output_failure(error: BaseException) -> OSError | None:
+    """The OSError behind `error` (its causes and contexts) that says the output cannot be written."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in OUTPUT_ERRNOS:
+            return error
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def in_context(error: ConversionError, *, file: str | None = None, sequence: str | None = None) -> ConversionError:

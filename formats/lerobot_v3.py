@@ -12,6 +12,13 @@ Quirks real writers produce (lerobot 0.4.4 wrote ../shared/fixtures/lerobot_v3/s
   - data `timestamp` is float32; video from/to timestamps may be float32 or float64;
   - an episode's `from_timestamp` equals the previous episode's `to_timestamp` in the same MP4;
   - the episodes table carries `stats/<feature>/<stat>` columns (dropped: we recompute stats).
+lerobot 0.6.1 (../shared/fixtures/lerobot_v3/*_lerobot061) and its tools add:
+  - a real `task` column in tasks.parquet; `info.is_depth_map` beside 0.4.4's `video.is_depth_map`;
+  - depth video as HEVC gray12le with log-quantised codes (`video.depth_min/depth_max/shift/use_log`),
+    depth images as 16-bit TIFF; annotation columns (dtype `language`) and info.json `tools`;
+  - modify_tasks / merge_datasets rewrite data files through pandas (`list<float>` vectors beside
+    `fixed_size_list` in later files), and pyarrow infers `list<null>` for an empty annotation
+    column: one type per feature over all files decides (`_data_types`).
 
 An episode is read by its `index` range: only the row groups whose statistics overlap it.
 """
@@ -21,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import math
 from typing import Any
 
 import fsspec
@@ -101,7 +109,7 @@ def detect(fs: fsspec.AbstractFileSystem, root: str) -> bool:
 
 def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) -> tuple[DatasetMeta, list[EpisodeRef]]:
     """Read metadata only and return the output schema and one EpisodeRef per episode."""
-    info_path = storage.join(root, INFO_PATH)
+    info_path = storage.resolve_inside(root, INFO_PATH, what="info.json", fs=fs)
     info = storage.read_json(fs, info_path, missing="not found; a LeRobot v3 dataset needs meta/info.json")
     plan_id = DatasetMeta.__dataclass_fields__["plan_id"].default_factory()
     version = info.get("codebase_version")
@@ -109,12 +117,18 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
         hint = f"; convert it to v3.0 first with lerobot's converter: {V21_CONVERTER}" if str(version).startswith("v2") else ""
         raise FormatError(f"{info_path}: codebase_version {version!r} is not supported (only {SUPPORTED_VERSION}){hint}")
     fps = _require(info, "fps", (int, float), info_path)
+    if not math.isfinite(fps) or fps <= 0:
+        raise FormatError(f"{info_path}: 'fps' must be a positive number of frames per second, found {fps!r}")
     features = _require(info, "features", dict, info_path)
     data_template = _require(info, "data_path", str, info_path)
     video_template = info.get("video_path")
     parsed = _parse_features(features, info_path)
 
     episodes = _read_episodes(fs, root)
+    declared = info.get("total_episodes")
+    if isinstance(declared, int) and not isinstance(declared, bool) and declared != len(episodes):
+        raise FormatError(f"{info_path}: total_episodes is {declared} but meta/episodes lists {len(episodes)} episodes "
+                          "(an episode index file missing, unreadable, or left over)")
     task_texts = _read_tasks(fs, root)
     multi_task = any(len(tasks) > 1 for tasks in episodes.column("tasks").to_pylist()) if "tasks" in episodes.column_names else False
     splits = _parse_splits(info.get("splits"), info_path)
@@ -131,18 +145,18 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     ]
     for name in extra_scalars:
         columns.append(ColumnSpec(column_name(name), SCALAR, episodes.schema.field(name).type, {"source": name}))
-    data_schema = _first_data_schema(fs, root, data_template, episodes, plan_id)
+    # The episode index first: an implausible row is refused before any data file is opened.
+    refs = [_episode_ref(row, parsed, data_template, video_template, splits, extra_scalars, info_path) for row in episodes.to_pylist()]
+    data_types = _data_types(fs, root, data_template, episodes, [f.key for f in parsed if f.dtype != "video"], plan_id)
     for feature in parsed:
-        columns.append(_column_for(feature, features[feature.key], data_schema, fps))
+        _check_declared_dtype(feature, data_types, info_path)
+        columns.append(_column_for(feature, features[feature.key], data_types, fps))
     _probe_images(fs, root, data_template, episodes, columns, plan_id)
     if multi_task:
         columns.append(ColumnSpec.steps("task_index", pa.int32(), source="task_index",
                                         description="per-step index into this row's tasks"))
     check_unique_columns(columns)
 
-    refs = []
-    for row in episodes.to_pylist():
-        refs.append(_episode_ref(row, parsed, data_template, video_template, splits, extra_scalars, info_path))
     meta = DatasetMeta(
         format=FORMAT,
         uri=storage.url_for(fs, root),
@@ -160,9 +174,9 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             "total_episodes": info.get("total_episodes"),
             "total_frames": info.get("total_frames"),
             "tasks": task_texts,
-            # Types of the converted columns in the first data file: later files must agree.
-            "data_types": {spec.meta["source"]: str(data_schema.field(spec.meta["source"]).type) for spec in columns
-                           if spec.kind in ("trajectory", "steps") and spec.meta.get("source") in data_schema.names},
+            # One type per feature over all data files (see `_data_types`).
+            "data_types": {key: str(kind) for key, kind in data_types.items()},
+            **({"tools": info["tools"]} if info.get("tools") is not None else {}),
         },
     )
     return meta, refs
@@ -182,9 +196,22 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: Datase
     except ConversionError as error:
         raise in_context(error, file=data_path, sequence=ref.sequence_id) from error
     except (OSError, pa.ArrowException) as error:
-        failure = FormatError(f"{data_path}: {ref.sequence_id}: cannot read data: {error}")
+        reason = "changed while it was being converted (rerun the conversion)" if _changed_since_plan(fs, data_path, meta.plan_id) \
+            else f"cannot read data: {error}"
+        failure = FormatError(f"{data_path}: {ref.sequence_id}: {reason}")
         failure.file, failure.sequence = data_path, ref.sequence_id
         raise failure from error
+
+
+def _changed_since_plan(fs, path: str, plan_id: str) -> bool:
+    """Whether the file's footer now differs from the one read while planning (a data file
+    rewritten during the run reads as garbage through the old footer: say so, not "thrift")."""
+    try:
+        with storage.open_input(fs, path) as handle:
+            current = pq.ParquetFile(handle).metadata
+        return not current.equals(storage.parquet_footer(fs, path, plan_id))
+    except (OSError, pa.ArrowException):
+        return False  # unreadable now (and maybe then): the read error itself says more
 
 
 # --- metadata -----------------------------------------------------------------------------------
@@ -208,7 +235,7 @@ def _parse_features(features: dict, path: str) -> list[_Feature]:
         if not isinstance(spec, dict) or "dtype" not in spec:
             raise FormatError(f"{path}: feature {key!r} has no dtype")
         dtype = spec["dtype"]
-        shape = tuple(int(n) for n in spec.get("shape") or (1,))
+        shape = _shape(spec.get("shape"), key, path)
         if dtype in ("video", "image"):
             parsed.append(_Feature(key, column_name(key, camera=True), VIDEO, dtype, shape))
         elif dtype in ("string", "language") or shape == (1,):
@@ -222,28 +249,85 @@ def _parse_features(features: dict, path: str) -> list[_Feature]:
     return parsed
 
 
-def _column_for(feature: _Feature, spec: dict, data_schema: pa.Schema, fps: float) -> ColumnSpec:
+# Values per step of one feature beyond which a declared shape is a corrupt info.json, refused
+# before anything is sized from it (the largest real features, images, are ~10^7).
+MAX_FEATURE_VALUES = 10**9
+
+
+def _shape(shape, key: str, path: str) -> tuple[int, ...]:
+    """A feature's `shape` as positive ints; a string, a float or an absurd size is one line."""
+    if shape is None or shape == []:
+        return (1,)
+    if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape):
+        raise FormatError(f"{path}: feature {key!r} has shape {shape!r}; expected a list of positive integers like [6]")
+    if math.prod(shape) > MAX_FEATURE_VALUES:
+        raise FormatError(f"{path}: feature {key!r} has shape {shape!r}: {math.prod(shape):.3g} values per frame is not plausible")
+    return tuple(shape)
+
+
+def _depth_meta(info: dict) -> dict:
+    """Depth facts of a camera: lerobot 0.6 writes `is_depth_map` (0.4.4: `video.is_depth_map`), the
+    unit, and for depth video its 12-bit quantiser (`video.depth_min/depth_max/shift/use_log`, metres)."""
+    meta: dict[str, Any] = {"is_depth_map": bool(info.get("is_depth_map", info.get("video.is_depth_map", False)))}
+    if not meta["is_depth_map"]:
+        return meta
+    if info.get("depth_unit") is not None:
+        meta["depth_unit"] = info["depth_unit"]
+    quantiser = {name: info[f"video.{name}"] for name in ("depth_min", "depth_max", "shift", "use_log") if f"video.{name}" in info}
+    if quantiser:
+        meta["depth_quantization"] = {
+            **quantiser,
+            "units": "m",
+            "codes": DEPTH_CODES,
+            "to_metres": DEPTH_LOG_FORMULA if quantiser.get("use_log", True) else DEPTH_LINEAR_FORMULA,
+        }
+    return meta
+
+
+# lerobot's dequantize_depth (datasets/depth_utils.py): code q in 0..4095 -> metres; millimetres = rint(1000 * metres).
+DEPTH_CODES = "12-bit codes 0..4095 (gray12le samples)"
+DEPTH_LOG_FORMULA = "clip(exp(log(depth_min + shift) + q * (log(depth_max + shift) - log(depth_min + shift)) / 4095) - shift, depth_min, depth_max)"
+DEPTH_LINEAR_FORMULA = "clip(depth_min + q * (depth_max - depth_min) / 4095, depth_min, depth_max)"
+
+
+def _check_declared_dtype(feature: _Feature, data_types: dict[str, pa.DataType], info_path: str) -> None:
+    """A numeric feature's values must be stored in the dtype info.json declares: casting float
+    actions to a declared int8 would turn them into 0/1 silently."""
+    if feature.kind == VIDEO or feature.dtype in ("string", "language") or feature.key not in data_types:
+        return
+    leaf = data_types[feature.key]
+    while _is_list(leaf):
+        leaf = leaf.value_type
+    if pa.types.is_null(leaf):
+        return  # no values anywhere: nothing to convert wrongly
+    declared = pa.from_numpy_dtype(np.dtype(feature.dtype))
+    if leaf != declared:
+        raise FormatError(f"{info_path}: feature {feature.key!r} is declared {feature.dtype} but the data files hold {leaf} values; "
+                          "fix info.json (converting would change the values)")
+
+
+def _column_for(feature: _Feature, spec: dict, data_types: dict[str, pa.DataType], fps: float) -> ColumnSpec:
     meta: dict[str, Any] = {"source": feature.key}
     if spec.get("names") is not None:
         meta["names"] = spec["names"]
+    info = spec.get("info") or {}
     if feature.kind == VIDEO and feature.dtype == "image":
         width, height = _image_size(feature.shape, spec.get("names"))
         return ColumnSpec(feature.column, VIDEO, pa.string(), {
             "fps": fps,
             "resolution": {"width": width, "height": height},
-            "is_depth_map": bool((spec.get("info") or {}).get("video.is_depth_map", False)),
+            **_depth_meta(info),
             "source": feature.key,
             "encoded_from": FROM_IMAGES,
         })
     if feature.kind == VIDEO:
-        info = spec.get("info") or {}
         height, width = (feature.shape + (None, None))[:2]
         meta = {
             "fps": info.get("video.fps", fps),
             "codec": info.get("video.codec"),
             "resolution": {"width": info.get("video.width", width), "height": info.get("video.height", height)},
             "pix_fmt": info.get("video.pix_fmt"),
-            "is_depth_map": bool(info.get("video.is_depth_map", False)),
+            **_depth_meta(info),
             "source": feature.key,
         }
         return ColumnSpec(feature.column, VIDEO, pa.string(), meta)
@@ -260,14 +344,15 @@ def _column_for(feature: _Feature, spec: dict, data_schema: pa.Schema, fps: floa
             pass
     if feature.dtype == "string":
         return ColumnSpec.steps(feature.column, pa.string(), **meta)
-    if data_schema.get_field_index(feature.key) < 0:
+    if feature.key not in data_types:
         raise FormatError(f"feature {feature.key!r} is declared in info.json but missing from the data files")
-    return ColumnSpec.steps(feature.column, data_schema.field(feature.key).type, **meta)
+    if feature.dtype == "language":  # lerobot-annotate's per-step message lists, in the type the files agree on
+        meta.update(type="language", dtype=str(data_types[feature.key]))
+    return ColumnSpec.steps(feature.column, data_types[feature.key], **meta)
 
 
 def _read_episodes(fs, root: str) -> pa.Table:
-    pattern = storage.join(root, EPISODES_DIR, "*", "*.parquet")
-    files = sorted(fs.glob(pattern))
+    files = _episode_index_files(fs, root)
     if not files:
         raise FormatError(f"{storage.join(root, EPISODES_DIR)}: no episode index files (meta/episodes/chunk-*/file-*.parquet)")
     tables = []
@@ -294,12 +379,35 @@ def _read_episodes(fs, root: str) -> pa.Table:
     return episodes
 
 
+def _episode_index_files(fs, root: str) -> list[str]:
+    """meta/episodes/<chunk>/<file>.parquet by listing, not by a glob pattern: a root path holding
+    glob characters (`ds[12]`) must not match a sibling, and chunk folders that are symlinks count
+    (when they stay inside the dataset)."""
+    folder = storage.resolve_inside(root, EPISODES_DIR, what="episode index folder", fs=fs)
+    if not fs.isdir(folder):
+        return []
+    files = []
+    for chunk in sorted(entry["name"].rstrip("/") for entry in fs.ls(folder, detail=True)):
+        name = chunk.rsplit("/", 1)[-1]
+        if name.startswith(".") or not fs.isdir(chunk):
+            continue
+        chunk = storage.resolve_inside(root, f"{EPISODES_DIR}/{name}", what="episode index folder", fs=fs)
+        for entry in sorted(path.rstrip("/") for path in fs.ls(chunk, detail=False)):
+            file = entry.rsplit("/", 1)[-1]
+            if file.endswith(".parquet") and not file.startswith("."):
+                files.append(storage.resolve_inside(root, f"{EPISODES_DIR}/{name}/{file}", what="episode index file", fs=fs))
+    return files
+
+
 def _read_tasks(fs, root: str) -> dict[int, str]:
-    path = storage.join(root, TASKS_PATH)
+    path = storage.resolve_inside(root, TASKS_PATH, what="task table", fs=fs)
     if not fs.exists(path):
         return {}
-    with storage.open_input(fs, path) as handle:
-        table = pq.read_table(handle)
+    try:
+        with storage.open_input(fs, path) as handle:
+            table = pq.read_table(handle)
+    except (OSError, pa.ArrowException) as error:
+        raise FormatError(f"{path}: cannot read the task table: {error}") from error
     text_column = "task" if "task" in table.column_names else "__index_level_0__"
     if text_column not in table.column_names or "task_index" not in table.column_names:
         raise FormatError(f"{path}: expected columns task_index and task (or a pandas index), found {table.column_names}")
@@ -362,18 +470,117 @@ def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: lis
                                                             "resolution": {"width": frame.width, "height": frame.height}})
 
 
-def _first_data_schema(fs, root: str, template: str, episodes: pa.Table, plan_id: str) -> pa.Schema:
-    first = episodes.slice(0, 1).to_pylist()
-    if not first:
-        return pa.schema([])
-    relative = template.format(chunk_index=first[0]["data/chunk_index"], file_index=first[0]["data/file_index"])
-    path = storage.resolve_inside(root, relative, what="data file", fs=fs)
+def _data_types(fs, root: str, template: str, episodes: pa.Table, keys: list[str], plan_id: str) -> dict[str, pa.DataType]:
+    """One Arrow type per feature over every data file (footers only), so that one rule decides
+    what lerobot's writers leave behind: `list<float>` (files rewritten through pandas by
+    modify_tasks / merge_datasets) and `fixed_size_list<float>[D]` are one trajectory; a type
+    inferred as `null` / `list<null>` in a file where the column is empty takes the type of the
+    files where it is not; structs inferred from different rows are joined field by field. Real
+    conflicts (another dimension or scalar type) are one error naming both files."""
+    seen: dict[str, tuple[pa.DataType, str]] = {}
+    files = dict.fromkeys(zip(episodes.column("data/chunk_index").to_pylist(), episodes.column("data/file_index").to_pylist(),
+                              episodes.column("episode_index").to_pylist()))
+    done = set()
+    for chunk, number, episode in files:
+        if (chunk, number) in done:
+            continue
+        done.add((chunk, number))
+        path = storage.resolve_inside(root, template.format(chunk_index=chunk, file_index=number), what="data file", fs=fs)
+        try:
+            schema = _arrow_schema(fs, path, plan_id)
+        except (OSError, pa.ArrowException) as error:
+            if len(done) > 1:
+                continue  # load() reports it with the episode; the first file must be readable to plan
+            if isinstance(error, FileNotFoundError):
+                raise FormatError(f"{path}: data file not found (episode {episode})") from error
+            raise FormatError(f"{path}: cannot read data file (episode {episode}): {error}") from error
+        for key in keys:
+            if schema.get_field_index(key) < 0:
+                continue  # load() names the missing column with its episode
+            kind = schema.field(key).type
+            if key not in seen or _is_empty_type(seen[key][0]):
+                seen[key] = (kind if key not in seen else _merge_types(seen[key][0], kind), path)
+                continue
+            try:
+                seen[key] = (_merge_types(seen[key][0], kind), seen[key][1])
+            except TypeError:
+                raise FormatError(f"{path}: episode_{episode:06d}: schema drift between data files: "
+                                  f"{key} is {kind} here, {seen[key][0]} in {seen[key][1]}") from None
+    return {key: kind for key, (kind, _) in seen.items()}
+
+
+def _is_list(kind: pa.DataType) -> bool:
+    return pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+
+
+def _is_empty_type(kind: pa.DataType) -> bool:
+    """null, list<null>, list<list<null>>...: what pyarrow infers for a column with no values."""
+    while _is_list(kind):
+        kind = kind.value_type
+    return pa.types.is_null(kind)
+
+
+def _merge_types(a: pa.DataType, b: pa.DataType) -> pa.DataType:
+    """The type holding both; TypeError when they conflict."""
+    if a == b:
+        return a
+    if pa.types.is_null(a):
+        return b
+    if pa.types.is_null(b):
+        return a
+    if _is_list(a) and _is_list(b):
+        value = _merge_types(a.value_type, b.value_type)
+        if pa.types.is_fixed_size_list(a) and pa.types.is_fixed_size_list(b):
+            if a.list_size != b.list_size:
+                raise TypeError
+            return pa.list_(value, a.list_size)
+        return pa.large_list(value) if pa.types.is_large_list(a) or pa.types.is_large_list(b) else pa.list_(value)
+    if pa.types.is_struct(a) and pa.types.is_struct(b):
+        fields = {a.field(i).name: a.field(i).type for i in range(a.num_fields)}
+        for i in range(b.num_fields):
+            name, kind = b.field(i).name, b.field(i).type
+            fields[name] = _merge_types(fields[name], kind) if name in fields else kind
+        return pa.struct(list(fields.items()))
+    raise TypeError
+
+
+def _conform(array: pa.Array, kind: pa.DataType) -> pa.Array:
+    """`array` as `kind` (a type `_merge_types` produced from its own): nulls take the type, lists
+    and structs are rebuilt around their conformed children; values are never converted."""
+    if array.type == kind:
+        return array
+    if pa.types.is_null(array.type):
+        return pa.nulls(len(array), kind)
+    if _is_list(array.type) and _is_list(kind):
+        if pa.types.is_fixed_size_list(kind) and not pa.types.is_fixed_size_list(array.type):
+            raise FormatError(f"a {array.type} column cannot hold {kind}")
+        array = array.cast(pa.list_(array.type.value_type)) if pa.types.is_fixed_size_list(array.type) and not pa.types.is_fixed_size_list(kind) \
+            else array
+        mask = array.is_null() if array.null_count else None
+        if pa.types.is_fixed_size_list(kind):
+            values = array.values.slice(array.offset * kind.list_size, len(array) * kind.list_size)
+            return pa.FixedSizeListArray.from_arrays(_conform(values, kind.value_type), kind.list_size, mask=mask)
+        offsets = array.offsets.to_numpy().astype(np.int64)
+        values = _conform(array.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])), kind.value_type)
+        cls, width = (pa.LargeListArray, pa.int64()) if pa.types.is_large_list(kind) else (pa.ListArray, pa.int32())
+        return cls.from_arrays(pa.array(offsets - offsets[0], width), values, type=kind, mask=mask)
+    if pa.types.is_struct(array.type) and pa.types.is_struct(kind):
+        names = {array.type.field(i).name for i in range(array.type.num_fields)}
+        children = [_conform(array.field(kind.field(i).name), kind.field(i).type) if kind.field(i).name in names
+                    else pa.nulls(len(array), kind.field(i).type) for i in range(kind.num_fields)]
+        return pa.StructArray.from_arrays(children, fields=list(kind), mask=array.is_null() if array.null_count else None)
+    raise FormatError(f"a {array.type} column cannot hold {kind}")
+
+
+def _fill(template: str, info_path: str, key: str, **values) -> str:
+    """A `data_path` / `video_path` template filled in; a placeholder lerobot does not write or a
+    bad format spec is one line naming the template, not a KeyError."""
     try:
-        return storage.parquet_footer(fs, path, plan_id).schema.to_arrow_schema()
-    except FileNotFoundError as error:
-        raise FormatError(f"{path}: data file not found (episode {first[0]['episode_index']})") from error
-    except (OSError, pa.ArrowException) as error:
-        raise FormatError(f"{path}: cannot read data file (episode {first[0]['episode_index']}): {error}") from error
+        return template.format(**values)
+    except (KeyError, IndexError, ValueError, AttributeError) as error:
+        raise FormatError(f"{info_path}: {key} {template!r} cannot be filled with {', '.join(sorted(values))} "
+                          f"({type(error).__name__}: {error}); lerobot writes e.g. "
+                          f"'data/chunk-{{chunk_index:03d}}/file-{{file_index:03d}}.parquet'") from None
 
 
 def _episode_ref(row: dict, features, data_template, video_template, splits, extra_scalars, info_path) -> EpisodeRef:
@@ -397,7 +604,8 @@ def _episode_ref(row: dict, features, data_template, video_template, splits, ext
         missing = [k for k in ("chunk_index", "file_index", "from_timestamp", "to_timestamp") if prefix + k not in row]
         if missing or video_template is None:
             raise FormatError(f"{info_path}: {sequence_id}: camera {feature.key!r} has no video location in the episode index")
-        path = video_template.format(video_key=feature.key, chunk_index=row[prefix + "chunk_index"], file_index=row[prefix + "file_index"])
+        path = _fill(video_template, info_path, "video_path", video_key=feature.key, chunk_index=row[prefix + "chunk_index"],
+                     file_index=row[prefix + "file_index"])
         videos.append((feature.column, VideoSegment(path, length, float(row[prefix + "from_timestamp"]), float(row[prefix + "to_timestamp"]))))
     scalars = [("episode_index", index)]
     tasks = tuple(row.get("tasks") or ())
@@ -413,7 +621,7 @@ def _episode_ref(row: dict, features, data_template, video_template, splits, ext
         episode_index=index,
         sequence_id=sequence_id,
         length=length,
-        data_file=data_template.format(chunk_index=row["data/chunk_index"], file_index=row["data/file_index"]),
+        data_file=_fill(data_template, info_path, "data_path", chunk_index=row["data/chunk_index"], file_index=row["data/file_index"]),
         from_index=int(row["dataset_from_index"]),
         to_index=int(row["dataset_to_index"]),
         tasks=tasks,
@@ -433,11 +641,6 @@ def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.
         raise FormatError(f"data file not found (episode {ref.episode_index})")
     metadata = storage.parquet_footer(fs, path, meta.plan_id)
     schema = _arrow_schema(fs, path, meta.plan_id)
-    expected = meta.source.get("data_types") or {}
-    drifted = [f"{key} is {schema.field(key).type} here, {kind} in the first data file" for key, kind in expected.items()
-               if schema.get_field_index(key) >= 0 and str(schema.field(key).type) != kind]
-    if drifted:
-        raise FormatError(f"schema drift between data files: {'; '.join(drifted)}")
     wanted = [spec.meta["source"] for spec in meta.columns
               if (spec.kind in ("trajectory", "steps") or spec.meta.get("encoded_from") == FROM_IMAGES)
               and spec.meta.get("source") not in (None, "task_index")]
@@ -536,9 +739,7 @@ def _to_sequence(table: pa.Table, ref: EpisodeRef, meta: DatasetMeta) -> Sequenc
         elif spec.kind == "steps" and spec.name == "task_index" and source == "task_index":
             sequence.steps["task_index"] = _local_task_indices(table, ref, task_texts)
         elif spec.kind == "steps":
-            column = table.column(source).combine_chunks()
-            if column.type != spec.arrow_type.value_type:
-                column = column.cast(spec.arrow_type.value_type)
+            column = _steps(table.column(source).combine_chunks(), spec)
             numeric = pa.types.is_integer(column.type) or pa.types.is_floating(column.type)
             sequence.steps[spec.name] = column.to_numpy(zero_copy_only=False) if numeric and column.null_count == 0 else column
     sequence.videos.update(dict(ref.videos))
@@ -570,16 +771,53 @@ def _images(fs, root: str, key: str, column: pa.ChunkedArray, ref: EpisodeRef) -
     return ImageFrames(frames)
 
 
+def _steps(column: pa.Array, spec: ColumnSpec) -> pa.Array:
+    """A per-step column in the column's declared value type: numeric features as info.json says
+    (a one-value list per step unwrapped), other types conformed to the type all files share."""
+    kind = spec.arrow_type.value_type
+    if _is_list(column.type) and not _is_list(kind) and not _is_empty_type(column.type):
+        lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
+        if column.null_count or not (lengths == 1).all():
+            raise FormatError(f"feature {spec.meta['source']!r}: a shape [1] feature holds lists of other lengths")
+        column = column.flatten()
+    if column.type == kind:
+        return column
+    if spec.meta.get("type") == "language" or _is_list(kind) or pa.types.is_struct(kind):
+        return _conform(column, kind)
+    return column.cast(kind)
+
+
 def _trajectory(column: pa.ChunkedArray, spec: ColumnSpec, length: int) -> np.ndarray:
-    """[T, D] in the source dtype, from fixed_size_list, list, or nested (Array2D+) storage."""
+    """[T, D] in the source dtype, from fixed_size_list, list, or nested (Array2D+) storage; a
+    variable-size list (files rewritten through pandas) must hold D values at every step."""
     array = column.combine_chunks()
     dim = spec.meta["dim"]
-    while pa.types.is_list(array.type) or pa.types.is_fixed_size_list(array.type) or pa.types.is_large_list(array.type):
+    if array.null_count:
+        raise FormatError(f"feature {spec.meta['source']!r}: step {array.is_null().to_numpy(zero_copy_only=False).argmax()} is null")
+    if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
+        per_step = _values_per_step(array)
+        if not (per_step == dim).all():
+            step = int(np.argmax(per_step != dim))
+            raise FormatError(f"feature {spec.meta['source']!r}: step {step} holds {per_step[step]} values, info.json declares {dim}")
+    while _is_list(array.type):
         array = array.flatten()
     values = array.to_numpy(zero_copy_only=False)
     if values.size != length * dim:
         raise FormatError(f"feature {spec.meta['source']!r}: {values.size} values for {length} steps x {dim} dims")
     return values.astype(np.dtype(spec.meta["dtype"]), copy=False).reshape(length, dim)
+
+
+def _values_per_step(array: pa.Array) -> np.ndarray:
+    """How many leaf values each step of a (possibly nested) list column holds."""
+    bounds = np.arange(len(array) + 1, dtype=np.int64)  # step boundaries, as indices into `level`
+    level = array
+    while _is_list(level.type):
+        if pa.types.is_fixed_size_list(level.type):
+            bounds = (bounds + level.offset) * level.type.list_size
+        else:
+            bounds = level.offsets.to_numpy().astype(np.int64)[bounds]
+        level = level.values
+    return np.diff(bounds)
 
 
 def _local_task_indices(table: pa.Table, ref: EpisodeRef, task_texts: dict[int, str]) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Write synthetic LeRobot v3.0 datasets exactly as lerobot 0.4.4 lays them out.
+"""Write synthetic LeRobot v3.0 datasets exactly as lerobot 0.4.4 and 0.6.1 lay them out.
 
 Used by the tests (datasets with many data files, video files and chunk folders, H.264 with
 B-frames, HEVC) and by `./run_local.sh` for its bundled sample. It reproduces what lerobot
@@ -6,6 +6,14 @@ really writes (see ../shared/fixtures/lerobot_v3/so100_tiny): each episode encod
 then joined into a camera's MP4 by stream copy, `from_timestamp` of an episode equal to the
 previous one's `to_timestamp`; float32 `timestamp`; task text in the pandas index column of
 meta/tasks.parquet; per-episode `stats/...` columns; episode-index files chunked like data.
+
+With `lerobot_version="0.6.1"` and the options below, what lerobot 0.6 and its tools write (see
+../shared/fixtures/lerobot_v3/*_lerobot061 and lerobot's datasets/dataset_tools.py): a `task`
+column; `info.is_depth_map` and `video.g/crf/preset/fast_decode`; depth video as HEVC gray12le,
+lossless, log-quantised 12-bit codes with B-frames; depth images as 16-bit TIFF; data files
+rewritten through pandas (`list<float>` vectors) beside ones written later (`fixed_size_list`);
+lerobot-annotate's language columns (`list<null>` in a file without annotations); and
+convert_image_to_video_dataset's videos, many episodes in one encode (episodes start mid-GOP).
 """
 
 from __future__ import annotations
@@ -63,6 +71,12 @@ class SyntheticLeRobot:
     # Benchmarks: > 0 encodes only this many distinct videos per camera and reuses them for the
     # other episodes (same length required), without keeping frames in the returned truth.
     video_variants: int = 0
+    lerobot_version: str = "0.4.4"  # "0.6.1": `task` column, `info.is_depth_map`, video.g/crf/preset/fast_decode
+    depth_codec: str = "ffv1"  # "hevc": lerobot 0.6's depth video (gray12le lossless, log-quantised codes, B-frames)
+    depth_image_cameras: Seq[str] = ()  # `image` features: uint16 millimetres as TIFF bytes (lerobot 0.6)
+    continuous_video: bool = False  # convert_image_to_video_dataset: a video file's episodes in one encode
+    list_data_files: Seq[int] = ()  # data files rewritten through pandas (modify_tasks, merge_datasets): list<float>
+    annotated_episodes: Seq[int] | None = None  # lerobot-annotate language columns (None: none); others hold []
 
 
 def synthetic_frames(episode: int, camera: int, length: int, height: int, width: int) -> np.ndarray:
@@ -79,14 +93,14 @@ def synthetic_frames(episode: int, camera: int, length: int, height: int, width:
 def encode_image(frame: np.ndarray, image_format: str = "png") -> bytes:
     """One [H, W, 3] uint8 frame as PNG or JPEG bytes (png16: one [H, W] uint16 depth frame as a
     16-bit gray PNG), through FFmpeg's image encoders."""
-    codec = {"png": "png", "png16": "png", "jpeg": "mjpeg"}[image_format]
+    codec = {"png": "png", "png16": "png", "jpeg": "mjpeg", "tiff16": "tiff"}[image_format]
     context = av.CodecContext.create(codec, "w")
     context.width, context.height = frame.shape[1], frame.shape[0]
-    context.pix_fmt = {"png": "rgb24", "png16": "gray16be", "jpeg": "yuvj420p"}[image_format]
+    context.pix_fmt = {"png": "rgb24", "png16": "gray16be", "jpeg": "yuvj420p", "tiff16": "gray16le"}[image_format]
     context.time_base = Fraction(1, 30)
     if codec == "mjpeg":
         context.options = {"qscale": "2"}
-    source = av.VideoFrame.from_ndarray(frame, format="gray16le" if image_format == "png16" else "rgb24")
+    source = av.VideoFrame.from_ndarray(frame, format="gray16le" if image_format in ("png16", "tiff16") else "rgb24")
     packets = context.encode(source) + context.encode(None)
     return b"".join(bytes(packet) for packet in packets)
 
@@ -101,8 +115,9 @@ def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
     fs, root = storage.open_root(url)
     rng = np.random.default_rng(spec.seed)
     truth: dict = {"state": [], "action": [], "reward": [], "done": [], "sensor": [], "task_index": [],
-                   "frames": {c: [] for c in (*spec.cameras, *spec.image_cameras, *spec.depth_cameras)},
-                   "images": {c: [] for c in spec.image_cameras}}
+                   "frames": {c: [] for c in (*spec.cameras, *spec.image_cameras, *spec.depth_cameras, *spec.depth_image_cameras)},
+                   "images": {c: [] for c in (*spec.image_cameras, *spec.depth_image_cameras)},
+                   "language_persistent": [], "language_events": []}
     episode_rows = []
     global_index = 0
 
@@ -137,6 +152,17 @@ def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
                 [pa.array(blobs, pa.binary()), pa.array([None] * length, pa.string())], names=["bytes", "path"])
             truth["frames"][camera].append(frames)
             truth["images"][camera].append(blobs)
+        for number, camera in enumerate(spec.depth_image_cameras):
+            depth = depth_millimetres(episode, 7 + number, length, spec.height, spec.width)
+            blobs = [encode_image(frame, "tiff16") for frame in depth]
+            columns[camera] = pa.StructArray.from_arrays(
+                [pa.array(blobs, pa.binary()), pa.array([None] * length, pa.string())], names=["bytes", "path"])
+            truth["frames"][camera].append(depth)
+            truth["images"][camera].append(blobs)
+        if spec.annotated_episodes is not None:
+            persistent, events = _annotations(episode, length, episode in spec.annotated_episodes, spec.fps)
+            truth["language_persistent"].append(persistent)
+            truth["language_events"].append(events)
         columns.update({
             "timestamp": pa.array((np.arange(length) / spec.fps).astype(np.float32)),
             "frame_index": pa.array(np.arange(length, dtype=np.int64)),
@@ -166,6 +192,15 @@ def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
     for file_number, tables in data_files.items():
         path = storage.join(root, DATA_TEMPLATE.format(chunk_index=file_number // spec.chunks_size, file_index=file_number % spec.chunks_size))
         fs.makedirs(posixpath.dirname(path), exist_ok=True)
+        if spec.annotated_episodes is not None:  # pyarrow infers the type per file, as lerobot-annotate lets it
+            episodes = [e for e in range(len(spec.lengths)) if e // spec.episodes_per_data_file == file_number]
+            for name in ("language_persistent", "language_events"):
+                inferred = pa.array([row for e in episodes for row in truth[name][e]])
+                bounds = np.cumsum([0] + [spec.lengths[e] for e in episodes])
+                tables = [t.append_column(name, inferred.slice(int(a), int(b - a))) for t, a, b in zip(tables, bounds, bounds[1:])]
+        if file_number in spec.list_data_files:  # pandas round trip: fixed-size vectors come back as list<float>
+            tables = [t.cast(pa.schema([pa.field(f.name, pa.list_(f.type.value_type)) if pa.types.is_fixed_size_list(f.type) else f
+                                        for f in t.schema])) for t in tables]
         with fs.open(path, "wb") as handle:
             with pq.ParquetWriter(handle, tables[0].schema, compression="snappy") as writer:
                 for table in tables:  # one row group per episode, as lerobot's streaming writer does
@@ -180,20 +215,30 @@ def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
         variants: dict[int, bytes] = {}
         for file_number, episodes in groups.items():
             encoded = []
+            if spec.continuous_video:
+                chunk_index, file_index = file_number // spec.chunks_size, file_number % spec.chunks_size
+                path = storage.join(root, VIDEO_TEMPLATE.format(video_key=camera, chunk_index=chunk_index, file_index=file_index))
+                fs.makedirs(posixpath.dirname(path), exist_ok=True)
+                clips = [_camera_frames(spec, episode, camera_number, depth) for episode in episodes]
+                truth["frames"][camera].extend(clips)
+                fs.pipe_file(path, _encode_camera(spec, np.concatenate(clips), depth, continuous=True))
+                start = 0
+                for episode in episodes:
+                    row = episode_rows[episode]
+                    row[f"videos/{camera}/chunk_index"], row[f"videos/{camera}/file_index"] = chunk_index, file_index
+                    row[f"videos/{camera}/from_timestamp"] = start / spec.fps
+                    row[f"videos/{camera}/to_timestamp"] = (start + spec.lengths[episode]) / spec.fps
+                    start += spec.lengths[episode]
+                continue
             for episode in episodes:
                 variant = episode % spec.video_variants if spec.video_variants else None
                 if variant is not None and variant in variants and spec.lengths[variant] == spec.lengths[episode]:
                     encoded.append(variants[variant])
                     continue
-                frames = synthetic_frames(episode, camera_number, spec.lengths[episode], spec.height, spec.width)
-                if depth:  # millimetres: a ramp that uses the high byte, so 8 bits cannot hold it
-                    frames = (frames[..., 0].astype(np.uint16) * 200 + frames[..., 1]).astype(np.uint16)
+                frames = _camera_frames(spec, episode, camera_number, depth)
                 if variant is None:
                     truth["frames"][camera].append(frames)
-                buffer = io.BytesIO()
-                options = EncodeOptions("ffv1", pix_fmt="gray16le") if depth else _encode_options(spec)
-                encode_frames(frames, buffer, fps=spec.fps, options=options)
-                encoded.append(buffer.getvalue())
+                encoded.append(_encode_camera(spec, frames, depth, continuous=False))
                 if variant is not None:
                     variants[variant] = encoded[-1]
             chunk_index, file_index = file_number // spec.chunks_size, file_number % spec.chunks_size
@@ -224,6 +269,80 @@ def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
     _write_json(fs, storage.join(root, "meta/stats.json"), _dataset_stats(truth, spec))
     _write_json(fs, storage.join(root, "meta/info.json"), _info(spec, global_index))
     return truth
+
+
+def depth_millimetres(episode: int, camera: int, length: int, height: int, width: int) -> np.ndarray:
+    """[T, H, W] uint16 millimetres: a ramp that uses the high byte, so 8 bits cannot hold it."""
+    frames = synthetic_frames(episode, camera, length, height, width)
+    return (frames[..., 0].astype(np.uint16) * 200 + frames[..., 1]).astype(np.uint16)
+
+
+# lerobot 0.6's depth quantiser defaults (configs/video.py) and its formula (datasets/depth_utils.py).
+DEPTH_MIN, DEPTH_MAX, DEPTH_SHIFT, DEPTH_QMAX = 0.01, 10.0, 3.5, 4095
+
+
+def quantize_depth(millimetres: np.ndarray) -> np.ndarray:
+    """lerobot's log quantiser: uint16 millimetres -> 12-bit codes (uint16 0..4095), in float32 as lerobot computes it."""
+    depth = millimetres.astype(np.float32)
+    low, high, shift = np.float32(DEPTH_MIN * 1000), np.float32(DEPTH_MAX * 1000), np.float32(DEPTH_SHIFT * 1000)
+    log_min, log_max = np.log(float(low + shift)), np.log(float(high + shift))
+    norm = (np.log(depth + shift) - log_min) / (log_max - log_min)
+    return np.rint(norm * DEPTH_QMAX).clip(0, DEPTH_QMAX).astype(np.uint16)
+
+
+def _camera_frames(spec: SyntheticLeRobot, episode: int, camera_number: int, depth: bool) -> np.ndarray:
+    if not depth:
+        return synthetic_frames(episode, camera_number, spec.lengths[episode], spec.height, spec.width)
+    millimetres = depth_millimetres(episode, camera_number, spec.lengths[episode], spec.height, spec.width)
+    return quantize_depth(millimetres) if spec.depth_codec == "hevc" else millimetres
+
+
+def _encode_camera(spec: SyntheticLeRobot, frames: np.ndarray, depth: bool, *, continuous: bool) -> bytes:
+    """One MP4 of `frames`: RGB with the spec's codec; depth as FFV1 gray16le (synthetic 0.4.4
+    layout) or lerobot 0.6's HEVC gray12le lossless (x265's default GOP and B-frames when
+    continuous, as convert_image_to_video_dataset leaves them; keyint = gop per episode)."""
+    buffer = io.BytesIO()
+    if depth and spec.depth_codec == "hevc":
+        keyint = "" if continuous else f":keyint={spec.gop or 2}:min-keyint=1"
+        output = av.open(buffer, mode="w", format="mp4")
+        stream = output.add_stream("libx265", rate=spec.fps)
+        stream.width, stream.height, stream.pix_fmt = spec.width, spec.height, "gray12le"
+        stream.options = {"x265-params": f"lossless=1:log-level=error:bframes=3{keyint}"}
+        for index, codes in enumerate(frames):
+            frame = av.VideoFrame.from_ndarray(codes, format="gray12le")
+            frame.pts = index
+            for packet in stream.encode(frame):
+                output.mux(packet)
+        for packet in stream.encode(None):
+            output.mux(packet)
+        output.close()
+        return buffer.getvalue()
+    options = EncodeOptions("ffv1", pix_fmt="gray16le") if depth else _encode_options(spec)
+    if continuous and not depth and spec.codec == "hevc":
+        options = dataclasses.replace(options, gop=max(options.gop or 0, 12))  # long GOPs: B-frames across episode ends
+    encode_frames(frames, buffer, fps=spec.fps, options=options)
+    return buffer.getvalue()
+
+
+def _annotations(episode: int, length: int, annotated: bool, fps: int) -> tuple[list, list]:
+    """lerobot-annotate's per-step rows: the episode's persistent rows on every frame, events on
+    the frame they fire (here frame 1, a `say` tool call). Not annotated: empty lists."""
+    if not annotated:
+        return [[] for _ in range(length)], [[] for _ in range(length)]
+    persistent = [{"role": "assistant", "content": f"plan for episode {episode}", "style": "plan", "timestamp": 0.0,
+                   "camera": None, "tool_calls": None},
+                  {"role": "assistant", "content": "grasp the cube", "style": "subtask", "timestamp": float(np.float32(1 / fps)),
+                   "camera": None, "tool_calls": None}]
+    events = [[] for _ in range(length)]
+    events[min(1, length - 1)] = [{"role": "assistant", "content": None, "style": None, "camera": None,
+                                   "tool_calls": [{"type": "function", "function": {"name": "say", "arguments": {"text": f"hello {episode}"}}}]}]
+    return [persistent for _ in range(length)], events
+
+
+# lerobot's SAY_TOOL_SCHEMA (datasets/language.py): what lerobot-annotate adds to info.json `tools`.
+SAY_TOOL = {"type": "function", "function": {"name": "say", "description": "Speak a short utterance to the user via the TTS executor.",
+                                             "parameters": {"type": "object", "properties": {"text": {"type": "string",
+                                                            "description": "The verbatim text to speak."}}, "required": ["text"]}}}
 
 
 def _fixed(values: np.ndarray) -> pa.Array:
@@ -274,7 +393,7 @@ def _concatenate(encoded: list[bytes], fs, path: str) -> list[tuple[float, float
 def _write_tasks(fs, root: str, spec: SyntheticLeRobot) -> None:
     indices = pa.array(range(len(spec.tasks)), pa.int64())
     texts = pa.array(list(spec.tasks), pa.string())
-    if spec.tasks_as_index:
+    if spec.tasks_as_index and spec.lerobot_version == "0.4.4":
         pandas_meta = {
             "index_columns": ["__index_level_0__"],
             "column_indexes": [],
@@ -313,31 +432,42 @@ def _info(spec: SyntheticLeRobot, total_frames: int) -> dict:
         features["observation.sensor"] = {"dtype": "float64", "shape": [2], "names": ["a", "b"]}
     # What the encoder really wrote: 4:2:0 pads odd sizes to even.
     width, height = padded_size(spec.width, spec.height, "yuv420p")
+    new = spec.lerobot_version != "0.4.4"
     for camera in spec.cameras:
         features[camera] = {
             "dtype": "video",
             "shape": [height, width, 3],
             "names": ["height", "width", "channels"],
-            "info": {"video.height": height, "video.width": width, "video.codec": spec.codec,
-                     "video.pix_fmt": "yuv420p", "video.is_depth_map": False, "video.fps": spec.fps,
-                     "video.channels": 3, "has_audio": False},
+            "info": _video_info(new, False, {"video.height": height, "video.width": width, "video.codec": spec.codec,
+                                             "video.pix_fmt": "yuv420p", "video.fps": spec.fps, "video.channels": 3, "has_audio": False,
+                                             "video.g": spec.gop, "video.crf": spec.crf, "video.preset": spec.preset, "video.fast_decode": 0}),
         }
     for camera in spec.depth_cameras:
-        features[camera] = {
-            "dtype": "video",
-            "shape": [spec.height, spec.width, 1],
-            "names": ["height", "width", "channels"],
-            "info": {"video.height": spec.height, "video.width": spec.width, "video.codec": "ffv1",
-                     "video.pix_fmt": "gray16le", "video.is_depth_map": True, "video.fps": spec.fps,
-                     "video.channels": 1, "has_audio": False},
-        }
+        hevc = spec.depth_codec == "hevc"
+        info = {"video.height": spec.height, "video.width": spec.width, "video.codec": "hevc" if hevc else "ffv1",
+                "video.pix_fmt": "gray12le" if hevc else "gray16le", "video.fps": spec.fps, "video.channels": 1, "has_audio": False}
+        if hevc:
+            info.update({"depth_unit": "mm", "video.g": spec.gop, "video.crf": 30, "video.preset": None, "video.fast_decode": 0,
+                         "video.extra_options": {"x265-params": "lossless=1"}, "video.depth_min": DEPTH_MIN,
+                         "video.depth_max": DEPTH_MAX, "video.shift": DEPTH_SHIFT, "video.use_log": True})
+        features[camera] = {"dtype": "video", "shape": [spec.height, spec.width, 1], "names": ["height", "width", "channels"],
+                            "info": _video_info(new, True, info)}
     for camera in spec.image_cameras:
         channels = 1 if spec.image_format == "png16" else 3
         features[camera] = {"dtype": "image", "shape": [spec.height, spec.width, channels], "names": ["height", "width", "channels"]}
+        if new:
+            features[camera]["info"] = {"is_depth_map": False}
+    for camera in spec.depth_image_cameras:
+        features[camera] = {"dtype": "image", "shape": [spec.height, spec.width, 1], "names": ["height", "width", "channels"],
+                            "info": {"is_depth_map": True, "depth_unit": "mm"}}
+    if spec.annotated_episodes is not None:
+        for name in ("language_persistent", "language_events"):
+            features[name] = {"dtype": "language", "shape": [1], "names": None}
     for name, dtype in (("timestamp", "float32"), ("frame_index", "int64"), ("episode_index", "int64"),
                         ("index", "int64"), ("task_index", "int64")):
         features[name] = {"dtype": dtype, "shape": [1], "names": None}
     episodes = len(spec.lengths)
+    tools = {"tools": [SAY_TOOL]} if spec.annotated_episodes is not None else {}
     return {
         "codebase_version": "v3.0",
         "robot_type": "synthetic",
@@ -352,7 +482,16 @@ def _info(spec: SyntheticLeRobot, total_frames: int) -> dict:
         "data_path": DATA_TEMPLATE,
         "video_path": VIDEO_TEMPLATE,
         "features": features,
+        **tools,
     }
+
+
+def _video_info(new: bool, depth: bool, info: dict) -> dict:
+    """lerobot 0.6 says `is_depth_map` and records its encoder settings; 0.4.4 `video.is_depth_map` and no settings."""
+    if new:
+        return {"is_depth_map": depth, **info}
+    return {key: value for key, value in {**info, "video.is_depth_map": depth}.items()
+            if key not in ("video.g", "video.crf", "video.preset", "video.fast_decode")}
 
 
 def _write_json(fs, path: str, value: dict) -> None:

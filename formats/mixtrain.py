@@ -7,12 +7,15 @@ rows inside a shard are sorted by sequence_id, so the same input gives the same 
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import hashlib
 import json
 import math
 import os
 import shutil
 import socket
+import sys
 from typing import Any
 
 import numpy as np
@@ -237,10 +240,11 @@ def column_types(columns: list[ColumnSpec]) -> dict[str, dict]:
 
 def sidecar(meta: DatasetMeta, *, num_sequences: int, num_timesteps: int, num_shards: int,
             converter_version: str, options: dict, created_at: str, num_skipped: int = 0,
-            non_finite: dict | None = None, incremental: dict | None = None, skipped_units: int = 0) -> dict:
+            non_finite: dict | None = None, incremental: dict | None = None, video_notes: dict | None = None,
+            skipped_units: int = 0) -> dict:
     value = {
         "mixtrain": VERSION,
-        "column_types": column_types(meta.columns),
+        "column_types": _with_video_notes(column_types(meta.columns), video_notes or {}),
         "source": _jsonable(meta.source),
         "num_sequences": num_sequences,
         "num_timesteps": num_timesteps,
@@ -261,6 +265,21 @@ def sidecar(meta: DatasetMeta, *, num_sequences: int, num_timesteps: int, num_sh
     if num_skipped or skipped_units:
         value["errors"] = ERRORS_FILE
     return value
+
+
+def _with_video_notes(types: dict[str, dict], notes: dict[str, dict]) -> dict[str, dict]:
+    """A copied column some of whose files are lossless encodes says so, and names them: `written_as`
+    becomes "copy+lossless" (every file still decodes to the source's pixels) and `not_copied` maps
+    each such sequence_id to how its file was written and why."""
+    for column, by_sequence in sorted(notes.items()):
+        entry = types.get(column)
+        if entry is None or not by_sequence:
+            continue
+        if entry.get("written_as") == "copy":
+            entry["written_as"] = "copy+lossless"
+            entry["lossless"] = True
+        entry["not_copied"] = dict(sorted(by_sequence.items()))
+    return types
 
 
 def _jsonable(value: Any) -> Any:
@@ -293,27 +312,55 @@ def read_sidecar(fs, root: str) -> dict:
         return json.load(handle)
 
 
-# Local disks: each published run lives in _versions/<run>/; `current` is a symlink to one of
-# them, and data, files, stats.json, _errors.jsonl and mixtrain.json at the top are symlinks
-# through `current`. Publishing is one atomic rename of `current`.
+# Local disks: the published dataset is DST itself, real folders and files, one copy: glob
+# readers (polars `**/*.parquet`, pyarrow dataset discovery), `cp -r` and uploads see each row and
+# file once. A run stages the complete new dataset in a hidden sibling folder
+# `.<name>.mixtrain-<run>` next to DST (same file system, invisible to readers of DST) and
+# publishes it with one atomic exchange of the two folders (Linux renameat2 RENAME_EXCHANGE): a
+# reader sees the previous dataset or the new one, never a mix, and a run killed at any moment
+# leaves one of the two complete. The previous dataset, now in the sibling, is then removed; what a
+# killed run leaves beside DST is collected by the next run.
+#
+# Outputs written by earlier versions of this converter (`current -> _versions/<run>` symlinks)
+# are still read, and replaced whole by the next run.
 VERSIONS_DIR = "_versions"
 CURRENT = "current"
+SIBLING_MARK = ".mixtrain-"
 # Per-unit fingerprints of what a run converted: what --incremental compares against.
 FINGERPRINTS_FILE = "_fingerprints.json"
 PUBLISHED = (DATA_DIR, FILES_DIR, STATS_FILE, ERRORS_FILE, FINGERPRINTS_FILE, SIDECAR)
 
 
+def staging_root(fs, output: str, run: str) -> str:
+    """Where a run writes before it publishes: a hidden sibling of the output on a local disk,
+    `DST/_staging/<run>` on object stores (no rename there; see `publish`)."""
+    if storage.is_local(fs):
+        real = os.path.realpath(output)
+        parent, name = os.path.split(real)
+        return f"{parent}/.{name}{SIBLING_MARK}{run}"
+    return f"{output}/{STAGING_DIR}/{run}"
+
+
+def _siblings(output: str) -> list[str]:
+    """This output's staging and replaced folders beside it (local disks)."""
+    parent, name = os.path.split(os.path.realpath(output))
+    prefix = f".{name}{SIBLING_MARK}"
+    try:
+        return [f"{parent}/{entry}" for entry in sorted(os.listdir(parent)) if entry.startswith(prefix)]
+    except OSError:
+        return []
+
+
 def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
     """Make the staged dataset the published one, mixtrain.json last.
 
-    On a local disk the switch is atomic: a reader sees the previous dataset or this one, never
-    a mix, and a run killed at any point leaves the previous dataset as it was. On object stores
+    On a local disk the switch is one atomic exchange of folders (see above). On object stores
     (no rename, no symlinks) the staged objects are copied into place server-side after
     mixtrain.json is removed, so a dataset being replaced never looks finished; a run killed in
     that window leaves no mixtrain.json, and the next run completes.
     """
     if storage.is_local(fs):
-        _publish_version(fs, staging, output, sidecar_value)
+        _publish_local(staging, output, sidecar_value)
         return
     sidecar_path = f"{output}/{SIDECAR}"
     if fs.exists(sidecar_path):
@@ -328,27 +375,44 @@ def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
     discard_staging(fs, staging, output)
 
 
-def _publish_version(fs, staging: str, output: str, sidecar_value: dict) -> None:
-    run = staging.rstrip("/").rsplit("/", 1)[-1]
+def _publish_local(staging: str, output: str, sidecar_value: dict) -> None:
     os.makedirs(f"{staging}/{FILES_DIR}", exist_ok=True)
-    for name in (ERRORS_FILE, FINGERPRINTS_FILE):  # every published name exists: no dangling links
+    for name in (ERRORS_FILE, FINGERPRINTS_FILE):  # every published name exists
         if not os.path.exists(f"{staging}/{name}"):
             open(f"{staging}/{name}", "wb").close()
     _write_atomically(f"{staging}/{SIDECAR}", dumps(sidecar_value).encode())
     if os.path.exists(f"{staging}/{OWNER_FILE}"):
         os.remove(f"{staging}/{OWNER_FILE}")
-    versions = f"{output}/{VERSIONS_DIR}"
-    os.makedirs(versions, exist_ok=True)
-    os.replace(staging, f"{versions}/{run}")  # same file system: a rename
-    _adopt_legacy_layout(output)
-    for name in PUBLISHED:  # the top-level view, created once, always through `current`
-        link = f"{output}/{name}"
-        if not os.path.lexists(link):
-            os.symlink(f"{CURRENT}/{name}", link)
-    swap = f"{output}/.{CURRENT}-{run}"
-    os.symlink(f"{VERSIONS_DIR}/{run}", swap)
-    os.replace(swap, f"{output}/{CURRENT}")  # the publication: one atomic rename
-    _collect_garbage(output, keep=run)
+    real = os.path.realpath(output)
+    if os.path.isdir(real):
+        try:
+            _exchange(staging, real)  # the publication: one atomic exchange
+        except OSError as error:
+            if error.errno not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise
+            # No RENAME_EXCHANGE here (not Linux, or a file system without it): two renames; a
+            # reader in between finds no dataset, never a mixed one.
+            aside = f"{staging}{SIBLING_MARK}replaced"
+            os.rename(real, aside)
+            os.rename(staging, real)
+            shutil.rmtree(aside, ignore_errors=True)
+    else:
+        os.rename(staging, real)
+    shutil.rmtree(staging, ignore_errors=True)  # the previous dataset, now beside the output
+    _collect_garbage(output)
+
+
+def _exchange(first: str, second: str) -> None:
+    """Swap two folders atomically (renameat2 with RENAME_EXCHANGE, Linux 3.15+)."""
+    if not sys.platform.startswith("linux"):
+        raise OSError(errno.ENOSYS, "no renameat2 on this platform")
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "renameat2"):
+        raise OSError(errno.ENOSYS, "this C library has no renameat2")
+    at_fdcwd, rename_exchange = -100, 2
+    if libc.renameat2(at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), rename_exchange) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), first)
 
 
 def _write_atomically(path: str, data: bytes) -> None:
@@ -360,36 +424,23 @@ def _write_atomically(path: str, data: bytes) -> None:
     os.replace(temporary, path)
 
 
-def _adopt_legacy_layout(output: str) -> None:
-    """A dataset published before versions existed (real data/, files/ at the top) is moved into
-    _versions/legacy/ once, so the symlinked view can take its place."""
-    legacy = [name for name in (*PUBLISHED, CURRENT) if os.path.lexists(f"{output}/{name}") and not os.path.islink(f"{output}/{name}")]
-    if not legacy:
-        return
-    target = f"{output}/{VERSIONS_DIR}/legacy"
-    os.makedirs(target, exist_ok=True)
-    for name in legacy:  # (a copied dataset has `current` as a real folder too)
-        os.replace(f"{output}/{name}", f"{target}/{name}")
-
-
-def _collect_garbage(output: str, keep: str) -> None:
-    """Drop versions other than the published one and stale staging left by killed runs (one
-    writer per output is assumed; readers holding files open keep them until they close)."""
-    for folder in (f"{output}/{VERSIONS_DIR}", f"{output}/{STAGING_DIR}"):
-        if not os.path.isdir(folder):
-            continue
-        for name in os.listdir(folder):
-            if name != keep and _live_owner(f"{folder}/{name}") is None:
-                shutil.rmtree(f"{folder}/{name}", ignore_errors=True)
-    if os.path.isdir(f"{output}/{STAGING_DIR}") and not os.listdir(f"{output}/{STAGING_DIR}"):
-        os.rmdir(f"{output}/{STAGING_DIR}")
-    for name in os.listdir(output):
-        if name.startswith(f".{CURRENT}-"):
-            os.remove(f"{output}/{name}")
+def _collect_garbage(output: str) -> None:
+    """Remove what killed runs left beside the output (staging, a replaced dataset) and, inside
+    it, their staging (`_staging/`, object-store layout) when no live run owns it."""
+    for folder in _siblings(output):
+        if _live_owner(folder) is None:
+            shutil.rmtree(folder, ignore_errors=True)
+    inside = f"{output}/{STAGING_DIR}"
+    if os.path.isdir(inside):
+        for name in os.listdir(inside):
+            if _live_owner(f"{inside}/{name}") is None:
+                shutil.rmtree(f"{inside}/{name}", ignore_errors=True)
+        if not os.listdir(inside):
+            os.rmdir(inside)
 
 
 def is_versioned(fs, output: str) -> bool:
-    """Whether the output uses the versioned layout (`current` is a symlink into _versions/)."""
+    """Whether the output uses the earlier symlinked layout (`current` is a symlink into _versions/)."""
     current = f"{output}/{CURRENT}"
     return storage.is_local(fs) and os.path.islink(current) and os.readlink(current).startswith(f"{VERSIONS_DIR}/")
 
@@ -423,20 +474,22 @@ def _live_owner(folder: str) -> int | None:
 
 
 def check_no_live_run(fs, output: str) -> None:
-    """One writer per output: refuse to start while another live run stages there."""
-    folder = f"{output}/{STAGING_DIR}"
-    if not storage.is_local(fs) or not os.path.isdir(folder):
+    """One writer per output: refuse to start while another live run stages for it."""
+    if not storage.is_local(fs):
         return
-    for name in os.listdir(folder):
-        pid = _live_owner(f"{folder}/{name}")
+    inside = f"{output}/{STAGING_DIR}"
+    folders = _siblings(output) + ([f"{inside}/{name}" for name in os.listdir(inside)] if os.path.isdir(inside) else [])
+    for folder in folders:
+        pid = _live_owner(folder)
         if pid is not None:
             raise ConversionError(f"{output}: another conversion (pid {pid}) is writing this output; wait for it to finish")
 
 
 def published_root(fs, output: str) -> str:
-    """The folder holding the published files themselves (the current version on a local disk)."""
+    """The folder holding the published files themselves (the output, or the current version of
+    an output in the earlier symlinked layout)."""
     current = f"{output}/{CURRENT}"
-    return os.path.realpath(current) if storage.is_local(fs) and os.path.islink(current) else output
+    return os.path.realpath(current) if is_versioned(fs, output) else output
 
 
 def _move(fs, source: str, target: str) -> None:
@@ -464,9 +517,11 @@ def copy_assets(fs, root: str, out_fs, staging: str, meta: DatasetMeta) -> None:
 
 
 def discard_staging(fs, staging: str, output: str) -> None:
-    """Remove one run's staging folder, then the staging parent if no other run uses it."""
+    """Remove one run's staging folder (and on object stores the staging parent if no other run uses it)."""
     if fs.exists(staging):
         fs.rm(staging, recursive=True)
+    if storage.is_local(fs):
+        return
     parent = f"{output}/{STAGING_DIR}"
     if fs.exists(parent) and not fs.ls(parent):
         fs.rm(parent, recursive=True)

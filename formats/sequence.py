@@ -143,6 +143,8 @@ class Sequence:
         or None (after).
       extra_stats: stats.json key -> ColumnStats the reader or the video step computed itself
         (per-channel image statistics, L5Kit agent fields), merged per shard like column stats.
+      video_notes: video column -> how its file was written when that is not what the column
+        says (copy mode: a lossless encode of a cut whose packets could not be copied).
     """
 
     sequence_id: str
@@ -154,6 +156,7 @@ class Sequence:
     videos: dict[str, Any] = dataclasses.field(default_factory=dict)
     extra_stats: dict[str, Any] = dataclasses.field(default_factory=dict)
     files: dict[str, Any] = dataclasses.field(default_factory=dict)
+    video_notes: dict[str, dict] = dataclasses.field(default_factory=dict)
 
 
 _OBSERVATION_PREFIXES = ("observation.", "observation/")

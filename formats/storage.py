@@ -16,6 +16,7 @@ from typing import Any
 import fsspec
 import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
 
 from formats.errors import FormatError
 
@@ -24,7 +25,13 @@ __all__ = ["open_root", "join", "url_for", "resolve_inside", "check_regular", "l
 
 
 def open_root(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
-    """Return (filesystem, root path without trailing slash) for a URL or local path."""
+    """Return (filesystem, root path without trailing slash) for a URL or local path.
+
+    A local path (no `://`) or a file:// URL is taken as it is: fsspec would read `::` in it as a
+    chain of protocols (`a::b` -> "Protocol not known: a")."""
+    if "://" not in url or url.startswith("file://"):
+        path = os.path.abspath(url[len("file://"):] if url.startswith("file://") else url)
+        return LocalFileSystem(), path.rstrip("/") or "/"
     fs, root = url_to_fs(url)
     return fs, root.rstrip("/") or "/"
 

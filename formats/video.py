@@ -1,12 +1,16 @@
 """Video through PyAV: cut a time range out of an MP4 by packet copy, re-encode, encode image
 sequences, probe, decode.
 
-Copy mode never decodes: the packets of [start, end) are copied into a new MP4 whose timestamps
-start at 0, so the output decodes to the source's pixels bit for bit. Plain MP4s are cut on their
-sample tables (`formats.mp4`, no per-packet work); anything else is remuxed through PyAV. lerobot writes each episode
-as its own closed GOP run and joins files by stream copy, so an episode starts on a keyframe; a
-segment that does not (a cut inside a GOP) cannot be copied and is re-encoded from the decoded
-frames with the source's codec at high quality, and reported as such.
+Copy mode: the packets of [start, end) are copied into a new MP4 whose timestamps start at 0, so
+the output decodes to the source's pixels bit for bit. Plain MP4s are cut on their sample tables
+(`formats.mp4`, no per-packet work); anything else is remuxed through PyAV. Packets can be copied
+alone only when they are one unbroken decode-order run starting on a keyframe that is shown first:
+lerobot's recorder writes each episode as its own GOP run, but convert_image_to_video_dataset
+encodes many episodes in one stream (episodes start inside GOPs, HEVC B-frames reference frames of
+the next episode). Such a segment is decoded and encoded losslessly in the source's pixel format
+(x264 lossless for 8-bit YUV, else FFV1), checked by decoding it again, so it still decodes to the
+source's pixels; `CopyResult.note()` says so for mixtrain.json. A remuxed or encoded segment's
+frame count is counted by decoding the written file.
 
 Encoding (re-encode mode, image sequences) takes decoded frames, encoded JPEG/PNG bytes or raw
 uint8/uint16 arrays and writes frame i at pts i in a 1/fps time base. 4:2:0 and 4:2:2 need even
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
 import io
 import os
 import threading
@@ -51,9 +56,12 @@ __all__ = [
     "probe",
     "stream_info",
     "copy_segment",
+    "verify_decodes",
     "reencode_segment",
     "retime",
     "near_lossless_options",
+    "lossless_options",
+    "LOSSLESS",
     "encode_frames",
     "decode_frames",
     "iter_frames",
@@ -187,11 +195,23 @@ class VideoInfo:
 
 @dataclasses.dataclass(frozen=True)
 class CopyResult:
-    """What `copy_segment` wrote: its frame count and whether it had to re-encode."""
+    """What `copy_segment` wrote: the frames the written file decodes to, and whether its packets
+    are the source's (`written_as` "copy") or a lossless encode of them ("lossless": `codec`,
+    `pix_fmt` and `reason` say which and why)."""
 
     frames: int
     reencoded: bool
     info: VideoInfo
+    written_as: str = "copy"
+    codec: str | None = None
+    pix_fmt: str | None = None
+    reason: str | None = None
+
+    def note(self) -> dict | None:
+        """What mixtrain.json records for a sequence whose file is not a packet copy (None: it is)."""
+        if not self.reencoded:
+            return None
+        return {"written_as": self.written_as, "codec": self.codec, "pix_fmt": self.pix_fmt, "reason": self.reason}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,15 +283,17 @@ def _seek(container, stream, low: int | None) -> None:
         container.seek(low, stream=stream, backward=True, any_frame=False)
 
 
-def _segment_frames(container, stream, low: int | None, high: int | None) -> Iterator[av.VideoFrame]:
-    """Decoded frames presented in [low, high) pts, in presentation order."""
+def _segment_frames(container, stream, low: int | None, high: int | None, *, skip_before: int | None = None) -> Iterator[av.VideoFrame]:
+    """Decoded frames presented in [low, high) pts, in presentation order (decoding from the
+    keyframe before `low`; `skip_before` drops earlier frames when decoding starts elsewhere)."""
     _seek(container, stream, low)
+    floor = low if skip_before is None else skip_before
     for frame in container.decode(stream):
         if frame.pts is None:
             continue
         if high is not None and frame.pts >= high:
             break
-        if low is None or frame.pts >= low:
+        if floor is None or frame.pts >= floor:
             yield frame
 
 
@@ -283,6 +305,7 @@ def copy_segment(
     end: float | None,
     frames: int,
     fps: float,
+    verify: bool = True,
 ) -> CopyResult:
     """Remux the packets presented in [start, end) seconds into a new MP4 starting at t=0.
 
@@ -292,12 +315,16 @@ def copy_segment(
       start, end: segment bounds in seconds of the source's presentation time; None = open end.
       frames: the number of frames the segment must hold (the sequence length).
       fps: frame rate used to place the half-frame tolerance around the bounds.
+      verify: decode the written file once (`verify_decodes`); the sample-table path otherwise
+        copies bytes it never looked at.
 
     Raises:
       VideoError: unreadable input, or a segment whose frame count is not `frames`.
     """
     copied = _copy_by_sample_table(source, destination, start=start, end=end, frames=frames, fps=fps)
     if copied is not None:
+        if verify:
+            verify_decodes(destination, frames)
         return copied
     return _copy_by_remux(source, destination, start=start, end=end, frames=frames, fps=fps)
 
@@ -305,28 +332,26 @@ def copy_segment(
 def _copy_by_remux(source: BinaryIO | str, destination: BinaryIO | str, *, start: float | None, end: float | None,
                    frames: int, fps: float) -> CopyResult:
     """`copy_segment` through PyAV's demuxer and muxer: any container FFmpeg reads, and the cuts
-    that need re-encoding."""
+    whose packets cannot be copied as they are (those are encoded losslessly, see `_lossless_segment`)."""
     container = _open_input(source)
     try:
         stream = _video_stream(container)
         low, high = _bounds(stream.time_base, start, end, fps)
         _seek(container, stream, low)
-        packets = []
+        run = []  # decode order from the seek point; stops once decode time passed the segment
         for packet in container.demux(stream):
             if packet.size == 0 or packet.pts is None:
                 continue
             if high is not None and packet.dts is not None and packet.dts >= high:
                 break  # decode order passed the segment: every later pts is later still
-            if (low is None or packet.pts >= low) and (high is None or packet.pts < high):
-                packets.append(packet)
-        if len(packets) != frames:
-            raise VideoError(
-                f"segment [{_fmt(start)}, {_fmt(end)}) s holds {len(packets)} frames, expected {frames}"
-            )
-        # A cut must start on a keyframe that is also shown first: an open GOP's leading frames are
-        # shown before it and need the previous GOP. Otherwise re-encode.
-        if not packets[0].is_keyframe or packets[0].pts != min(packet.pts for packet in packets):
-            return _reencode_in_place(container, stream, destination, low, high, frames)
+            run.append(packet)
+        inside = [i for i, packet in enumerate(run) if (low is None or packet.pts >= low) and (high is None or packet.pts < high)]
+        if len(inside) != frames:
+            raise VideoError(f"segment [{_fmt(start)}, {_fmt(end)}) s holds {len(inside)} frames, expected {frames}")
+        reason = _not_copyable(run, inside)
+        if reason is not None:
+            return _lossless_segment(source, container, stream, destination, low, high, frames, fps, reason)
+        packets = [run[i] for i in inside]
         origin = min(packet.pts for packet in packets)
         output = av.open(destination, mode="w", format="mp4")
         try:
@@ -340,11 +365,61 @@ def _copy_by_remux(source: BinaryIO | str, destination: BinaryIO | str, *, start
                 output.mux(packet)
         finally:
             output.close()
-        return CopyResult(frames=len(packets), reencoded=False, info=_info_of(stream, frames))
+        _rewind(destination)
+        decoded = _count_decoded(destination)
+        if decoded != frames:  # the structural checks missed a dependency: never publish a short file
+            return _lossless_segment(source, container, stream, destination, low, high, frames, fps,
+                                     f"the copied packets decode to {decoded} frames")
+        return CopyResult(frames=decoded, reencoded=False, info=_info_of(stream, frames))
     except av.error.FFmpegError as error:
         raise VideoError(f"cannot read video: {error}") from error
     finally:
         container.close()
+
+
+def _not_copyable(run: list, inside: list[int]) -> str | None:
+    """Why the packets at positions `inside` of a decode-order `run` cannot be copied alone, or None.
+
+    They can when they are one unbroken decode-order run (a frame of a neighbour between them means
+    a reference outside the segment: HEVC B-frames at the end that reference a later frame), that
+    starts on a keyframe shown first (not inside a GOP, not an open GOP's leading pictures)."""
+    first = run[inside[0]]
+    if inside[-1] - inside[0] + 1 != len(inside):
+        return "the segment's packets interleave with a neighbour's in decode order (references outside the segment)"
+    if not first.is_keyframe:
+        return "the segment starts inside a GOP"
+    if first.pts != min(run[i].pts for i in inside):
+        return "the segment starts on an open GOP (frames shown before its keyframe)"
+    return None
+
+
+def _rewind(destination: BinaryIO | str) -> None:
+    if not isinstance(destination, str):
+        destination.seek(0)
+
+
+def _count_decoded(destination: BinaryIO | str) -> int:
+    """How many frames a written file decodes to (what a reader gets, not what was muxed)."""
+    container = _open_input(destination)
+    try:
+        stream = _video_stream(container)
+        stream.thread_type = "AUTO"
+        return sum(1 for _ in container.decode(stream))
+    finally:
+        container.close()
+        _rewind(destination)
+
+
+def verify_decodes(written: BinaryIO | str, frames: int) -> None:
+    """Decode a file of copied samples once: samples the decoder rejects (a damaged source), or a
+    frame count other than `frames`, are a VideoError instead of a published file no one can play."""
+    _rewind(written)
+    try:
+        decoded = _count_decoded(written)
+    except av.error.FFmpegError as error:
+        raise VideoError(f"the copied samples do not decode ({error}); the source video is damaged") from error
+    if decoded != frames:
+        raise VideoError(f"the copied samples decode to {decoded} frames, expected {frames}")
 
 
 def _source_key(source: BinaryIO | str) -> tuple | None:
@@ -430,25 +505,90 @@ def _info_of(stream, frames: int) -> VideoInfo:
     )
 
 
-# Quality for the one-off re-encode of a segment that cannot be copied: visually lossless.
-_LOSSLESS_ENOUGH_CRF = {"h264": 10, "hevc": 10, "av1": 8}
+LOSSLESS = "lossless"
 
 
-def _reencode_in_place(container, stream, destination, low, high, frames: int) -> CopyResult:
-    """Copy mode's fallback: encode the segment with the source's codec at visually lossless quality."""
-    options = near_lossless_options(_codec_name(stream), stream.codec_context.pix_fmt)
-    result = encode_frames(_segment_frames(container, stream, low, high), destination,
-                           fps=stream.average_rate or Fraction(30), options=options)
-    if result.frames != frames:
-        raise VideoError(f"re-encoded segment holds {result.frames} frames, expected {frames}")
-    return CopyResult(frames=result.frames, reencoded=True, info=_info_of(stream, frames))
+def _lossless_segment(source, container, stream, destination, low, high, frames: int, fps: float, reason: str) -> CopyResult:
+    """Copy mode's answer to a cut whose packets cannot be copied: the segment's decoded frames,
+    encoded losslessly in their own pixel format (`lossless_options`), then decoded again and
+    compared frame by frame (a digest of every plane) with what was encoded: a file that would
+    not give back the source's pixels is never written. Decoding starts at the keyframe before
+    the segment; when that is not enough (an open GOP's leading pictures need the GOP before),
+    from the file's start. The frame count is what the written file decodes to."""
+    info = _info_of(stream, frames)
+    candidates = lossless_options(stream.codec_context.pix_fmt)
+    found = 0
+    for options in candidates:
+        for attempt in ("seek", "start"):
+            if not isinstance(source, str):
+                source.seek(0)
+            wanted: list[bytes] = []
+            with _open_input(source) as fresh:  # the caller's container has been demuxed past the segment
+                decoder = _video_stream(fresh)
+                decoder.thread_type = "AUTO"
+                _truncate(destination)
+                encode_frames(_segment_frames(fresh, decoder, low if attempt == "seek" else None, high, skip_before=low),
+                              destination, fps=fps, options=options, lossless=True,
+                              on_frame=lambda _, frame, wanted=wanted: wanted.append(_digest(frame)))
+            _rewind(destination)
+            found = len(wanted)
+            if found != frames:
+                continue  # decoding from the keyframe before lost leading pictures: from the start
+            if _decoded_digests(destination) == wanted:
+                return CopyResult(frames=found, reencoded=True, info=info, written_as=LOSSLESS,
+                                  codec=options.codec, pix_fmt=options.pix_fmt, reason=reason)
+            break  # this encoder did not give the pixels back: the next one
+    raise VideoError(f"segment [{_fmt(None if low is None else float(low * stream.time_base))}, "
+                     f"{_fmt(None if high is None else float(high * stream.time_base))}) s decodes to {found} frames, "
+                     f"expected {frames}, or could not be written losslessly; cannot copy it")
+
+
+def _digest(frame: av.VideoFrame) -> bytes:
+    """Every sample of a frame at its bit depth (planes packed, no line padding)."""
+    return hashlib.blake2b(frame.to_ndarray().tobytes(), digest_size=16).digest()
+
+
+def _decoded_digests(destination: BinaryIO | str) -> list[bytes]:
+    container = _open_input(destination)
+    try:
+        stream = _video_stream(container)
+        stream.thread_type = "AUTO"
+        return [_digest(frame) for frame in container.decode(stream)]
+    finally:
+        container.close()
+        _rewind(destination)
+
+
+def _truncate(destination: BinaryIO | str) -> None:
+    if isinstance(destination, str):
+        open(destination, "wb").close()
+    else:
+        destination.seek(0)
+        destination.truncate()
+
+
+# 8-bit YUV: H.264 lossless (x264 crf 0, High 4:4:4 Predictive), which Chromium plays and which is
+# 18 % smaller than FFV1 on so100_tiny; anything else (gray, 10/12/16-bit, 12-bit depth): FFV1.
+_X264_LOSSLESS = ("yuv420p", "yuv422p", "yuv444p")
+
+
+def lossless_options(pix_fmt: str | None) -> list[EncodeOptions]:
+    """The encodes copy mode tries, in order, where packets cannot be copied (docs/lerobot_v3.md),
+    all keeping `pix_fmt`: x264 lossless for 8-bit YUV, then FFV1 for everything."""
+    ffv1 = EncodeOptions("ffv1", pix_fmt=lossless_pix_fmt(pix_fmt)).resolved()
+    if pix_fmt in _X264_LOSSLESS:
+        return [EncodeOptions("h264", 0, DEFAULT_GOP, "medium", pix_fmt).resolved(), ffv1]
+    return [ffv1]
+
+
+_NEAR_LOSSLESS_CRF = {"h264": 10, "hevc": 10, "av1": 8}
 
 
 def near_lossless_options(codec: str, pix_fmt: str | None) -> EncodeOptions:
-    """What copy mode encodes with when it cannot copy packets: the source's codec at visually
-    lossless quality, or FFV1 (lossless) for what those encoders cannot hold."""
-    if codec in _LOSSLESS_ENOUGH_CRF and pix_fmt in PIX_FMTS[codec]:
-        return EncodeOptions(codec, _LOSSLESS_ENOUGH_CRF[codec], None, "12" if codec == "av1" else None, pix_fmt)
+    """What re-timing encodes with by default: the source's codec at visually lossless quality,
+    or FFV1 (lossless) for what those encoders cannot hold."""
+    if codec in _NEAR_LOSSLESS_CRF and pix_fmt in PIX_FMTS[codec]:
+        return EncodeOptions(codec, _NEAR_LOSSLESS_CRF[codec], None, "12" if codec == "av1" else None, pix_fmt)
     return EncodeOptions("ffv1", pix_fmt=lossless_pix_fmt(pix_fmt))
 
 
@@ -526,16 +666,16 @@ def reencode_segment(
 
 
 class ImageDecoder:
-    """Images (JPEG/PNG bytes, arrays) -> VideoFrame, with FFmpeg's own decoders and no temporary
-    files. Each image gets a fresh decoder context (about 40 us): FFmpeg's PNG decoder carries
+    """Images (JPEG/PNG/TIFF bytes, arrays) -> VideoFrame, with FFmpeg's own decoders and no temporary
+    files (lerobot 0.6 stores depth images as 16-bit TIFF). Each image gets a fresh decoder context (about 40 us): FFmpeg's PNG decoder carries
     state from one packet to the next (APNG), so a reused context returns blends of earlier images."""
 
-    _MAGIC = ((b"\xff\xd8", "mjpeg"), (b"\x89PNG", "png"))
+    _MAGIC = ((b"\xff\xd8", "mjpeg"), (b"\x89PNG", "png"), (b"II*\x00", "tiff"), (b"MM\x00*", "tiff"))
 
     def decode(self, data: bytes, index: int) -> av.VideoFrame:
         name = next((codec for magic, codec in self._MAGIC if data[: len(magic)] == magic), None)
         if name is None:
-            raise VideoError(f"image {index} is neither JPEG nor PNG (starts with {bytes(data[:4])!r})")
+            raise VideoError(f"image {index} is neither JPEG, PNG nor TIFF (starts with {bytes(data[:4])!r})")
         try:
             decoded = av.CodecContext.create(name, "r").decode(av.Packet(data))
         except av.error.FFmpegError as error:
@@ -627,6 +767,13 @@ def _tag_colours(context, first: av.VideoFrame, pix_fmt: str) -> None:
         context.colorspace = context.color_primaries = context.color_trc = _BT601
 
 
+def _copy_colours(context, first: av.VideoFrame) -> None:
+    """A lossless copy of decoded samples says what the source said of them (range, matrix)."""
+    for name in ("color_range", "colorspace", "color_primaries", "color_trc"):
+        if getattr(first, name, None):
+            setattr(context, name, getattr(first, name))
+
+
 def _padded_frame(frame: av.VideoFrame, width: int, height: int) -> av.VideoFrame:
     target = array_format_of(frame.format.name)
     return av.VideoFrame.from_ndarray(_pad(frame.to_ndarray(format=target), width, height), format=target)
@@ -648,6 +795,7 @@ def encode_frames(
     options: EncodeOptions = EncodeOptions(),
     on_frame: FrameCallback | None = None,
     expected_size: tuple[int, int] | None = None,
+    lossless: bool = False,
 ) -> EncodeResult:
     """Encode a frame sequence into an MP4, frame i at pts i in a 1/fps time base.
 
@@ -656,6 +804,7 @@ def encode_frames(
     and `expected_size` (width, height) when given: what the metadata declared. A frame deeper
     than 8 bits is refused by a lossy codec (`options_for` routes such columns to FFV1). x264
     runs with `mbtree=0`, which makes repeated encodes of the same frames byte-identical (NOTES.md).
+    `lossless` (FFV1 in the frames' own format): samples pass untouched, colour tags copied.
     """
     options = options.resolved()
     encoder = ENCODERS[options.codec]
@@ -679,7 +828,10 @@ def encode_frames(
                 stream.width, stream.height = padded
                 stream.pix_fmt = options.pix_fmt
                 stream.codec_context.time_base = 1 / rate
-                _tag_colours(stream.codec_context, frame, options.pix_fmt)
+                if lossless:
+                    _copy_colours(stream.codec_context, frame)
+                else:
+                    _tag_colours(stream.codec_context, frame, options.pix_fmt)
                 stream.options = _encoder_options(options)
             elif (frame.width, frame.height) != size:
                 raise VideoError(f"image {count} is {frame.width}x{frame.height}, the first is {size[0]}x{size[1]}")
@@ -692,7 +844,9 @@ def encode_frames(
                 on_frame(count, frame)
             if padded != size:
                 frame = _padded_frame(frame, *padded)
-            if _needs_conversion(frame, options.pix_fmt):
+            if lossless and frame.format.name != options.pix_fmt:
+                raise VideoError(f"image {count} is {frame.format.name}, the lossless stream {options.pix_fmt}")
+            if not lossless and _needs_conversion(frame, options.pix_fmt):
                 frame = to_video_range(frame, options.pix_fmt)
             frame.pts = count
             frame.time_base = 1 / rate

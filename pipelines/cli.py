@@ -16,6 +16,7 @@ __all__ = ["UsageError", "add_arguments", "build_parser", "check_unknown", "pars
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SKIPPED = 0, 1, 2, 3
 DEFAULT_SHARD_MB = 256.0
+DEFAULT_MAX_SKIPPED = "10%"
 DEFAULT_PROGRESS_SECONDS = 10.0
 # Known here without importing the format modules (pyarrow, PyAV): tests check they match them.
 SOURCE_IDS = ("l5kit", "lerobot_v3", "ortf", "rlds")
@@ -72,6 +73,26 @@ def _number(kind, low: float, *, above: bool = False):
     return parse
 
 
+def skip_limit(text: str) -> tuple[str, float]:
+    """`--max_skipped`: a count (`5`) or a percentage of the sequences (`10%`), as (kind, value)."""
+    value = text.strip()
+    try:
+        if value.endswith("%"):
+            percent = float(value[:-1])
+            if math.isfinite(percent) and 0 <= percent <= 100:
+                return ("fraction", percent / 100)
+        elif int(value) >= 0:
+            return ("count", int(value))
+    except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"expected a count like 5 or a percentage like 10%, found {text!r}")
+
+
+def describe_skip_limit(limit: tuple[str, float]) -> str:
+    kind, value = limit
+    return f"{value:g}" if kind == "count" else f"{value * 100:g}%"
+
+
 def _flag(parser, name: str, help: str) -> None:
     parser.add_argument(name, type=boolean, nargs="?", const=True, default=False, metavar="BOOL", help=help)
 
@@ -86,6 +107,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--on_error", default="fail", choices=ERROR_MODES,
                        help="fail (default): the first bad sequence stops the run, output untouched; "
                             "skip: bad sequences go to DST/_errors.jsonl, the rest is published (exit 3)")
+    group.add_argument("--max_skipped", default=skip_limit(DEFAULT_MAX_SKIPPED), type=skip_limit, metavar="N|P%",
+                       help=f"with --on_error=skip: publish nothing if more sequences than this (a count, or a percentage of "
+                            f"the sequences) were skipped (default {DEFAULT_MAX_SKIPPED.replace('%', '%%')})")
     _flag(group, "--overwrite", "replace an existing Mixtrain dataset at --output")
     _flag(group, "--incremental", "nightly re-conversion: reuse unchanged sequences of the dataset at --output, convert new "
                                   "and changed ones, drop deleted ones, publish a complete new version")
@@ -101,6 +125,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--video_preset", default=None, metavar="P", help="encoder speed preset (default: h264/hevc medium, av1 8)")
     group.add_argument("--video_pix_fmt", default=None, metavar="FMT", help="yuv420p (default); yuv422p or yuv444p for h264 and hevc")
     _flag(group, "--video_stats", "per-channel image statistics of sampled frames into stats.json")
+    group.add_argument("--verify_copies", type=boolean, nargs="?", const=True, default=True, metavar="BOOL",
+                       help="copy mode: decode every copied video once, refusing damaged source samples (default true; "
+                            "false trusts the source and only copies bytes)")
 
     group = parser.add_argument_group("output")
     group.add_argument("--num_shards", default=0, type=_number(int, 0), metavar="N",
@@ -167,6 +194,11 @@ def check_unknown(unknown: list[str], known: list[str]) -> None:
                          hint="python -m pipelines.convert --input=SRC --output=DST")
 
 
+def typed(argv: list[str], name: str) -> bool:
+    """The user wrote `--name` on the command line (whatever the value)."""
+    return any(arg == f"--{name}" or arg.startswith(f"--{name}=") for arg in argv)
+
+
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """Our options, and the arguments left for Beam. Raises UsageError; `--help` is the caller's."""
     parser = build_parser()
@@ -179,8 +211,11 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
             check_unknown([arg], known)
     if not args.input or not args.output:
         raise UsageError("--input and --output are required", hint="python -m pipelines.convert --help lists every option")
-    if args.target_shard_mb is not None and args.num_shards:
+    if typed(argv, "target_shard_mb") and args.num_shards:
         raise UsageError("--target_shard_mb has no effect with --num_shards (the shard count is given); pass one of them")
-    if args.progress_interval is not None and args.progress in ("off", "bar"):
+    if typed(argv, "max_skipped") and args.on_error != "skip":
+        raise UsageError("--max_skipped has no effect with --on_error=fail (the first bad sequence stops the run)",
+                         hint="pass --on_error=skip to convert what can be converted")
+    if typed(argv, "progress_interval") and args.progress in ("off", "bar"):
         raise UsageError(f"--progress_interval has no effect with --progress={args.progress} (it spaces plain progress lines)")
     return args, rest

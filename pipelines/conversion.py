@@ -104,6 +104,7 @@ def check_reachable_by_workers(options: PipelineOptions) -> None:
 def prepare_output(output_url: str, overwrite: bool) -> None:
     """Refuse to touch an output that holds something we did not write, or a dataset without --overwrite."""
     fs, root = storage.open_root(output_url)
+    mixtrain.check_no_live_run(fs, root)
     if not fs.exists(root):
         return
     if not fs.isdir(root):
@@ -113,7 +114,6 @@ def prepare_output(output_url: str, overwrite: bool) -> None:
     if mixtrain.is_versioned(fs, root):  # `current` and _versions/ are ours only when `current` is our symlink
         names -= {mixtrain.VERSIONS_DIR, mixtrain.CURRENT}
     names = {name for name in names if not name.startswith(f".{mixtrain.CURRENT}-")}
-    mixtrain.check_no_live_run(fs, root)
     if not names:
         return
     if mixtrain.SIDECAR in names or names <= set(mixtrain.PUBLISHED):
@@ -150,10 +150,12 @@ def check_effective(options: ConvertOptions, source: str, meta: DatasetMeta, enc
             raise UsageError(f"--{name} is an option of --source={owner}; it has no effect on this {source} dataset")
     cameras = [spec.name for spec in meta.columns if spec.kind == VIDEO]
     if not cameras:
-        for name in ("video", "video_stats", *cli.ENCODING_OPTIONS):
+        for name in ("video", "video_stats", "verify_copies", *cli.ENCODING_OPTIONS):
             if given(options, name):
                 raise UsageError(f"--{name} has no effect: this {source} dataset has no cameras")
         return
+    if given(options, "verify_copies") and all(encode.values()):
+        raise UsageError(f"--verify_copies has no effect: every camera of this dataset ({', '.join(cameras)}) is encoded, none copied")
     if not any(encode.values()):
         for name in cli.ENCODING_OPTIONS:
             if given(options, name):
@@ -186,26 +188,32 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
         source = sources.detect(fs, root) if options.source == "auto" else options.source
         module = sources.get(source)
         meta, refs = module.plan(fs, root, source_options(options))
+    if not refs or sources.sequence_count(refs) == 0:
+        raise errors.ConversionError(f"{storage.url_for(fs, root)}: the {source} dataset holds no sequences; nothing to convert "
+                                     "(an existing dataset at the output is left as it was)")
     requested = requested_encoding(options)
     encode, sizes = plan_videos(meta, options.video, requested)
     check_effective(options, source, meta, encode)
     num_shards = options.num_shards or estimate_num_shards(meta, refs, options.target_shard_mb or cli.DEFAULT_SHARD_MB)
     out_fs, out_root = storage.open_root(options.output)
     output_url = storage.url_for(out_fs, out_root)
-    staging_url = storage.url_for(out_fs, storage.join(out_root, mixtrain.STAGING_DIR, run_id))
+    staging = mixtrain.staging_root(out_fs, out_root, run_id)
+    staging_url = storage.url_for(out_fs, staging)
     source_url = storage.url_for(fs, root)
     sidecar_extra = {
         "converter_version": formats.__version__,
         "options": {"source": source, "source_options": source_options(options), "video": options.video, "num_shards": num_shards,
                     "on_error": options.on_error,
+                    **({"max_skipped": cli.describe_skip_limit(options.max_skipped)} if options.on_error == "skip" else {}),
                     "video_encoding": dataclasses.asdict(requested), "video_stats": options.video_stats},
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     if write_assets:
-        mixtrain.copy_assets(fs, root, out_fs, storage.join(out_root, mixtrain.STAGING_DIR, run_id), meta)
+        mixtrain.copy_assets(fs, root, out_fs, staging, meta)
     units, shared = module.incremental_units(refs)
-    context = fingerprint.context_hash(formats.__version__, {**{k: v for k, v in sidecar_extra["options"].items()
-                                                                if k not in ("num_shards", "on_error")}, "fps": meta.fps}, meta.columns)
+    # What changes the output of a unit; not the shard count or the error policy.
+    recorded = {k: v for k, v in sidecar_extra["options"].items() if k not in ("num_shards", "on_error", "max_skipped")}
+    context = fingerprint.context_hash(formats.__version__, {**recorded, "fps": meta.fps}, meta.columns)
     current = fingerprint.fingerprints(units, fingerprint.signatures(fs, root), shared, context)
     to_convert, reused = refs, None
     if options.incremental:
@@ -217,18 +225,36 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
                                             "previous_created_at": reused["created_at"]}
     read = pipeline | "Read" >> ReadSequences(source, source_url, meta, to_convert, options.on_error)
     videos = read["sequences"] | "Videos" >> WriteVideos(source_url, staging_url, meta.fps or 30.0, encode, sizes,
-                                                         options.video_stats, options.on_error)
+                                                         options.video_stats, options.on_error, options.verify_copies)
     sequences = videos["sequences"]
     if reused is not None and reused["ids"]:
         kept = pipeline | "Reuse" >> ReusePrevious(reused["root_url"], staging_url, meta.columns, reused["shards"], reused["ids"])
         sequences = (sequences, kept) | "AllSequences" >> beam.Flatten()
     bad = read[ERRORS] + videos[ERRORS] | "BadSequences" >> beam.Flatten()
     _ = {"sequences": sequences, ERRORS: bad} | "Write" >> WriteMixtrain(
-        staging_url, output_url, meta, num_shards, sidecar_extra, options.on_error, {"context": context, "units": current})
+        staging_url, output_url, meta, num_shards, sidecar_extra, options.on_error, {"context": context, "units": current},
+        tuple(options.max_skipped))
     return Plan(meta, refs, num_shards, to_convert)
 
 
 _ERROR_LINE = re.compile(r"(?:^|\s|\.)(?:" + "|".join(n for n in errors.__all__ if n[0].isupper()) + r"): (.+)")
+
+
+_OUTPUT_ERRNO = re.compile(r"\[Errno (?:" + "|".join(str(n) for n in sorted(errors.OUTPUT_ERRNOS)) + r")\] ([^:'\]\n]+)")
+
+
+def _output_message(error: BaseException, output: str) -> str | None:
+    """A full, read-only or over-quota output, wherever in the run (and whichever worker) it
+    surfaced: the output is named, not the source file being copied at that moment."""
+    failure = errors.output_failure(error)
+    if failure is not None:
+        reason = failure.strerror
+    else:  # from another process, only the text is left
+        found = _OUTPUT_ERRNO.search(str(error))
+        if found is None:
+            return None
+        reason = found.group(1).strip()
+    return f"{output}: cannot write the output: {reason}; nothing was published (the previous dataset, if any, is as it was)"
 
 
 def user_message(error: BaseException) -> str | None:
@@ -323,7 +349,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
     runner = all_options.view_as(StandardOptions).runner
     local = runner in LOCAL_RUNNERS
     out_fs, out_root = storage.open_root(options.output)
-    staging = storage.join(out_root, mixtrain.STAGING_DIR, run_id)
+    staging = mixtrain.staging_root(out_fs, out_root, run_id)
     try:
         try:
             if not launch_only:
@@ -355,7 +381,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         print(f"error: interrupted ({interrupt}): the output was left as it was", file=console, flush=True)
         return interrupt.exit_code
     except Exception as error:  # noqa: BLE001 - every failure becomes one line and a clean output
-        message = user_message(error)
+        message = _output_message(error, options.output) or user_message(error)
         if message is None:  # not bad input: a fault of ours or of the platform
             first = (str(error).strip().splitlines() or [""])[0]
             message = f"{options.output}: conversion failed: {type(error).__name__}: {first}"
@@ -375,10 +401,11 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
 
 
 def _discard(fs, staging: str, out_root: str) -> None:
-    """Best effort after a failure: drop this run's staging, and the output folder if we created it."""
+    """Best effort after a failure: drop this run's staging (on object stores, where folders exist
+    only through their objects, also an output folder left empty)."""
     try:
         mixtrain.discard_staging(fs, staging, out_root)
-        if fs.exists(out_root) and not fs.ls(out_root):
+        if not storage.is_local(fs) and fs.exists(out_root) and not fs.ls(out_root):
             fs.rm(out_root, recursive=True)
     except OSError:
         pass

@@ -166,7 +166,7 @@ def _check_files(fs, root: str, path: str, table: pa.Table, column_types: dict) 
                 with storage.open_input(fs, file_path) as handle:
                     info = video.probe(handle)
                 frames = info.frames
-                findings += _check_video_info(file_path, sequence_id, info, entry)
+                findings += _check_video_info(file_path, sequence_id, info, {**entry, **(entry.get("not_copied") or {}).get(sequence_id, {})})
             except ConversionError as error:
                 findings.append(f"{file_path}: {sequence_id}: {error}")
                 continue

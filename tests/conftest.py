@@ -63,3 +63,11 @@ def hevc_dataset(tmp_path_factory):
     root = tmp_path_factory.mktemp("lerobot_hevc") / "ds"
     spec = SyntheticLeRobot(lengths=(16, 11, 20), codec="hevc", gop=None, episodes_per_video_file=2, cameras=("observation.images.top",))
     return root, write_dataset(str(root), spec)
+
+
+def shared_lerobot(name: str) -> pathlib.Path:
+    """A real LeRobot dataset under ../shared/fixtures/lerobot_v3 (skips with the reason when absent)."""
+    path = SHARED_FIXTURES / "lerobot_v3" / name
+    if not path.is_dir():
+        pytest.skip(f"real fixture not found at {path} (../shared/fixtures is absent in a plain clone)")
+    return path

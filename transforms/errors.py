@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from formats.errors import ConversionError, error_record
+from formats.errors import ConversionError, OutputError, error_record, output_failure
 from transforms.progress import report
 
 __all__ = ["ERRORS", "FAIL", "SKIP", "MODES", "skip_or_raise"]
@@ -21,7 +21,11 @@ MODES = (FAIL, SKIP)
 
 def skip_or_raise(error: ConversionError, on_error: str, sequence: str | None, stage: str, sequences: int | None = 1):
     """Under SKIP, the tagged error record replacing the bad element (`sequences` of them: see
-    error_record); under FAIL, re-raise."""
+    error_record); under FAIL, re-raise. A full or read-only output stops the run whatever the
+    mode: skipping every sequence would not help."""
+    failure = output_failure(error)
+    if failure is not None:
+        raise OutputError(f"cannot write the output: {failure.strerror}") from error
     if on_error != SKIP:
         raise error
     report(skipped=sequences or 1)

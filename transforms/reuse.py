@@ -31,6 +31,9 @@ class _ReuseShardFn(beam.DoFn):
     def setup(self):
         self._fs, self._previous = storage.open_root(self._previous_url)
         self._out_fs, self._staging = storage.open_root(self._staging_url)
+        # Files that were lossless encodes, not packet copies, stay named as such in the new mixtrain.json.
+        types = mixtrain.read_sidecar(self._fs, self._previous).get("column_types") or {}
+        self._notes = {column: entry["not_copied"] for column, entry in types.items() if isinstance(entry, dict) and entry.get("not_copied")}
 
     def process(self, shard: str):
         with self._fs.open(storage.join(self._previous, shard), "rb") as handle:
@@ -42,6 +45,9 @@ class _ReuseShardFn(beam.DoFn):
         for sequence in mixtrain.table_to_sequences(table.take(rows), self._columns):
             for relative in _paths(sequence):
                 self._link(relative)
+            for column, by_sequence in self._notes.items():
+                if sequence.sequence_id in by_sequence:
+                    sequence.video_notes[column] = by_sequence[sequence.sequence_id]
             self._reused.inc()
             yield sequence
 

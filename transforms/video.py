@@ -29,7 +29,8 @@ __all__ = ["WriteVideos"]
 
 class _WriteVideosFn(beam.DoFn):
     def __init__(self, source_url: str, staging_url: str, fps: float, encode: dict, sizes: dict, video_stats: bool,
-                 on_error: str = FAIL):
+                 on_error: str = FAIL, verify_copies: bool = True):
+        self._verify_copies = verify_copies
         self._source_url = source_url
         self._staging_url = staging_url
         self._fps = fps
@@ -99,12 +100,14 @@ class _WriteVideosFn(beam.DoFn):
                         (self._encoded if options is not None else self._reencoded).inc()
                     elif options is None:
                         if item.start is None and item.end is None:
-                            self._copy_whole(source, destination, item, self._fps)
+                            self._copy_whole(source, destination, item, self._fps, self._verify_copies)
                             self._copied.inc()
                         else:
                             copied = video.copy_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
-                                                        fps=self._fps)
+                                                        fps=self._fps, verify=self._verify_copies)
                             (self._reencoded if copied.reencoded else self._copied).inc()
+                            if copied.note() is not None:
+                                sequence.video_notes[column] = copied.note()
                         if on_frame is not None:  # nothing was decoded: decode what was written, once
                             written = destination if local_target else destination.getvalue()
                             for index, frame in enumerate(video.iter_frames(written, fps=self._fps)):
@@ -142,7 +145,7 @@ class _WriteVideosFn(beam.DoFn):
                 self._out_fs.rm(target)
 
     @staticmethod
-    def _copy_whole(source, destination, item: VideoSegment, fps: float) -> None:
+    def _copy_whole(source, destination, item: VideoSegment, fps: float, verify: bool) -> None:
         """A file that is exactly the episode: copied byte for byte (checked to hold its frames)."""
         if isinstance(source, str):
             with open(source, "rb") as handle:
@@ -151,10 +154,13 @@ class _WriteVideosFn(beam.DoFn):
             data = source.read()
         frames = video.probe(io.BytesIO(data)).frames
         if frames > item.frames:  # the episode is the file's first frames: cut them
-            video.copy_segment(io.BytesIO(data), destination, start=0.0, end=item.frames / fps, frames=item.frames, fps=fps)
+            video.copy_segment(io.BytesIO(data), destination, start=0.0, end=item.frames / fps, frames=item.frames, fps=fps,
+                               verify=verify)
             return
         if frames != item.frames:
             raise video.VideoError(f"video holds {frames} frames, the episode has {item.frames} steps")
+        if verify:
+            video.verify_decodes(io.BytesIO(data), item.frames)
         if isinstance(destination, str):
             with open(destination, "wb") as handle:
                 handle.write(data)
@@ -196,12 +202,14 @@ class WriteVideos(beam.PTransform):
       sizes: column -> (width, height) the metadata declares for the source frames (checked on encode).
       video_stats: summarise sampled frames per channel into `Sequence.extra_stats`.
       on_error: FAIL stops at the first bad sequence; SKIP drops it (and its files) into the errors output.
+      verify_copies: decode every copied file once (damaged source samples are refused, not published).
     """
 
     def __init__(self, source_url: str, staging_url: str, fps: float, encode: dict | None = None, sizes: dict | None = None,
-                 video_stats: bool = False, on_error: str = FAIL):
+                 video_stats: bool = False, on_error: str = FAIL, verify_copies: bool = True):
         super().__init__()
-        self._fn = _WriteVideosFn(source_url, staging_url, fps, dict(encode or {}), dict(sizes or {}), video_stats, on_error)
+        self._fn = _WriteVideosFn(source_url, staging_url, fps, dict(encode or {}), dict(sizes or {}), video_stats, on_error,
+                                  verify_copies)
 
     def expand(self, sequences):
         """Returns {"sequences": ..., "errors": [error records]} (see ReadSequences)."""

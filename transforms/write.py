@@ -27,7 +27,7 @@ import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
 from formats import mixtrain, storage
-from formats.errors import FormatError, error_record, skipped_counts
+from formats.errors import ConversionError, FormatError, error_record, skipped_counts
 from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec, DatasetMeta, Sequence
 from formats.stats import ColumnStats, sketch_level_for
 from transforms.errors import ERRORS, FAIL, SKIP
@@ -46,6 +46,7 @@ class ShardResult:
     stats: dict[str, ColumnStats]
     errors: list = dataclasses.field(default_factory=list)
     non_finite: dict = dataclasses.field(default_factory=dict)  # column -> NaN/inf values kept
+    video_notes: dict = dataclasses.field(default_factory=dict)  # column -> {sequence_id: note} (Sequence.video_notes)
 
 
 SPILL_DIR = "_rows"
@@ -62,6 +63,7 @@ class SpilledRow:
     batch: int
     nbytes: int  # what the row weighs (closes row groups by size without reading the row first)
     extra_stats: dict  # statistics computed upstream (video frames), which the row cannot give back
+    video_notes: dict = dataclasses.field(default_factory=dict)  # column -> how its file was written, if not as the column says
 
 
 class _SpillRowsFn(beam.DoFn):
@@ -107,7 +109,7 @@ class _SpillRowsFn(beam.DoFn):
         with self._fs.open(path, "wb") as handle, pa.ipc.new_file(handle, self._schema) as writer:
             writer.write_table(table, max_chunksize=1)
         for batch, (sequence, size) in enumerate(buffered):
-            yield shard, SpilledRow(sequence.sequence_id, path, batch, size, dict(sequence.extra_stats))
+            yield shard, SpilledRow(sequence.sequence_id, path, batch, size, dict(sequence.extra_stats), dict(sequence.video_notes))
 
 
 def _approximate_bytes(sequence: Sequence) -> int:
@@ -266,6 +268,8 @@ class _WriteShardFn(beam.DoFn):
         sequences = mixtrain.table_to_sequences(table, self._columns)
         for sequence, (_, row) in zip(sequences, group):
             sequence.extra_stats = row.extra_stats
+            for column, note in row.video_notes.items():
+                result.video_notes.setdefault(column, {})[row.sequence_id] = note
         result.timesteps += sum(s.length for s in sequences)
         if sequences:
             for name, stats in shard_stats(sequences, self._columns).items():
@@ -293,13 +297,37 @@ def _sum_counts(counts) -> dict[str, int]:
     return dict(sorted(total.items()))
 
 
+def _merge_notes(per_shard) -> dict[str, dict]:
+    merged: dict[str, dict] = {}
+    for notes in per_shard:
+        for column, by_sequence in notes.items():
+            merged.setdefault(column, {}).update(by_sequence)
+    return merged
+
+
 def _shard_partial(result: ShardResult):
     return result.index, result.stats
 
 
+def _check_publishable(output: str, converted: int, records: list[dict], limit: tuple[str, float]) -> None:
+    """Publish nothing rather than an empty dataset, or one missing more sequences than allowed:
+    the previous dataset at the output stays as it was."""
+    skipped = sum(skipped_counts(records))  # a shard of unknown size counts as one: at least
+    first = f" (first: {records[0]['error']})" if records else ""
+    if converted == 0:
+        raise ConversionError(f"{output}: no sequence was converted ({skipped} skipped){first}; nothing was published")
+    kind, value = limit
+    allowed = value if kind == "count" else value * (converted + skipped)
+    if skipped > allowed:
+        shown = f"{value:g}" if kind == "count" else f"{value * 100:g}%"  # as the user typed it
+        raise ConversionError(f"{output}: {skipped} of {converted + skipped} sequences were skipped, more than --max_skipped={shown}; "
+                              f"nothing was published{first}")
+
+
 class _PublishFn(beam.DoFn):
     def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
-                 fingerprints: dict | None = None):
+                 fingerprints: dict | None = None, max_skipped: tuple[str, float] = ("count", 0)):
+        self._max_skipped = max_skipped
         self._staging_url = staging_url
         self._output_url = output_url
         self._meta = meta
@@ -320,6 +348,7 @@ class _PublishFn(beam.DoFn):
         fs.pipe_file(storage.join(staging, mixtrain.STATS_FILE), mixtrain.dumps(stats).encode())
         records = sorted(errors + [record for shard in shards for record in shard.errors],
                          key=lambda r: (r.get("sequence_id") or "", r.get("source_file") or "", r["error"]))
+        _check_publishable(output, sum(shard.rows for shard in shards), records, self._max_skipped)
         if records:
             lines = "".join(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n" for record in records)
             fs.pipe_file(storage.join(staging, mixtrain.ERRORS_FILE), lines.encode())
@@ -335,6 +364,7 @@ class _PublishFn(beam.DoFn):
             num_skipped=skipped_counts(records)[0],
             skipped_units=skipped_counts(records)[1],
             non_finite=_sum_counts(shard.non_finite for shard in shards),
+            video_notes=_merge_notes(shard.video_notes for shard in shards),
             **self._sidecar_extra,
         )
         spilled = storage.join(staging, SPILL_DIR)
@@ -354,14 +384,17 @@ class WriteMixtrain(beam.PTransform):
       num_shards: N; row r goes to shard md5(sequence_id) mod N.
       sidecar_extra: converter_version, options and created_at for mixtrain.json.
       on_error: FAIL or SKIP (duplicate ids are then skipped, every copy, and reported).
+      max_skipped: ("count", n) or ("fraction", f): under SKIP, more skipped sequences than this
+        and nothing is published (nor is a dataset without sequences, ever).
 
     The input is {"sequences": PCollection, "errors": PCollection of error records}; the error
     records end in DST/_errors.jsonl.
     """
 
     def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
-                 on_error: str = FAIL, fingerprints: dict | None = None):
+                 on_error: str = FAIL, fingerprints: dict | None = None, max_skipped: tuple[str, float] = ("count", 0)):
         super().__init__()
+        self._max_skipped = max_skipped
         self._staging_url = staging_url
         self._output_url = output_url
         self._meta = meta
@@ -387,7 +420,8 @@ class WriteMixtrain(beam.PTransform):
             sequences.pipeline
             | "PublishTrigger" >> beam.Create([None])
             | "Publish" >> beam.ParDo(
-                _PublishFn(self._staging_url, self._output_url, self._meta, self._num_shards, self._sidecar_extra, self._fingerprints),
+                _PublishFn(self._staging_url, self._output_url, self._meta, self._num_shards, self._sidecar_extra, self._fingerprints,
+                           self._max_skipped),
                 beam.pvalue.AsSingleton(results),
                 beam.pvalue.AsSingleton(stats),
                 beam.pvalue.AsList(errors),

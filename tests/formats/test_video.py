@@ -55,18 +55,19 @@ def test_output_timestamps_start_at_zero(so100_tiny):
     np.testing.assert_allclose(times, np.arange(len(times)) / 30, atol=1e-6)
 
 
-def test_segment_not_on_a_keyframe_is_reencoded_and_reported(so100_tiny):
+def test_segment_not_on_a_keyframe_is_encoded_losslessly_and_reported(so100_tiny):
     source = str(so100_tiny / "videos/observation.images.front/chunk-000/file-000.mp4")
     out = io.BytesIO()
     # Frame 1 is not a keyframe (lerobot's GOP is 2): copying cannot start there.
     result = video.copy_segment(source, out, start=1 / 30, end=1.7, frames=50, fps=30)
     assert result.reencoded and result.frames == 50
-    # Luma PSNR (chroma is subsampled either way): the one-off re-encode is near-lossless.
-    got = video.decode_frames(out.getvalue())[:, :48].astype(np.float64)
-    expected = video.decode_frames(source, start=1 / 30, end=1.7, fps=30)[:, :48].astype(np.float64)
-    assert got.shape == expected.shape
-    psnr = [10 * np.log10(255**2 / np.mean((a - b) ** 2)) for a, b in zip(got, expected)]
-    assert min(psnr) > 38
+    assert result.note() == {"written_as": "lossless", "codec": "h264", "pix_fmt": "yuv420p", "reason": "the segment starts inside a GOP"}
+    assert video.probe(io.BytesIO(out.getvalue())).codec == "h264"  # x264 lossless: 8-bit YUV that browsers play
+    # Every plane of every frame is the source's (a lossless encode, not a near-lossless one).
+    got = video.decode_frames(out.getvalue())
+    expected = video.decode_frames(source, start=1 / 30, end=1.7, fps=30)
+    assert got.shape == expected.shape == (50, 72, 64)
+    np.testing.assert_array_equal(got, expected)
 
 
 def test_frame_count_mismatch_is_an_error(so100_tiny):
@@ -97,3 +98,17 @@ def test_encode_frames_roundtrip(codec):
     assert video.encode_frames(frames, out, fps=30, options=video.EncodeOptions(codec, crf=18)).frames == 12
     info = video.probe(io.BytesIO(out.getvalue()))
     assert (info.codec, info.width, info.height, info.frames, info.pix_fmt) == (codec, 64, 48, 12, "yuv420p")
+
+
+def test_lossless_cut_is_checked_pixel_for_pixel_before_it_is_kept(so100_tiny, monkeypatch):
+    """A lossy encoder in the lossless slot is caught by decoding the written file: the next one is used."""
+    source = str(so100_tiny / "videos/observation.images.front/chunk-000/file-000.mp4")
+    lossy = video.EncodeOptions("h264", 30, 10, "medium", "yuv420p").resolved()
+    monkeypatch.setattr(video, "lossless_options", lambda pix_fmt: [lossy, video.EncodeOptions("ffv1", pix_fmt=pix_fmt).resolved()])
+    out = io.BytesIO()
+    result = video.copy_segment(source, out, start=1 / 30, end=1.7, frames=50, fps=30)
+    assert result.codec == "ffv1" and video.probe(io.BytesIO(out.getvalue())).codec == "ffv1"
+    np.testing.assert_array_equal(video.decode_frames(out.getvalue()), video.decode_frames(source, start=1 / 30, end=1.7, fps=30))
+    monkeypatch.setattr(video, "lossless_options", lambda pix_fmt: [lossy])
+    with pytest.raises(VideoError, match=r"could not be written losslessly; cannot copy it"):
+        video.copy_segment(source, io.BytesIO(), start=1 / 30, end=1.7, frames=50, fps=30)

@@ -160,7 +160,7 @@ def test_16_bit_source_copies_and_reencodes_bit_exactly():
 
 
 @pytest.mark.parametrize("frames, message", [
-    ([b"GIF89a...."], "image 0 is neither JPEG nor PNG"),
+    ([b"GIF89a...."], "image 0 is neither JPEG, PNG nor TIFF"),
     ([b"\xff\xd8\xff\xe0broken"], "image 0: cannot decode mjpeg"),
     ([np.zeros((48, 64, 3), np.uint8), np.zeros((40, 64, 3), np.uint8)], "image 1 is 64x40, the first is 64x48"),
     ([np.zeros((48, 64, 2), np.uint8)], r"image 0: array of shape \[48, 64, 2\] and dtype uint8 is not an image"),

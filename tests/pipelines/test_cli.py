@@ -281,3 +281,48 @@ def test_validate_deep_says_nothing_of_videos_where_there_are_none(tmp_path):
     (dst / "data").joinpath(os.listdir(dst / "data")[0]).write_bytes(b"PAR1")
     broken = _cli(tmp_path, str(dst), module="pipelines.validate")
     assert broken.returncode == 1 and "unreadable Parquet shard" in broken.stdout and "Traceback" not in broken.stderr
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 300 kB tmpfs (needs root, as on this project's machines and CI); unmounted afterwards."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mount)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({made.stderr.strip()}): the full-disk test needs root")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+@pytest.mark.parametrize("extra", [("--direct_num_workers=1",), TWO_WORKERS, ("--on_error=skip", "--max_skipped=100%")],
+                         ids=["one-worker", "two-workers", "skip"])
+def test_a_full_output_disk_names_the_output_not_the_source(tmp_path, small_disk, extra):
+    src = tmp_path / "src"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(30,) * 40, codec="h264", gop=None, episodes_per_video_file=10))
+    dst = small_disk / "out"
+    done = _cli(tmp_path, f"--input={src}", f"--output={dst}", "--progress=off", *extra)
+    lines = _lines(done.stderr)
+    assert done.returncode == 1 and len(lines) == 2, done.stderr
+    assert lines[0] == (f"error: {dst}: cannot write the output: No space left on device; nothing was published "
+                        "(the previous dataset, if any, is as it was)")
+    assert os.listdir(small_disk) == []  # the staging is gone too
+
+
+def test_a_read_only_output_is_one_line(tmp_path, small_lerobot, small_disk):
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    done = _cli(tmp_path, f"--input={small_lerobot}", f"--output={small_disk / 'out'}")
+    assert done.returncode == 1
+    assert _lines(done.stderr)[0] == (f"error: {small_disk / 'out'}: cannot write the output: Read-only file system; nothing was published "
+                                      "(the previous dataset, if any, is as it was)")
+
+
+def test_validate_deep_on_a_zeroed_video_is_a_finding_not_a_traceback(tmp_path, small_lerobot):
+    dst = tmp_path / "out"
+    assert _cli(tmp_path, f"--input={small_lerobot}", f"--output={dst}", "--progress=off").returncode == 0
+    video = dst / "files/video_front/episode_000001.mp4"
+    video.write_bytes(bytes(video.stat().st_size))
+    done = _cli(tmp_path, str(dst), "--deep", module="pipelines.validate")
+    assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
+    assert any(line.startswith(f"{video}: episode_000001") for line in _lines(done.stdout)), done.stdout
+    assert _lines(done.stderr)[-1].endswith(f"{dst} is not a valid Mixtrain dataset")

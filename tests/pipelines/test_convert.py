@@ -81,7 +81,7 @@ def test_fixture_sidecar_and_validate(converted_fixture):
     assert sidecar["column_types"]["obs_state"]["names"][0] == "shoulder_pan.pos"
     assert sidecar["source"]["robot_type"] == "so100"
     assert validate.validate(str(converted_fixture)) == []
-    assert not (converted_fixture / "_staging").exists()
+    assert not (converted_fixture / "_staging").exists() and not list(converted_fixture.parent.glob(f".{converted_fixture.name}.mixtrain-*"))
 
 
 def test_running_twice_gives_identical_shards(so100_tiny, converted_fixture, tmp_path):
@@ -177,7 +177,7 @@ def test_failed_run_keeps_the_previous_dataset(writable_so100, converted_fixture
     shutil.copytree(converted_fixture, dst)
     assert _convert(src, dst, "--overwrite") == 1
     assert validate.validate(str(dst)) == []
-    assert not (dst / "_staging").exists()
+    assert not (dst / "_staging").exists() and not list(dst.parent.glob(f".{dst.name}.mixtrain-*"))
 
 
 def test_cli_entry_point_and_exit_codes(so100_tiny, tmp_path):

@@ -45,7 +45,13 @@ def test_skip_publishes_the_good_sequences_and_lists_the_bad(tmp_path, capsys):
     dst = tmp_path / "out"
     assert _convert(src, dst) == convert.EXIT_FAILED  # fail: nothing published
     assert not dst.exists()
-    assert _convert(src, dst, "--on_error=skip") == convert.EXIT_SKIPPED
+    capsys.readouterr()
+    assert _convert(src, dst, "--on_error=skip") == convert.EXIT_FAILED  # 2 of 5 is more than the default 10 %
+    assert _last_error_line(capsys) == (f"error: {dst}: 2 of 5 sequences were skipped, more than --max_skipped=10%; nothing was published "
+                                        f"(first: {src}/videos/observation.images.wrist/chunk-000/file-001.mp4: episode_000002 "
+                                        "(video_wrist): video file not found)")
+    assert not dst.exists()
+    assert _convert(src, dst, "--on_error=skip", "--max_skipped=2") == convert.EXIT_SKIPPED
     out = capsys.readouterr().out
     assert "converted 3 sequences" in out and "skipped 2 bad sequence(s), listed in" in out
     records = _errors(dst)
@@ -61,6 +67,34 @@ def test_skip_publishes_the_good_sequences_and_lists_the_bad(tmp_path, capsys):
     assert sidecar["num_skipped"] == 2 and sidecar["errors"] == "_errors.jsonl"
 
 
+def test_nothing_is_published_over_a_good_dataset_when_every_sequence_fails_or_none_is_left(tmp_path, capsys):
+    src = tmp_path / "ds"
+    write_lerobot(str(src), MULTI)
+    dst = tmp_path / "out"
+    assert _convert(src, dst) == convert.EXIT_OK
+    before = _published(dst)
+    for video in src.glob("videos/*/*/*.mp4"):
+        video.write_bytes(b"")
+    assert _convert(src, dst, "--overwrite", "--on_error=skip", "--max_skipped=100%") == convert.EXIT_FAILED
+    assert _last_error_line(capsys).startswith(f"error: {dst}: no sequence was converted (5 skipped) (first: ")
+    assert _published(dst) == before
+    for index in src.glob("meta/episodes/*/*.parquet"):  # the source's episode index became empty
+        pq.write_table(pq.read_table(index).slice(0, 0), index)
+    info = json.loads((src / "meta/info.json").read_text())
+    (src / "meta/info.json").write_text(json.dumps({**info, "total_episodes": 0}))
+    assert _convert(src, dst, "--incremental") == convert.EXIT_FAILED
+    assert _last_error_line(capsys) == f"error: file://{src}: the lerobot_v3 dataset holds no sequences; nothing to convert " \
+                                       "(an existing dataset at the output is left as it was)"
+    assert _published(dst) == before
+
+
+def test_max_skipped_is_checked_on_the_command_line(tmp_path, capsys):
+    assert _convert(tmp_path, tmp_path / "out", "--max_skipped=10%") == convert.EXIT_USAGE
+    assert "--max_skipped has no effect with --on_error=fail" in capsys.readouterr().err
+    assert _convert(tmp_path, tmp_path / "out", "--on_error=skip", "--max_skipped=lots") == convert.EXIT_USAGE
+    assert "expected a count like 5 or a percentage like 10%, found 'lots'" in capsys.readouterr().err
+
+
 def test_skip_rlds_corrupt_record_and_unreadable_shard(tmp_path):
     src = tmp_path / "rlds" / "1.0.0"
     write_rlds(str(src), SyntheticRLDS(splits={"train": (4, 5, 6), "val": (3, 4)}, shards={"train": 1, "val": 1}))
@@ -71,7 +105,7 @@ def test_skip_rlds_corrupt_record_and_unreadable_shard(tmp_path):
     val = src / "synthetic_rlds-val.tfrecord-00000-of-00001"
     val.write_bytes(val.read_bytes()[:-9])  # the last record is cut: the shard cannot be indexed
     dst = tmp_path / "out"
-    assert _convert(src, dst, "--fps=10", "--on_error=skip") == convert.EXIT_SKIPPED
+    assert _convert(src, dst, "--fps=10", "--on_error=skip", "--max_skipped=100%") == convert.EXIT_SKIPPED
     records = _errors(dst)
     assert [(r["sequence_id"], r["stage"]) for r in records] == [(None, "index"), ("train_00000_000000", "load")]
     assert "val shard 0: record 1: truncated" in records[0]["error"]
@@ -120,8 +154,8 @@ def test_truncated_parquet_schema_drift_and_absurd_lengths(tmp_path, capsys):
     pq.write_table(drifted, second)
     assert _convert(src, tmp_path / "a") == convert.EXIT_FAILED
     assert _last_error_line(capsys).endswith(
-        "episode_000002: schema drift between data files: action is fixed_size_list<element: double>[6] here, "
-        "fixed_size_list<element: float>[6] in the first data file")
+        f"{second}: episode_000002: schema drift between data files: action is fixed_size_list<element: double>[6] here, "
+        f"fixed_size_list<element: float>[6] in {src / 'data/chunk-000/file-000.parquet'}")
     second.write_bytes(second.read_bytes()[: second.stat().st_size // 2])  # truncated: no footer
     assert _convert(src, tmp_path / "b") == convert.EXIT_FAILED
     assert "file-001.parquet: episode_000002: cannot read data:" in _last_error_line(capsys)
@@ -150,8 +184,7 @@ def test_same_input_and_options_give_identical_outputs(tmp_path, name):
     outputs = [tmp_path / "one", tmp_path / "two"]
     for dst in outputs:
         assert _convert(src, dst, "--num_shards=2", "--direct_num_workers=2", *extra) == convert.EXIT_OK
-    views = [pathlib.Path(os.path.realpath(d / "current")) for d in outputs]  # the published version of each run
-    first, second = ({p.relative_to(d): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()} for d in views)
+    first, second = ({p.relative_to(d): p.read_bytes() for p in sorted(d.rglob("*")) if p.is_file()} for d in outputs)
     assert first.keys() == second.keys()
     sidecars = [json.loads(files.pop(pathlib.Path("mixtrain.json"))) for files in (first, second)]
     for sidecar in sidecars:
@@ -200,9 +233,9 @@ def test_sigkill_at_any_point_leaves_the_previous_dataset_and_the_next_run_compl
         while process.poll() is None and time.monotonic() - started < 120:
             if moment == "early" and time.monotonic() - started > 1.0:
                 break
-            if moment == "middle" and any((dst / "_staging").glob("*/files/*/*")):  # videos being written
+            if moment == "middle" and any(tmp_path.glob(".out.mixtrain-*/files/*/*")):  # videos being written
                 break
-            if moment == "publishing" and any((dst / "_staging").glob("*/data/*.parquet")):  # shards done: publish next
+            if moment == "publishing" and any(tmp_path.glob(".out.mixtrain-*/data/*.parquet")):  # shards done: publish next
                 break
             time.sleep(0.005)
         process.send_signal(signal.SIGKILL)
@@ -214,12 +247,11 @@ def test_sigkill_at_any_point_leaves_the_previous_dataset_and_the_next_run_compl
     finished = subprocess.run(replacement, cwd=root, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr[-2000:]
     assert _state(dst)[0] == 3
-    assert not (dst / "_staging").exists() and len(list((dst / "_versions").iterdir())) == 1  # leftovers collected
+    assert not list(tmp_path.glob(".out.mixtrain-*")) and not (dst / "_versions").exists()  # leftovers collected
 
 
 def _published(dst):
-    view = pathlib.Path(os.path.realpath(dst / "current"))
-    return {p.relative_to(view).as_posix(): p.read_bytes() for p in sorted(view.rglob("*")) if p.is_file()}
+    return {p.relative_to(dst).as_posix(): p.read_bytes() for p in sorted(dst.rglob("*")) if p.is_file()}
 
 
 def test_incremental_reuses_unchanged_episodes_and_equals_a_full_conversion(tmp_path):
@@ -315,7 +347,7 @@ def test_a_second_writer_is_refused_while_one_is_live(tmp_path, capsys):
     assert _convert(src, dst) == convert.EXIT_OK
     sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        staging = dst / "_staging" / "other-run"
+        staging = tmp_path / ".out.mixtrain-other-run"  # a live run's staging, beside the output
         staging.mkdir(parents=True)
         (staging / ".owner").write_text(f"{os.uname().nodename} {sleeper.pid}\n")
         assert _convert(src, dst, "--overwrite") == convert.EXIT_FAILED
@@ -324,7 +356,7 @@ def test_a_second_writer_is_refused_while_one_is_live(tmp_path, capsys):
         sleeper.kill()
         sleeper.wait()
     assert _convert(src, dst, "--overwrite") == convert.EXIT_OK  # a dead owner's staging is collected
-    assert not (dst / "_staging").exists() and validate.validate(str(dst)) == []
+    assert not staging.exists() and validate.validate(str(dst)) == []
 
 
 def test_a_users_own_current_folder_is_not_taken_for_ours(tmp_path, capsys):
@@ -381,6 +413,85 @@ def test_skipped_camera_leaves_no_half_written_file(tmp_path):
     fixed = pa.StructArray.from_arrays([pa.array(blobs, pa.binary()), images.field("path")], names=["bytes", "path"])
     pq.write_table(table.set_column(table.schema.get_field_index("observation.image"), "observation.image", fixed), data)
     dst = tmp_path / "out"
-    assert _convert(src, dst, "--on_error=skip") == convert.EXIT_SKIPPED
+    assert _convert(src, dst, "--on_error=skip", "--max_skipped=1") == convert.EXIT_SKIPPED
     assert not (dst / "files/video_image/episode_000001.mp4").exists()
     assert (dst / "files/video_image/episode_000000.mp4").exists() and validate.validate(str(dst)) == []
+
+
+def test_every_common_reader_and_copy_tool_sees_each_row_and_file_once(tmp_path):
+    """The published layout: real folders, one copy, nothing a glob reader or `cp -rL` sees twice,
+    after a first run, an --overwrite run and an --incremental run."""
+    import subprocess
+
+    import duckdb
+    import pandas
+    import polars
+    import pyarrow.dataset as ds
+
+    src = tmp_path / "ds"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(5, 4, 6, 3), codec="h264", gop=None, episodes_per_video_file=2))
+    dst = tmp_path / "out"
+    for extra in ((), ("--overwrite", "--num_shards=2"), ("--incremental", "--num_shards=2")):
+        assert _convert(src, dst, *extra) == convert.EXIT_OK
+        assert polars.scan_parquet(f"{dst}/**/*.parquet").select(polars.len()).collect().item() == 4
+        assert ds.dataset(str(dst), format="parquet", exclude_invalid_files=True).count_rows() == 4
+        assert duckdb.sql(f"SELECT count(*) FROM read_parquet('{dst}/**/*.parquet')").fetchall() == [(4,)]
+        assert len(pandas.read_parquet(dst / "data")) == 4
+        copy = tmp_path / "copy"
+        subprocess.run(["cp", "-rL", str(dst), str(copy)], check=True)
+        files = sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*") if p.is_file())
+        assert sum(name.endswith(".mp4") for name in files) == 8 and sum(name.endswith(".parquet") for name in files) == (1 if not extra else 2)
+        assert not any(p.is_symlink() for p in dst.rglob("*"))
+        assert validate.validate(str(copy)) == []  # a copy is a complete dataset on its own
+        shutil.rmtree(copy)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ds", "out"]  # nothing left beside the output
+
+
+def test_an_output_in_the_earlier_symlinked_layout_is_replaced_whole(tmp_path):
+    """Datasets published by earlier versions (`current -> _versions/<run>`) are still taken for
+    ours, read by --incremental, and replaced by one real folder."""
+    src = tmp_path / "ds"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(5, 4), cameras=()))
+    dst = tmp_path / "out"
+    assert _convert(src, dst) == convert.EXIT_OK
+    version = dst / "_versions" / "20260101T000000-legacy"
+    version.mkdir(parents=True)
+    for name in os.listdir(dst):
+        if name != "_versions":
+            shutil.move(dst / name, version / name)
+    os.symlink("_versions/20260101T000000-legacy", dst / "current")
+    for name in os.listdir(version):
+        os.symlink(f"current/{name}", dst / name)
+    assert validate.validate(str(dst)) == []
+    assert _convert(src, dst, "--incremental") == convert.EXIT_OK
+    assert json.loads((dst / "mixtrain.json").read_text())["incremental"]["reused_sequences"] == 2
+    assert not (dst / "_versions").exists() and not (dst / "current").exists() and not any(p.is_symlink() for p in dst.rglob("*"))
+    assert validate.validate(str(dst)) == []
+
+
+@pytest.mark.parametrize("folder", ["two::colons", "brackets[x]", "star*and?mark"])
+def test_paths_with_url_and_glob_characters_are_plain_local_paths(tmp_path, folder):
+    src = tmp_path / folder / "ds"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(4, 3), codec="h264", gop=None, cameras=("observation.images.top",)))
+    (tmp_path / "brackets" / "ds").mkdir(parents=True)  # what `brackets[x]` would match as a pattern (empty)
+    dst = tmp_path / folder / "out"
+    assert _convert(src, dst, "--direct_num_workers=2", "--direct_running_mode=multi_processing") == convert.EXIT_OK
+    assert validate.validate(str(dst)) == [] and validate.deep_check(str(dst))[0] == []
+    assert json.loads((dst / "mixtrain.json").read_text())["num_sequences"] == 2
+
+
+def test_copy_mode_refuses_damaged_source_samples_instead_of_publishing_them(tmp_path, capsys):
+    src = tmp_path / "ds"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(12, 10), codec="av1", cameras=("observation.images.top",), episodes_per_video_file=2))
+    video = src / "videos/observation.images.top/chunk-000/file-000.mp4"
+    data = bytearray(video.read_bytes())
+    start = data.find(b"mdat") + 600  # inside the first episode's samples; the tables are intact
+    data[start:start + 400] = bytes(range(256)) + bytes(144)
+    video.write_bytes(bytes(data))
+    dst = tmp_path / "out"
+    assert _convert(src, dst) == convert.EXIT_FAILED
+    line = _last_error_line(capsys)
+    assert line.startswith(f"error: {video}: episode_000000 (video_top): the copied samples do not decode (") and line.endswith(
+        "the source video is damaged"), line
+    assert not dst.exists()
+    assert _convert(src, dst, "--verify_copies=false") == convert.EXIT_OK  # the documented trade: bytes copied unexamined

@@ -15,7 +15,7 @@ SHARD0 = "synthetic_rlds-train.tfrecord-00000-of-00002"
 
 
 def _convert(src, dst, *extra):
-    return convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--fps=10", "--on_error=skip", *extra])
+    return convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--fps=10", "--on_error=skip", "--max_skipped=100%", *extra])
 
 
 def _corrupt_mid_shard_header(path, record=2):
@@ -33,6 +33,9 @@ def test_a_skipped_shard_is_named_counted_and_retried_by_incremental(tmp_path, c
     original = (src / SHARD0).read_bytes()
     _corrupt_mid_shard_header(src / SHARD0)
     dst = tmp_path / "out"
+    # --max_skipped weighs the shard by its 4 episodes, not as one record
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--fps=10", "--on_error=skip"]) == convert.EXIT_FAILED
+    assert f"error: {dst}: 4 of 7 sequences were skipped, more than --max_skipped=10%; nothing was published" in capsys.readouterr().err
     assert _convert(src, dst) == convert.EXIT_SKIPPED
     assert "converted 3 sequences" in (out := capsys.readouterr().out) and "skipped 4 bad sequence(s), listed in" in out
     records = [json.loads(line) for line in (dst / "_errors.jsonl").read_text().splitlines()]
