@@ -535,7 +535,8 @@ def _numeric(values, entry: dict, length: int, ref: RecordRef) -> np.ndarray:
         shape = tuple(entry["shape"])
         decoded = []
         for step, blob in enumerate(values):
-            raw = zlib.decompress(blob) if entry["encoding"] == "zlib" else blob
+            raw = _inflate(blob, int(np.prod(shape)) * dtype.itemsize, f"record {ref.index}: steps/{entry['path']} step {step}") \
+                if entry["encoding"] == "zlib" else blob
             array = np.frombuffer(raw, dtype)
             if array.size != int(np.prod(shape)):
                 raise FormatError(f"record {ref.index}: steps/{entry['path']} step {step} holds {array.size} values, "
@@ -547,6 +548,18 @@ def _numeric(values, entry: dict, length: int, ref: RecordRef) -> np.ndarray:
     if array.size != expected:
         raise FormatError(f"record {ref.index}: steps/{entry['path']} holds {array.size} values, expected {expected}")
     return np.ascontiguousarray(array.astype(dtype, copy=False))
+
+
+def _inflate(blob: bytes, expected: int, where: str) -> bytes:
+    """zlib-decode a tensor stored with `encoding="zlib"`, never past one byte more than its shape
+    needs: a few kB that inflate to gigabytes are refused, not decoded."""
+    stream = zlib.decompressobj()
+    raw = stream.decompress(blob, expected + 1)
+    if len(raw) > expected:
+        raise FormatError(f"{where} inflates to more than the {expected} bytes its shape needs")
+    if not stream.eof:
+        raise FormatError(f"{where}: zlib stream ends early ({len(raw)} bytes)")
+    return raw
 
 
 def _images(values, bgr: bool, path: str) -> ImageFrames:
