@@ -35,7 +35,6 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from formats import storage, video
 from formats.errors import ConversionError, FormatError, in_context
@@ -51,6 +50,7 @@ from formats.sequence import (
     base_columns,
     check_unique_columns,
     column_name,
+    rebased_timestamps,
 )
 
 __all__ = ["FORMAT", "EpisodeRef", "detect", "plan", "load"]
@@ -208,7 +208,7 @@ def _changed_since_plan(fs, path: str, plan_id: str) -> bool:
     rewritten during the run reads as garbage through the old footer: say so, not "thrift")."""
     try:
         with storage.open_input(fs, path) as handle:
-            current = pq.ParquetFile(handle).metadata
+            current = storage.parquet_file(handle).metadata
         return not current.equals(storage.parquet_footer(fs, path, plan_id))
     except (OSError, pa.ArrowException):
         return False  # unreadable now (and maybe then): the read error itself says more
@@ -359,7 +359,7 @@ def _read_episodes(fs, root: str) -> pa.Table:
     for path in files:
         try:
             with storage.open_input(fs, path) as handle:
-                parquet = pq.ParquetFile(handle)
+                parquet = storage.parquet_file(handle)
                 wanted = [n for n in parquet.schema_arrow.names if not n.startswith("stats/")]
                 tables.append(parquet.read(columns=wanted))
         except (OSError, pa.ArrowException) as error:
@@ -404,8 +404,7 @@ def _read_tasks(fs, root: str) -> dict[int, str]:
     if not fs.exists(path):
         return {}
     try:
-        with storage.open_input(fs, path) as handle:
-            table = pq.read_table(handle)
+        table = storage.read_parquet(fs, path)
     except (OSError, pa.ArrowException) as error:
         raise FormatError(f"{path}: cannot read the task table: {error}") from error
     text_column = "task" if "task" in table.column_names else "__index_level_0__"
@@ -450,7 +449,7 @@ def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: lis
     relative = template.format(chunk_index=first[0]["data/chunk_index"], file_index=first[0]["data/file_index"])
     path = storage.resolve_inside(root, relative, what="data file", fs=fs)
     with storage.open_input(fs, path) as handle:
-        parquet = pq.ParquetFile(handle, metadata=storage.parquet_footer(fs, path, plan_id))
+        parquet = storage.parquet_file(handle, metadata=storage.parquet_footer(fs, path, plan_id))
         keys = [columns[i].meta["source"] for i in cameras]
         if any(parquet.schema_arrow.get_field_index(key) < 0 for key in keys):
             return  # load() names the missing column with the episode
@@ -655,7 +654,7 @@ def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.
     local = storage.local_path(fs, path)
     with contextlib.nullcontext(local) if local else storage.open_input(fs, path) as handle:  # local: Arrow's own reads
         # pre_buffer coalesces ranged reads: worth it on object stores, 60 % slower per small local read.
-        parquet = pq.ParquetFile(handle, metadata=metadata, buffer_size=1 << 20, pre_buffer=not local)
+        parquet = storage.parquet_file(handle, metadata=metadata, buffer_size=1 << 20, pre_buffer=not local)
         if sum(metadata.row_group(g).num_rows for g in groups) <= _READ_BATCH_ROWS:
             # One episode's rows are small: Arrow's thread pool costs more than it saves (0.29 -> 0.16 ms).
             table = parquet.read_row_groups(groups, columns=columns, use_threads=False) if groups else schema.empty_table().select(columns)
@@ -715,9 +714,8 @@ def _to_sequence(table: pa.Table, ref: EpisodeRef, meta: DatasetMeta) -> Sequenc
         frames = table.column("frame_index").to_numpy()
         if not np.array_equal(frames, np.arange(length)):
             raise FormatError(f"episode {ref.episode_index}: frame_index is not 0..{length - 1}")
-    if "timestamp" in table.column_names:
-        raw = table.column("timestamp").to_numpy().astype(np.float64)
-        timestamp = raw - raw[0]
+    if "timestamp" in table.column_names:  # float32 in lerobot: rebased in float64, as before the rule existed
+        timestamp = rebased_timestamps(table.column("timestamp").to_numpy().astype(np.float64), meta.fps)
     else:
         timestamp = np.arange(length, dtype=np.float64) / meta.fps
     sequence = Sequence(sequence_id=ref.sequence_id, length=length, timestamp=timestamp)

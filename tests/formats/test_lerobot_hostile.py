@@ -8,6 +8,7 @@ import os
 import pathlib
 import shutil
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -140,3 +141,39 @@ def test_a_data_file_rewritten_after_planning_is_named_as_changed(dataset, tmp_p
     with pytest.raises(lerobot_v3.FormatError) as caught:
         lerobot_v3.load(fs, root, refs[2], meta)
     assert str(caught.value) == f"{data}: episode_000002: changed while it was being converted (rerun the conversion)"
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda t: np.concatenate([[np.nan], t[1:]]), "timestamp: non-finite value nan at step 0"),
+    (lambda t: t[::-1].copy(), "timestamp: not strictly increasing at step 1"),
+    (lambda t: t * 3, "contradicts the declared 30 fps"),
+])
+def test_a_broken_clock_is_refused_not_rebased(tmp_path, capsys, change, message):
+    root = tmp_path / "ds"
+    write_dataset(str(root), SyntheticLeRobot(lengths=(6, 5), cameras=()))
+    data = root / "data/chunk-000/file-000.parquet"
+    table = pq.read_table(data)
+    timestamps = table.column("timestamp").to_numpy().astype(np.float32)
+    first = slice(0, 6)
+    timestamps[first] = change(timestamps[first]).astype(np.float32)
+    pq.write_table(table.set_column(table.schema.get_field_index("timestamp"), "timestamp", pa.array(timestamps)), data)
+    assert _convert(root, tmp_path / "out") == convert.EXIT_FAILED
+    line = _error(capsys)
+    assert line.startswith(f"error: {data}: episode_000000: ") and message in line, line
+
+
+def test_a_flipped_bit_in_a_checksummed_page_is_refused(tmp_path, capsys):
+    root = tmp_path / "ds"
+    write_dataset(str(root), SyntheticLeRobot(lengths=(6, 5), cameras=()))
+    data = root / "data/chunk-000/file-000.parquet"
+    table = pq.read_table(data)
+    pq.write_table(table, data, write_page_checksum=True, compression="none", use_dictionary=False)
+    raw = bytearray(data.read_bytes())
+    needle = table.column("action").combine_chunks().flatten().to_numpy()[3].tobytes()
+    position = raw.find(needle)
+    assert position > 0
+    raw[position] ^= 0x01
+    data.write_bytes(bytes(raw))
+    assert _convert(root, tmp_path / "out") == convert.EXIT_FAILED
+    line = _error(capsys)
+    assert line.startswith(f"error: {data}") and "CRC checksum verification failed" in line, line
