@@ -279,12 +279,14 @@ class _WriteShardFn(beam.DoFn):
 
 
 def _failed(key: str, unit: dict, records: list[dict]) -> bool:
+    """Whether a unit lost a sequence (its fingerprint is then not kept: the next run retries it)."""
     prefix = unit.get("prefix")
     for record in records:
         sequence = record.get("sequence_id")
         if sequence is not None and (sequence == key or (prefix and sequence.startswith(prefix))):
             return True
-        if sequence is None and (record.get("source_file") or "").endswith(key):
+        source = record.get("source_file") or ""
+        if sequence is None and (source == key or source.endswith("/" + key)):  # a whole unit (an RLDS shard) failed
             return True
     return False
 
