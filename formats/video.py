@@ -88,6 +88,10 @@ _CODEC_NAMES = {"libdav1d": "av1", "libaom-av1": "av1", "h264": "h264", "hevc": 
 # yuv420p, a keyframe every 10 frames (random access decodes at most 9 extra frames, files
 # about half the size of lerobot's keyframe-every-2), the encoders' balanced presets.
 DEFAULT_CRF = {"h264": 16, "hevc": 16, "av1": 20}
+# libx265 (PyAV 18.1's wheel) wrote out of bounds under valgrind on widths 16-48 px and not from 50
+# px up; the process then aborted ("free(): invalid next size") after an unrelated allocation.
+# 64 is its largest coding-tree size: narrower frames are refused for hevc.
+MIN_HEVC_WIDTH = 64
 DEFAULT_GOP = 10
 DEFAULT_PRESET = {"h264": "medium", "hevc": "medium", "av1": "8"}
 CRF_RANGE = {"h264": (0, 51), "hevc": (0, 51), "av1": (0, 63)}
@@ -824,6 +828,10 @@ def encode_frames(
                 if options.pix_fmt is None:  # lossless, format of the source
                     options = dataclasses.replace(options, pix_fmt=lossless_pix_fmt(frame.format.name))
                 padded = padded_size(frame.width, frame.height, options.pix_fmt)
+                if options.codec == "hevc" and padded[0] < MIN_HEVC_WIDTH:
+                    raise VideoError(f"frames are {size[0]}x{size[1]}: libx265 writes outside its buffers on frames narrower than "
+                                     f"{MIN_HEVC_WIDTH} px (seen under valgrind; it can abort the process); encode this camera "
+                                     "with --video_codec=h264 or av1")
                 stream = output.add_stream(encoder, rate=rate)
                 stream.width, stream.height = padded
                 stream.pix_fmt = options.pix_fmt

@@ -272,3 +272,11 @@ def test_transparent_images_are_refused_opaque_ones_encode():
     rgba[1, 5, 5, 3] = 128
     with pytest.raises(VideoError, match=r"image 1 has transparency \(rgba\); video cannot keep an alpha channel"):
         video.encode_frames(rgba, io.BytesIO(), fps=30)
+
+
+def test_hevc_refuses_frames_narrower_than_x265_can_take():
+    """libx265 writes out of bounds on narrow frames (valgrind; a later free() aborted the process)."""
+    frames = [np.zeros((36, 48, 3), np.uint8)] * 3
+    with pytest.raises(video.VideoError, match=r"frames are 48x36: libx265 writes outside its buffers on frames narrower than 64 px"):
+        video.encode_frames(frames, io.BytesIO(), fps=10, options=video.EncodeOptions("hevc"))
+    assert video.encode_frames(frames, io.BytesIO(), fps=10, options=video.EncodeOptions("h264")).frames == 3
