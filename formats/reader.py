@@ -281,8 +281,7 @@ class Dataset:
                 raise KeyError(f"{camera!r} is not a video column of {self.root}")
         read = ["sequence_id", "length", *wanted, *cameras]
         chosen = set(sequence_ids) if sequence_ids is not None else None
-        rng = np.random.default_rng([seed, epoch])
-        order = rng.permutation(len(self.shards)) if shuffle else np.arange(len(self.shards))
+        order = np.random.default_rng([seed, epoch]).permutation(len(self.shards)) if shuffle else np.arange(len(self.shards))
         by_shard = len(self.shards) >= num_workers
         position = 0
         for rank, shard_index in enumerate(order):
@@ -290,7 +289,9 @@ class Dataset:
                 continue
             table = self._read(self.shards[shard_index], read, where)
             ids = table.column("sequence_id").to_pylist()
-            picks = rng.permutation(table.num_rows) if shuffle else np.arange(table.num_rows)
+            # Generators keyed by (seed, epoch, shard[, row]): every worker draws the same orders
+            # whatever part of the epoch it yields.
+            picks = np.random.default_rng([seed, epoch, int(shard_index)]).permutation(table.num_rows) if shuffle else np.arange(table.num_rows)
             for row_index in picks:
                 if chosen is not None and ids[row_index] not in chosen:
                     continue
@@ -301,7 +302,7 @@ class Dataset:
                 row = self._row(table, int(row_index))
                 starts = np.arange(0, int(row["length"]) - horizon + 1, stride)
                 if shuffle:
-                    starts = rng.permutation(starts)
+                    starts = np.random.default_rng([seed, epoch, int(shard_index), int(row_index)]).permutation(starts)
                 for start in starts.tolist():
                     window = {"sequence_id": row["sequence_id"], "start": start}
                     for name in wanted:
