@@ -37,7 +37,8 @@ def _positive(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.inspect", description="Summarise a Mixtrain dataset; optionally write an HTML report.")
+    parser = argparse.ArgumentParser(prog="python -m pipelines.inspect", description="Summarise a Mixtrain dataset; optionally write an HTML report.",
+                                     allow_abbrev=False)
     parser.add_argument("dataset", help="Mixtrain dataset root (path or fsspec URL such as gs://bucket/ds)")
     parser.add_argument("--html", metavar="PATH", default=None, help="also write a self-contained HTML report to PATH (a local path or fsspec URL)")
     parser.add_argument("--samples", type=_positive, default=4, help="sequences shown as camera thumbnails in the report (default 4)")
