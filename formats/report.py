@@ -28,6 +28,7 @@ HISTOGRAM_BINS = 20
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf")
 STAT_KEYS = ("mean", "std", "min", "q01", "q50", "q99", "max")
 MAX_POINTS = 200  # per plotted line: longer sequences are subsampled evenly (end points kept)
+THUMB_WIDTH = 160  # shown this wide; encoded at most this wide (smaller frames are scaled up by the browser)
 
 
 def _mb(size: float) -> str:
@@ -252,10 +253,9 @@ def _histogram_svg(summary: dict) -> str:
                      f'height="{bar_h:.1f}" fill="{PALETTE[0]}"><title>{edges[index]}-{edges[index + 1] - 1} timesteps: {count}</title></rect>')
     parts.append(f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" stroke="#333"/>')
     parts.append(f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + plot_h}" stroke="#333"/>')
-    for tick in range(0, 5):
-        x = left + plot_w * tick / 4
-        value = edges[0] + (edges[-1] - edges[0]) * tick / 4
-        parts.append(_svg_text(x, top + plot_h + 14, f"{value:.0f}", "middle"))
+    step = max(1, math.ceil(len(counts) / 10))  # at most ~10 labels: a bar's first length, under its centre
+    for index in range(0, len(counts), step):
+        parts.append(_svg_text(left + (index + 0.5) * bar_w, top + plot_h + 14, str(edges[index]), "middle"))
     parts.append(_svg_text(left - 6, top + 8, str(peak), "end"))
     parts.append(_svg_text(left - 6, top + plot_h, "0", "end"))
     parts.append(_svg_text(left + plot_w / 2, height - 4, "timesteps per sequence", "middle"))
@@ -363,7 +363,7 @@ def render_html(ds: Dataset, summary: dict, *, samples: int = 4, trajectory_samp
                          f"mean {lengths.get('mean', 0):.1f}, max {lengths.get('max')}"),
              ("source", f"{provenance['source_format']} {provenance['source_uri']}"), ("converter", provenance["converter"]),
              ("options", " ".join(_flat_options(provenance["options"]))), ("created_at", str(provenance["created_at"])),
-             ("skipped", str(max(summary["num_skipped"], len(summary["skipped"]))) or "none")]
+             ("skipped", str(max(summary["num_skipped"], len(summary["skipped"])) or "none"))]
     out.append('<h2>Summary</h2><table class="facts">' + "".join(f"<tr><td>{e(k)}</td><td>{e(str(v))}</td></tr>" for k, v in facts) + "</table>")
     if summary["skipped"]:
         out.append("<h3>Skipped sequences</h3><table><tr><th>sequence</th><th>error</th></tr>" + "".join(
@@ -445,9 +445,9 @@ def render_html(ds: Dataset, summary: dict, *, samples: int = 4, trajectory_samp
                     for step in sorted({0, length // 2, length - 1}) if length > 2 else range(length):
                         try:
                             frame = ds.decode(row[name], name, step, step + 1)[0]
-                            jpeg = base64.b64encode(thumbnail_jpeg(frame)).decode()
-                            cells.append(f'<td><img alt="{e(row["sequence_id"])} {e(name)} timestep {step}" title="timestep {step}" '
-                                         f'src="data:image/jpeg;base64,{jpeg}"></td>')
+                            jpeg = base64.b64encode(thumbnail_jpeg(frame, THUMB_WIDTH)).decode()
+                            cells.append(f'<td><img width="{THUMB_WIDTH}" alt="{e(row["sequence_id"])} {e(name)} timestep {step}" '
+                                         f'title="timestep {step}" src="data:image/jpeg;base64,{jpeg}"></td>')
                         except (FormatError, video.VideoError) as error:
                             cells.append(f'<td class="muted">timestep {step}: {e(str(error))}</td>')
                 out.append(f"<tr><td><code>{e(row['sequence_id'])}</code><br><span class=\"muted\">{row['length']} timesteps</span></td>"

@@ -124,6 +124,7 @@ def test_report_is_self_contained_with_every_plot_and_thumbnail(skipped_dataset,
     assert set(re.findall(r"https?://[^\"' <>]+", page)) == {"http://www.w3.org/2000/svg"}
     assert all(src.startswith("data:image/jpeg;base64,") for src in re.findall(r'src="([^"]*)"', page))
     assert page.count('id="length-histogram"') == 1
+    assert "<tr><td>sequences</td><td>3</td></tr>" in page and "<tr><td>skipped</td><td>2</td></tr>" in page
     ds = reader.open_dataset(str(dst))
     for column in ds.columns("trajectory"):
         assert f'id="stats-{column}"' in page and f'id="trajectories-{column}"' in page
