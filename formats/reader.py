@@ -119,12 +119,13 @@ class Dataset:
     def _open(self, relative: str):
         return storage.open_input(self.fs, storage.join(self.root, relative))
 
-    def _read(self, shard: str, columns: list[str], where: Filter | None) -> pa.Table:
-        # pre_buffer=False: with it, Arrow coalesces nearby column chunks into one read and so
-        # fetches the trajectories lying between two projected scalar columns.
+    def _read(self, shard: str, columns: list[str], where: Filter | None, *, coalesce: bool = True) -> pa.Table:
+        # coalesce (Arrow's pre_buffer): nearby column chunks in one request, fewer round trips on
+        # object stores; off for scans of scalar columns, where it would also fetch the
+        # trajectories lying between two projected columns.
         with self._open(shard) as handle:
             try:
-                return pq.read_table(handle, columns=columns, filters=where, pre_buffer=False)
+                return pq.read_table(handle, columns=columns, filters=where, pre_buffer=coalesce)
             except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as error:
                 raise FormatError(f"{storage.join(self.root, shard)}: {error}") from error
 
@@ -137,7 +138,8 @@ class Dataset:
         unknown = [name for name in wanted if name not in self.schema.names]
         if unknown:
             raise KeyError(f"no column {unknown[0]!r} in {self.root}; columns: {', '.join(self.schema.names)}")
-        tables = [self._read(shard, wanted, where) for shard in self.shards]
+        heavy = any(self.kind(name) != "scalar" for name in wanted)
+        tables = [self._read(shard, wanted, where, coalesce=heavy) for shard in self.shards]
         if not tables:
             return self.schema.empty_table().select(wanted)
         table = pa.concat_tables(tables)
