@@ -149,7 +149,7 @@ def render_text(summary: dict) -> str:
     for column in summary["columns"]:
         dim = f"dim {column['dim']}" if column["dim"] is not None else ""
         names = f"  [{', '.join(map(str, column['names']))}]" if column["names"] else ""
-        units = f"  units {column['units']}" if column["units"] else ""
+        units = f"  units {_units(column['units'])}" if column["units"] else ""
         lines.append(f"  {column['name']:<{width}}  {column['kind']:<10}  {column['dtype']:<8}  {dim:<7}{names}{units}".rstrip())
     lines.append("")
     if summary["cameras"]:
@@ -189,6 +189,13 @@ def render_text(summary: dict) -> str:
     for error in skipped:
         lines.append(f"  {error.get('sequence_id', '?')}: {error.get('error') or error.get('message') or error}")
     return "\n".join(lines) + "\n"
+
+
+def _units(units: Any) -> str:
+    """A column's units: one for all dimensions, or one per dimension (shown comma-separated)."""
+    if not units:
+        return ""
+    return ", ".join(map(str, units)) if isinstance(units, list) else str(units)
 
 
 def _at(values: Any, index: int) -> Any:
@@ -375,7 +382,7 @@ def render_html(ds: Dataset, summary: dict, *, samples: int = 4, trajectory_samp
     for column in summary["columns"]:
         out.append(f"<tr><td><code>{e(column['name'])}</code></td><td>{e(column['kind'])}</td><td>{e(str(column['dtype']))}</td>"
                    f"<td class=\"num\">{'' if column['dim'] is None else column['dim']}</td>"
-                   f"<td>{e(', '.join(map(str, column['names'] or [])))}</td><td>{e(str(column['units'] or ''))}</td></tr>")
+                   f"<td>{e(', '.join(map(str, column['names'] or [])))}</td><td>{e(_units(column['units']))}</td></tr>")
     out.append("</table>")
     if summary["cameras"]:
         out.append("<h2>Cameras</h2><table><tr><th>camera</th><th>codec</th><th>resolution</th><th>fps</th><th>pix_fmt</th>"

@@ -238,3 +238,15 @@ def test_report_in_headless_chromium(name, skipped_dataset, ortf_dataset, tmp_pa
     for camera in ds.video_columns:
         with_video = sum(1 for sequence_id in report.sample_ids(ds.sequence_ids(), samples) if ds.video_url(sequence_id, camera))
         assert sections[f"thumbs-{camera}"]["imgs"] == 3 * with_video > 0
+
+
+def test_units_and_depth_camera_of_an_ortf_dataset(ortf_dataset, tmp_path, capsys):
+    assert inspect.main([str(ortf_dataset), f"--html={tmp_path / 'report.html'}"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert ("  action                trajectory  float32   dim 7    [dx, dy, dz, droll, dpitch, dyaw, gripper]  "
+            "units meters, meters, meters, radians, radians, radians, discrete") in out
+    assert f"  video_depth         ffv1  64x48  15 fps  gray16le  copy  depth  4 files  {_mb(ortf_dataset / 'files/video_depth')}" in out
+    page = (tmp_path / "report.html").read_text()
+    stats = page[page.index('id="stats-action"'):]
+    assert "<tr><td>dx</td><td>meters</td>" in stats and "<tr><td>gripper</td><td>discrete</td>" in stats
+    assert "<tr><td>[0]</td><td>s</td>" in page[page.index('id="stats-timestamp"'):]
