@@ -339,3 +339,34 @@ def test_torch_wrappers(converted):
     assert {(i["sequence_id"], i["start"]) for i in items} == _expected_starts(ds, 5, 2)
     sequences = reader.torch_sequences(ds, columns=["action"])
     assert torch.equal(sequences[0]["action"], torch.from_numpy(ds.sequence(ds.sequence_ids()[0])["action"]))
+
+
+def test_a_point_lookup_skips_row_groups_its_id_is_not_in(tmp_path, monkeypatch):
+    """Predicate pushdown: rows are sorted by sequence_id and row groups close at 8 MB, so the
+    min/max statistics of sequence_id let a lookup fetch one row group, not the shard."""
+    write_lerobot(str(tmp_path / "src"), SyntheticLeRobot(lengths=(17000, 16000, 18000), state_dim=64, action_dim=64, cameras=()))
+    dst = tmp_path / "mixtrain"
+    assert convert.run([f"--input={tmp_path / 'src'}", f"--output={dst}", "--progress=off"]) == 0
+    shard = dst / "data/part-00000.parquet"
+    metadata = pq.ParquetFile(shard).metadata
+    groups = [metadata.row_group(i) for i in range(metadata.num_row_groups)]
+    assert [g.num_rows for g in groups] == [1, 2]
+    spans = [(min(_chunk_start(g.column(c)) for c in range(g.num_columns)),
+              max(_chunk_start(g.column(c)) + g.column(c).total_compressed_size for c in range(g.num_columns))) for g in groups]
+    ds = reader.open_dataset(str(dst))
+    ds.schema  # noqa: B018
+    size = shard.stat().st_size
+    original = reader.Dataset._open
+    for sequence_id, wanted, other in (("episode_000000", 0, 1), ("episode_000002", 1, 0)):
+        ranges: list = []
+        monkeypatch.setattr(reader.Dataset, "_open", lambda self, relative, ranges=ranges: _Recorder(original(self, relative), ranges))
+        row = ds.sequence(sequence_id)
+        assert row["sequence_id"] == sequence_id and row["action"].shape == (row["length"], 64)
+        body = [(a, b) for a, b in ranges if b < size and b > a]
+        low, high = spans[other]
+        assert not [(a, b) for a, b in body if a < high and low < b], f"{sequence_id}: read row group {other}"
+        assert sum(b - a for a, b in body) >= 0.9 * (spans[wanted][1] - spans[wanted][0])  # its row group, whole
+
+
+def _chunk_start(chunk) -> int:
+    return chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
