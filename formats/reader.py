@@ -80,7 +80,10 @@ class Dataset:
             if not self.shards:
                 raise FormatError(f"{self.root}: the dataset has no shards")
             with self._open(self.shards[0]) as handle:
-                self._schema = pq.ParquetFile(handle).schema_arrow
+                try:
+                    self._schema = pq.ParquetFile(handle).schema_arrow
+                except (pa.ArrowInvalid, OSError) as error:
+                    raise FormatError(f"{storage.join(self.root, self.shards[0])}: {error}") from error
         return self._schema
 
     def kind(self, column: str) -> str:
@@ -117,7 +120,11 @@ class Dataset:
     # --- rows -----------------------------------------------------------------------------------
 
     def _open(self, relative: str):
-        return storage.open_input(self.fs, storage.join(self.root, relative))
+        path = storage.join(self.root, relative)
+        try:
+            return storage.open_input(self.fs, path)
+        except FileNotFoundError:
+            raise FormatError(f"{path}: listed in mixtrain.json but missing") from None
 
     def _read(self, shard: str, columns: list[str], where: Filter | None, *, coalesce: bool = True) -> pa.Table:
         # coalesce (Arrow's pre_buffer): nearby column chunks in one request, fewer round trips on

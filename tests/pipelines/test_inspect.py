@@ -250,3 +250,21 @@ def test_units_and_depth_camera_of_an_ortf_dataset(ortf_dataset, tmp_path, capsy
     stats = page[page.index('id="stats-action"'):]
     assert "<tr><td>dx</td><td>meters</td>" in stats and "<tr><td>gripper</td><td>discrete</td>" in stats
     assert "<tr><td>[0]</td><td>s</td>" in page[page.index('id="stats-timestamp"'):]
+
+
+def test_a_damaged_dataset_is_one_error_line_naming_the_file(skipped_dataset, tmp_path, capsys):
+    _, dst = skipped_dataset
+    copy = tmp_path / "copy"
+    shutil.copytree(dst, copy)
+    shard = copy / "data/part-00000.parquet"
+    shard.write_bytes(shard.read_bytes()[:100])
+    assert inspect.main([str(copy)]) == 1
+    assert capsys.readouterr().err == (f"error: {shard}: Parquet magic bytes not found in footer. "
+                                       "Either the file is corrupted or this is not a parquet file.\n")
+    shard.unlink()
+    assert inspect.main([str(copy)]) == 1
+    assert capsys.readouterr().err == f"error: {shard}: listed in mixtrain.json but missing\n"
+    shutil.copy(dst / "data/part-00000.parquet", shard)
+    (copy / "stats.json").write_text("{")
+    assert inspect.main([str(copy)]) == 1
+    assert capsys.readouterr().err.startswith(f"error: {copy / 'stats.json'}: malformed JSON")
