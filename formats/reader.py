@@ -322,10 +322,13 @@ class Dataset:
                     yield window
 
     def count_windows(self, observation_horizon: int, action_horizon: int = 0, stride: int = 1, *,
-                      where: Filter | None = None) -> int:
-        """How many windows one epoch of `windows()` yields (reads only `length`)."""
+                      sequence_ids: Sequence[str] | None = None, where: Filter | None = None) -> int:
+        """How many windows one epoch of `windows()` yields (reads only `sequence_id` and `length`)."""
         horizon = observation_horizon + action_horizon
-        lengths = self.scan(["length"], where).column("length").to_numpy()
+        table = self.scan(["sequence_id", "length"], where)
+        if sequence_ids is not None:
+            table = table.filter(pc.is_in(table.column("sequence_id"), pa.array(list(sequence_ids), pa.string())))
+        lengths = table.column("length").to_numpy()
         return int(sum(max(0, math.floor((int(t) - horizon) / stride) + 1) for t in lengths))
 
 
@@ -362,7 +365,8 @@ def torch_windows(dataset: Dataset, observation_horizon: int, action_horizon: in
             self.epoch = epoch
 
         def __len__(self) -> int:
-            return dataset.count_windows(observation_horizon, action_horizon, stride, where=options.get("where"))
+            return dataset.count_windows(observation_horizon, action_horizon, stride, where=options.get("where"),
+                                         sequence_ids=options.get("sequence_ids"))
 
         def __iter__(self):
             info = torch.utils.data.get_worker_info()

@@ -370,3 +370,34 @@ def test_a_point_lookup_skips_row_groups_its_id_is_not_in(tmp_path, monkeypatch)
 
 def _chunk_start(chunk) -> int:
     return chunk.dictionary_page_offset if chunk.has_dictionary_page else chunk.data_page_offset
+
+
+def test_torch_wrappers_against_a_stand_in_torch(converted, monkeypatch):
+    """Where torch is absent: the wrappers' own logic (DataLoader workers each take their part of
+    the epoch via get_worker_info, set_epoch, len) run against a minimal stand-in module."""
+    import sys
+    import types
+
+    info = {"value": None}
+    data = types.SimpleNamespace(IterableDataset=object, Dataset=object, get_worker_info=lambda: info["value"])
+    fake = types.SimpleNamespace(utils=types.SimpleNamespace(data=data), from_numpy=lambda array: ("tensor", array))
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    _, dst, _ = converted("lerobot_v3")
+    ds = reader.open_dataset(str(dst))
+    chosen = ds.sequence_ids()[:4]
+    windows = reader.torch_windows(ds, 2, 3, 2, columns=["action"], sequence_ids=chosen)
+    expected = _expected_starts(ds, 5, 2, set(chosen))
+    assert len(windows) == len(expected)
+    parts = []
+    for worker in range(2):
+        info["value"] = types.SimpleNamespace(id=worker, num_workers=2)
+        parts.append([(w["sequence_id"], w["start"]) for w in windows])
+    assert not set(parts[0]) & set(parts[1]) and set(parts[0]) | set(parts[1]) == expected
+    info["value"] = None
+    first = list(windows)
+    assert first[0]["action"][0] == "tensor" and first[0]["action"][1].shape == (5, 6)
+    windows.set_epoch(1)
+    assert [(w["sequence_id"], w["start"]) for w in windows] != [(w["sequence_id"], w["start"]) for w in first]
+    sequences = reader.torch_sequences(ds, where=[("task", "=", "Open the drawer.")], columns=["action"])
+    assert len(sequences) == len(ds.sequence_ids(where=[("task", "=", "Open the drawer.")]))
+    assert np.array_equal(sequences[0]["action"][1], ds.sequence(ds.sequence_ids(where=[("task", "=", "Open the drawer.")])[0])["action"])
