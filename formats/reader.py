@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -240,9 +241,12 @@ class Dataset:
             fs, path = storage.open_root(relative)
         else:
             fs = self.fs
-        source = storage.local_path(fs, path) or storage.open_input(fs, path)
+        source: Any = None
         out = []
         try:
+            source = storage.local_path(fs, path) or storage.open_input(fs, path)
+            if isinstance(source, str) and not os.path.isfile(source):
+                raise FileNotFoundError(source)
             for frame in video.iter_frames(source, start=start / fps if start else None,
                                            end=None if stop is None else stop / fps, fps=fps):
                 array = video.image_array(frame) if depth else frame.to_ndarray(format="rgb24")
@@ -251,10 +255,12 @@ class Dataset:
                 if crop:
                     array = array[: int(crop["height"]), : int(crop["width"])]
                 out.append(array)
+        except FileNotFoundError:
+            raise FormatError(f"{storage.url_for(fs, path)}: video file not found") from None
         except (video.VideoError, av.FFmpegError, OSError) as error:
             raise FormatError(f"{storage.url_for(fs, path)}: {error}") from error
         finally:
-            if not isinstance(source, str):
+            if source is not None and not isinstance(source, str):
                 source.close()
         if stop is not None and len(out) != stop - start:
             raise FormatError(f"{storage.url_for(fs, path)}: timesteps [{start}, {stop}) asked, {len(out)} frames decoded")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import json
+import shutil
 
 import numpy as np
 import pyarrow as pa
@@ -327,6 +328,19 @@ def test_open_refuses_what_it_cannot_read(tmp_path, converted):
         ds.frames(ds.sequence_ids()[0], "length")
     with pytest.raises(KeyError, match="no column 'nope'"):
         ds.scan(["nope"])
+
+
+def test_a_missing_video_is_one_error_naming_it(converted, tmp_path):
+    _, dst, _ = converted("lerobot_v3")
+    copy = tmp_path / "copy"
+    shutil.copytree(dst, copy)
+    (copy / "files/video_front/episode_000002.mp4").unlink()
+    ds = reader.open_dataset(str(copy))
+    with pytest.raises(FormatError) as caught:
+        ds.frames("episode_000002", "video_front", 0, 2)
+    assert str(caught.value) == f"file://{copy}/files/video_front/episode_000002.mp4: video file not found"
+    with pytest.raises(FormatError, match=r"timesteps \[30, 40\) asked, 3 frames decoded"):
+        ds.frames("episode_000002", "video_wrist", 30, 40)
 
 
 def test_torch_wrappers(converted):
