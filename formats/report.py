@@ -27,6 +27,9 @@ __all__ = ["summarize", "render_text", "render_html", "sample_ids", "thumbnail_j
 HISTOGRAM_BINS = 20
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf")
 STAT_KEYS = ("mean", "std", "min", "q01", "q50", "q99", "max")
+# Plots against time per column: a 512-dim language embedding would otherwise weigh megabytes
+# (its statistics table keeps every dimension).
+MAX_PLOTTED_DIMENSIONS = 32
 MAX_POINTS = 200  # per plotted line: longer sequences are subsampled evenly (end points kept)
 THUMB_WIDTH = 160  # shown this wide; encoded at most this wide (smaller frames are scaled up by the browser)
 
@@ -428,8 +431,10 @@ def render_html(ds: Dataset, summary: dict, *, samples: int = 4, trajectory_samp
         for name in trajectory_columns:
             dim = ds.column_types[name].get("dim") or rows[picked[0]][name].shape[1]
             names = _dimension_names(summary, name, int(dim))
-            out.append(f'<h3><code>{e(name)}</code> against time</h3><div class="grid" id="trajectories-{e(name)}">')
-            for index, dimension in enumerate(names):
+            shown = names[:MAX_PLOTTED_DIMENSIONS]
+            note = f' <span class="muted">(the first {len(shown)} of {len(names)} dimensions)</span>' if len(shown) < len(names) else ""
+            out.append(f'<h3><code>{e(name)}</code> against time{note}</h3><div class="grid" id="trajectories-{e(name)}">')
+            for index, dimension in enumerate(shown):
                 series = [(s, rows[s]["timestamp"], rows[s][name][:, index].astype(np.float64)) for s in picked if rows[s].get(name) is not None]
                 out.append(_lines_svg(series, dimension, f"plot-{name}-{index}"))
             out.append("</div>")

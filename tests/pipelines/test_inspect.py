@@ -230,9 +230,9 @@ def test_report_in_headless_chromium(name, skipped_dataset, ortf_dataset, tmp_pa
     plots = {s["id"]: s for s in result["svgs"] if s["id"].startswith("plot-")}
     for column in ds.columns("trajectory"):
         dim = ds.column_types[column]["dim"]
-        assert sections[f"trajectories-{column}"]["svgs"] == dim
+        assert sections[f"trajectories-{column}"]["svgs"] == min(dim, report.MAX_PLOTTED_DIMENSIONS)
         assert sections[f"stats-{column}"]["svgs"] == dim
-        for index in range(dim):
+        for index in range(min(dim, report.MAX_PLOTTED_DIMENSIONS)):
             assert plots[f"plot-{column}-{index}"]["width"] > 0 and plots[f"plot-{column}-{index}"]["marks"] >= 2
     samples = min(4, len(ds))
     for camera in ds.video_columns:
@@ -268,3 +268,17 @@ def test_a_damaged_dataset_is_one_error_line_naming_the_file(skipped_dataset, tm
     (copy / "stats.json").write_text("{")
     assert inspect.main([str(copy)]) == 1
     assert capsys.readouterr().err.startswith(f"error: {copy / 'stats.json'}: malformed JSON")
+
+
+def test_wide_columns_plot_their_first_dimensions_and_keep_every_statistic(tmp_path, capsys):
+    write_lerobot(str(tmp_path / "src"), SyntheticLeRobot(lengths=(12, 9), state_dim=40, cameras=()))
+    assert convert.run([f"--input={tmp_path / 'src'}", f"--output={tmp_path / 'dst'}", "--progress=off"]) == 0
+    page = _write_report(tmp_path / "dst", tmp_path / "report.html")
+    plots = page[page.index('id="trajectories-obs_state"'):]
+    plots = plots[:plots.index("</div>")]
+    assert plots.count("<svg") == report.MAX_PLOTTED_DIMENSIONS == 32
+    assert "<code>obs_state</code> against time <span class=\"muted\">(the first 32 of 40 dimensions)</span>" in page
+    stats = page[page.index('id="stats-obs_state"'):]
+    stats = stats[:stats.index("</table>")]
+    assert stats.count('<svg class="band"') == 40 and "<tr><td>joint_39</td>" in stats
+    assert "cameras     none" in capsys.readouterr().out
