@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command to set up and run mixtrain-convert locally.
-#   ./run_local.sh                 set up .venv, write a synthetic LeRobot v3 sample, convert it, validate it
+#   ./run_local.sh                 set up .venv, write a synthetic LeRobot v3 sample, convert it, validate it, write its HTML report
 #   ./run_local.sh test            set up .venv and run the whole test suite (and ruff)
 #   ./run_local.sh bench [ARGS]    set up .venv and run the benchmark suite bench/run.py (minutes, not part of the tests)
 #   ./run_local.sh ARGS...         run `python -m pipelines.convert ARGS...` inside .venv
@@ -22,6 +22,20 @@ setup() {
   fi
 }
 
+# The HTML report's test loads the page in headless Chromium (the Debian package). Installed here
+# when missing and this runs as root with apt-get; otherwise that one test skips, saying why.
+ensure_chromium() {
+  if command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
+    return
+  fi
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing chromium (apt-get) for the HTML report's browser test"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "note: chromium is not installed (apt-get install chromium as root): the report's browser test will skip" >&2
+  fi
+}
+
 setup
 case "${1:-}" in
   "")
@@ -30,9 +44,11 @@ case "${1:-}" in
     "$VENV/bin/python" -m pipelines.convert --input=sample/lerobot_v3 --output=sample/mixtrain \
       --direct_num_workers=2 --direct_running_mode=multi_processing
     "$VENV/bin/python" -m pipelines.validate sample/mixtrain
+    "$VENV/bin/python" -m pipelines.inspect sample/mixtrain --html sample/report.html  # prints the summary and "report: PATH"
     ;;
   test)
     shift
+    ensure_chromium
     "$VENV/bin/ruff" check .
     "$VENV/bin/python" -m pytest -q "$@"
     ;;

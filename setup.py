@@ -32,6 +32,9 @@ setup(
         "google-crc32c>=1.5",
     ],
     # polars, duckdb, pandas: the published-layout test reads every output the way users' tools do.
-    extras_require={"test": ["pytest>=8", "ruff>=0.6", "gcp-storage-emulator>=2024.8", "polars>=1.0", "duckdb>=1.1", "pandas>=2.0"]},
-    entry_points={"console_scripts": ["mixtrain-convert=pipelines.convert:main", "mixtrain-validate=pipelines.validate:entry"]},
+    # torch: only for formats.reader's optional Dataset/IterableDataset wrappers.
+    extras_require={"torch": ["torch>=2.1"],
+                    "test": ["pytest>=8", "ruff>=0.6", "gcp-storage-emulator>=2024.8", "polars>=1.0", "duckdb>=1.1", "pandas>=2.0"]},
+    entry_points={"console_scripts": ["mixtrain-convert=pipelines.convert:main", "mixtrain-validate=pipelines.validate:entry",
+                                      "mixtrain-inspect=pipelines.inspect:entry"]},
 )
