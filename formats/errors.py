@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import errno
 
-__all__ = ["ConversionError", "FormatError", "VideoError", "ColumnNameError", "OutputError", "error_record", "output_failure", "skipped_counts"]
+__all__ = ["ConversionError", "FormatError", "VideoError", "ColumnNameError", "OutputError", "describe_skip_limit", "error_record",
+           "output_failure", "skipped_counts"]
 
 
 class ConversionError(ValueError):
@@ -86,6 +87,12 @@ def error_record(error: ConversionError, *, sequence: str | None, stage: str, se
     if sequences != 1:
         record["sequences"] = sequences
     return record
+
+
+def describe_skip_limit(limit: tuple[str, float]) -> str:
+    """A --max_skipped limit ("count", n) / ("fraction", f) as the user writes it: `5`, `10%`."""
+    kind, value = limit
+    return f"{value:g}" if kind == "count" else f"{value * 100:g}%"
 
 
 def skipped_counts(records: list[dict]) -> tuple[int, int]:

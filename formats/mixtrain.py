@@ -15,6 +15,7 @@ import math
 import os
 import shutil
 import socket
+import stat
 import sys
 from typing import Any
 
@@ -332,13 +333,46 @@ PUBLISHED = (DATA_DIR, FILES_DIR, STATS_FILE, ERRORS_FILE, FINGERPRINTS_FILE, SI
 
 
 def staging_root(fs, output: str, run: str) -> str:
-    """Where a run writes before it publishes: a hidden sibling of the output on a local disk,
-    `DST/_staging/<run>` on object stores (no rename there; see `publish`)."""
-    if storage.is_local(fs):
+    """Where a run writes before it publishes: a hidden sibling of the output on a local disk
+    where the output can be exchanged with it (`replaces_whole_folder`), else `DST/_staging/<run>`
+    (object stores, a mount point, a parent folder we may not write), published name by name."""
+    if storage.is_local(fs) and replaces_whole_folder(output):
         real = os.path.realpath(output)
         parent, name = os.path.split(real)
         return f"{parent}/.{name}{SIBLING_MARK}{run}"
     return f"{output}/{STAGING_DIR}/{run}"
+
+
+def replaces_whole_folder(output: str) -> bool:
+    """Whether a local output is published by exchanging the whole folder with its staged
+    sibling: not when the output is a mount point (or on another device than its parent), when its
+    parent folder cannot be written, or when the current directory is inside it."""
+    real = os.path.realpath(output)
+    parent = os.path.dirname(real) or "/"
+    while not os.path.exists(parent):  # the output's missing parents are created by the run
+        parent = os.path.dirname(parent)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return False
+    try:
+        here = os.getcwd()
+    except FileNotFoundError:
+        here = ""
+    if here == real or here.startswith(real.rstrip("/") + "/"):  # the shell stands in it: keep the folder itself
+        return False
+    if os.path.exists(real):
+        return not os.path.ismount(real) and os.stat(real).st_dev == os.stat(parent).st_dev
+    return True
+
+
+def foreign_entries(fs, output: str) -> list[str]:
+    """What the output folder holds besides a Mixtrain dataset and our own staging."""
+    if not fs.exists(output):
+        return []
+    names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(output, detail=False)}
+    ours = {*PUBLISHED, STAGING_DIR}
+    if is_versioned(fs, output):  # `current` and _versions/ are ours only when `current` is our symlink
+        ours |= {VERSIONS_DIR, CURRENT}
+    return sorted(name for name in names if name not in ours and not name.startswith(f".{CURRENT}-"))
 
 
 def _siblings(output: str) -> list[str]:
@@ -355,11 +389,16 @@ def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
     """Make the staged dataset the published one, mixtrain.json last.
 
     On a local disk the switch is one atomic exchange of folders (see above). On object stores
-    (no rename, no symlinks) the staged objects are copied into place server-side after
+    (no rename, no symlinks), and on local outputs that cannot be exchanged (a mount point, a parent
+    folder we may not write), the staged entries are moved into place name by name after
     mixtrain.json is removed, so a dataset being replaced never looks finished; a run killed in
-    that window leaves no mixtrain.json, and the next run completes.
+    that window leaves no mixtrain.json, and the next run completes. Entries of the output that are
+    not ours are left alone there.
     """
-    if storage.is_local(fs):
+    for name in (ERRORS_FILE, FINGERPRINTS_FILE):  # every published name exists, in every layout
+        if not fs.exists(f"{staging}/{name}"):
+            fs.pipe_file(f"{staging}/{name}", b"")
+    if storage.is_local(fs) and not staging.startswith(f"{output}/{STAGING_DIR}/"):
         _publish_local(staging, output, sidecar_value)
         return
     sidecar_path = f"{output}/{SIDECAR}"
@@ -373,17 +412,22 @@ def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
             _move(fs, source, target)
     fs.pipe_file(sidecar_path, dumps(sidecar_value).encode())
     discard_staging(fs, staging, output)
+    if storage.is_local(fs):
+        _collect_garbage(output)
 
 
 def _publish_local(staging: str, output: str, sidecar_value: dict) -> None:
+    real = os.path.realpath(output)
+    if os.path.isdir(real):
+        foreign = foreign_entries(storage.open_root(real)[0], real)
+        if foreign:  # appeared during the run: exchanging the folder would delete them
+            raise ConversionError(f"{output}: {', '.join(foreign)} appeared in the output during the run; nothing was published "
+                                  "(the whole folder is replaced on publication: move them out and rerun)")
+        _keep_access(real, staging)
     os.makedirs(f"{staging}/{FILES_DIR}", exist_ok=True)
-    for name in (ERRORS_FILE, FINGERPRINTS_FILE):  # every published name exists
-        if not os.path.exists(f"{staging}/{name}"):
-            open(f"{staging}/{name}", "wb").close()
     _write_atomically(f"{staging}/{SIDECAR}", dumps(sidecar_value).encode())
     if os.path.exists(f"{staging}/{OWNER_FILE}"):
         os.remove(f"{staging}/{OWNER_FILE}")
-    real = os.path.realpath(output)
     if os.path.isdir(real):
         try:
             _exchange(staging, real)  # the publication: one atomic exchange
@@ -400,6 +444,17 @@ def _publish_local(staging: str, output: str, sidecar_value: dict) -> None:
         os.rename(staging, real)
     shutil.rmtree(staging, ignore_errors=True)  # the previous dataset, now beside the output
     _collect_garbage(output)
+
+
+def _keep_access(previous: str, staging: str) -> None:
+    """The new folder takes the replaced one's mode (setgid included), owner and group: a team's
+    shared output keeps its permissions across runs (best effort where we may not chown)."""
+    info = os.stat(previous)
+    os.chmod(staging, stat.S_IMODE(info.st_mode))
+    try:
+        os.chown(staging, info.st_uid, info.st_gid)
+    except PermissionError:
+        pass
 
 
 def _exchange(first: str, second: str) -> None:
@@ -517,11 +572,9 @@ def copy_assets(fs, root: str, out_fs, staging: str, meta: DatasetMeta) -> None:
 
 
 def discard_staging(fs, staging: str, output: str) -> None:
-    """Remove one run's staging folder (and on object stores the staging parent if no other run uses it)."""
+    """Remove one run's staging folder, then `DST/_staging` if no other run uses it."""
     if fs.exists(staging):
         fs.rm(staging, recursive=True)
-    if storage.is_local(fs):
-        return
     parent = f"{output}/{STAGING_DIR}"
-    if fs.exists(parent) and not fs.ls(parent):
+    if staging.startswith(parent + "/") and fs.exists(parent) and not fs.ls(parent):
         fs.rm(parent, recursive=True)

@@ -55,9 +55,8 @@ def resolve_inside(root: str, relative: str, *, what: str, fs: fsspec.AbstractFi
         raise FormatError(f"{what} {relative!r} escapes the dataset root")
     path = posixpath.join(root, normalized)
     if fs is not None and local_path(fs, path) is not None:
-        real_root = os.path.realpath(root)
         real = os.path.realpath(path)
-        if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+        if not any(real == allowed or real.startswith(allowed.rstrip("/") + "/") for allowed in _allowed_roots(root)):
             raise FormatError(f"{what} {relative!r} is a symlink to {real}, outside the dataset root")
         kind = _special_kind(path)
         if kind:
@@ -84,6 +83,18 @@ def check_regular(fs: fsspec.AbstractFileSystem, path: str) -> None:
     kind = _special_kind(local) if local is not None else None
     if kind:
         raise FormatError(f"{path}: is a {kind}, not a regular file; refused without opening it")
+
+
+def _allowed_roots(root: str) -> list[str]:
+    """Where a dataset's files may really live: under its root, and for a Hugging Face hub cache
+    snapshot (`.../datasets--org--name/snapshots/<revision>`, every file a symlink to
+    `../../blobs/<hash>`) in that same repository's `blobs/` folder."""
+    real_root = os.path.realpath(root)
+    allowed = [real_root]
+    parent = os.path.dirname(real_root)
+    if os.path.basename(parent) == "snapshots" and os.path.isdir(os.path.join(os.path.dirname(parent), "blobs")):
+        allowed.append(os.path.realpath(os.path.join(os.path.dirname(parent), "blobs")))
+    return allowed
 
 
 def is_local(fs: fsspec.AbstractFileSystem) -> bool:

@@ -88,11 +88,6 @@ def skip_limit(text: str) -> tuple[str, float]:
     raise argparse.ArgumentTypeError(f"expected a count like 5 or a percentage like 10%, found {text!r}")
 
 
-def describe_skip_limit(limit: tuple[str, float]) -> str:
-    kind, value = limit
-    return f"{value:g}" if kind == "count" else f"{value * 100:g}%"
-
-
 def _flag(parser, name: str, help: str) -> None:
     parser.add_argument(name, type=boolean, nargs="?", const=True, default=False, metavar="BOOL", help=help)
 

@@ -102,7 +102,8 @@ def check_reachable_by_workers(options: PipelineOptions) -> None:
 
 
 def prepare_output(output_url: str, overwrite: bool) -> None:
-    """Refuse to touch an output that holds something we did not write, or a dataset without --overwrite."""
+    """Refuse to touch an output that holds something we did not write, or a dataset without
+    --overwrite; and, where publication replaces the whole folder, one that holds anything else."""
     fs, root = storage.open_root(output_url)
     mixtrain.check_no_live_run(fs, root)
     if not fs.exists(root):
@@ -110,17 +111,18 @@ def prepare_output(output_url: str, overwrite: bool) -> None:
     if not fs.isdir(root):
         raise errors.ConversionError(f"{root}: output exists and is not a directory")
     names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(root, detail=False)}
-    names.discard(mixtrain.STAGING_DIR)
-    if mixtrain.is_versioned(fs, root):  # `current` and _versions/ are ours only when `current` is our symlink
-        names -= {mixtrain.VERSIONS_DIR, mixtrain.CURRENT}
-    names = {name for name in names if not name.startswith(f".{mixtrain.CURRENT}-")}
-    if not names:
+    foreign = mixtrain.foreign_entries(fs, root)
+    ours = names - set(foreign) - {mixtrain.STAGING_DIR}
+    if not ours and not foreign:
         return
-    if mixtrain.SIDECAR in names or names <= set(mixtrain.PUBLISHED):
-        if overwrite:
-            return
+    if mixtrain.SIDECAR not in ours and not (ours and not foreign):
+        raise errors.ConversionError(f"{root}: output is not empty and is not a Mixtrain dataset ({', '.join(sorted(names))}); "
+                                     "choose another --output")
+    if not overwrite:
         raise errors.ConversionError(f"{root}: output already holds a Mixtrain dataset; pass --overwrite to replace it")
-    raise errors.ConversionError(f"{root}: output is not empty and is not a Mixtrain dataset ({', '.join(sorted(names))}); choose another --output")
+    if foreign and storage.is_local(fs) and mixtrain.replaces_whole_folder(root):
+        raise errors.ConversionError(f"{root}: the output folder also holds {', '.join(foreign)}, which replacing the dataset "
+                                     "would delete (the whole folder is replaced); move them out or choose another --output")
 
 
 def source_options(options: ConvertOptions) -> dict:
@@ -204,7 +206,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
         "converter_version": formats.__version__,
         "options": {"source": source, "source_options": source_options(options), "video": options.video, "num_shards": num_shards,
                     "on_error": options.on_error,
-                    **({"max_skipped": cli.describe_skip_limit(options.max_skipped)} if options.on_error == "skip" else {}),
+                    **({"max_skipped": errors.describe_skip_limit(options.max_skipped)} if options.on_error == "skip" else {}),
                     "video_encoding": dataclasses.asdict(requested), "video_stats": options.video_stats},
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
@@ -249,6 +251,11 @@ def _output_message(error: BaseException, output: str) -> str | None:
     failure = errors.output_failure(error)
     if failure is not None:
         reason = failure.strerror
+        where = str(failure.filename or "")
+        real = os.path.realpath(output) if "://" not in output else output
+        staged = os.path.join(os.path.dirname(real), f".{os.path.basename(real)}{mixtrain.SIBLING_MARK}")
+        if where and not (where.startswith(real) or where.startswith(staged)):  # not the output: a temp or log disk
+            return f"{where}: cannot write: {reason}; nothing was published (the previous dataset, if any, is as it was)"
     else:  # from another process, only the text is left
         found = _OUTPUT_ERRNO.search(str(error))
         if found is None:
@@ -324,6 +331,22 @@ def _check_command_line(argv: list[str], options: ConvertOptions, all_options: P
                          "kept); run without --incremental to refresh them")
     if options.detach and all_options.view_as(StandardOptions).runner in LOCAL_RUNNERS:
         raise UsageError("--detach has no effect on a local runner (the run is this process); it is for --runner=DataflowRunner")
+    roots = {}
+    for flag, url in (("--input", options.input), ("--output", options.output)):
+        try:
+            roots[flag] = storage.open_root(url)
+        except (ValueError, ImportError) as error:  # an unknown protocol, or one whose package is missing
+            raise UsageError(f"{flag}={url}: {error}") from None
+    (in_fs, in_root), (out_fs, out_root) = roots["--input"], roots["--output"]
+    if type(in_fs) is type(out_fs) and _inside(in_root, out_root, storage.is_local(in_fs)):
+        raise UsageError(f"--input={options.input} is inside --output={options.output}: publishing the output would replace "
+                         "the input; choose an output folder outside the dataset")
+
+
+def _inside(path: str, folder: str, local: bool) -> bool:
+    if local:
+        path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
 
 
 def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = None, run_id: str | None = None,
@@ -395,7 +418,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         if launch_only:
             _discard(out_fs, staging, out_root)
         return EXIT_OK
-    summary, skipped = _summary(options.output, time.monotonic() - started)
+    summary, skipped = _summary(out_fs, out_root, options.output, time.monotonic() - started)
     print(summary, file=out, flush=True)
     return EXIT_SKIPPED if skipped else EXIT_OK
 
@@ -411,8 +434,8 @@ def _discard(fs, staging: str, out_root: str) -> None:
         pass
 
 
-def _summary(output_url: str, seconds: float) -> tuple[str, int]:
-    fs, root = storage.open_root(output_url)
+def _summary(fs, root: str, output_url: str, seconds: float) -> tuple[str, int]:
+    """The success line (root resolved before the run: `--output=.` names a folder that publication replaced)."""
     sidecar = mixtrain.read_sidecar(fs, root)
     total_bytes = sum(info["size"] for info in fs.find(mixtrain.published_root(fs, root), detail=True).values())
     skipped = int(sidecar.get("num_skipped", 0))

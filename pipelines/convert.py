@@ -15,6 +15,7 @@ command line; 3 converted with --on_error=skip but some sequences were skipped (
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
@@ -66,20 +67,27 @@ def main() -> None:
         sys.exit(code)
     args, _ = cli.parse(argv)
     from pipelines import conversion, local_workers
-    from pipelines.session import Session
+    from pipelines.session import LogError, Session
 
     run_id = conversion.new_run_id()
     zygote = None
-    with Session(run_id, args.log_file, args.verbose) as session:
+    session = Session(run_id, args.log_file, args.verbose)
+    try:
+        session.__enter__()
+    except LogError as error:
+        print(f"error: {error}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+    with contextlib.closing(session):
         try:
             if local_workers.wanted(argv):  # local multi-process workers: forked from this process's imports
                 zygote = local_workers.Zygote()
             code = conversion.run(argv, console=session.console, run_id=run_id, started=STARTED,
-                                  log_path=str(session.log_path), zygote=zygote)
+                                  log_path=str(session.log_path) if session.log_path else None, zygote=zygote)
         except Exception as error:  # noqa: BLE001 - a fault of ours: one line here, the traceback in the log
             logging.getLogger("mixtrain-convert").error("internal error", exc_info=error)
             print(f"error: internal error: {type(error).__name__}: {error}", file=session.console)
-            print(f"(the traceback is in {session.log_path})", file=session.console)
+            if session.log_path:
+                print(f"(the traceback is in {session.log_path})", file=session.console)
             code = EXIT_FAILED
         finally:
             session.ignore_signals()

@@ -21,10 +21,14 @@ import tempfile
 import threading
 from typing import TextIO
 
-__all__ = ["Interrupted", "Session", "default_log_dir"]
+__all__ = ["Interrupted", "LogError", "Session", "default_log_dir"]
 
 KEEP_LOGS = 20
 EXIT_SIGNALS = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class LogError(Exception):
+    """--log_file names a place where no log can be written (a bad command line, exit 2)."""
 
 
 class Interrupted(BaseException):
@@ -50,17 +54,15 @@ class Session:
 
     def __init__(self, run_id: str, log_file: str | None, verbose: bool):
         self.run_id = run_id
-        self.log_path = pathlib.Path(log_file) if log_file else default_log_dir() / f"{run_id}.log"
+        self._explicit = bool(log_file)
+        self.log_path: pathlib.Path | None = pathlib.Path(log_file) if log_file else default_log_dir() / f"{run_id}.log"
         self._verbose = verbose
 
     def __enter__(self) -> Session:
         sys.stderr.flush()
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        if self.log_path.parent == default_log_dir():
-            _prune(self.log_path.parent)
+        log_fd = self._open_log()
         self._saved_fd = os.dup(2)
         self.console: TextIO = os.fdopen(os.dup(2), "w", buffering=1)
-        log_fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self._tee = None
         if self._verbose:  # a pipe on fd 2, copied to the log and the console by a thread
             read_end, write_end = os.pipe()
@@ -80,10 +82,34 @@ class Session:
         self._saved_handlers = {signum: signal.signal(signum, _raise_interrupted) for signum in EXIT_SIGNALS}
         return self
 
+    def _open_log(self) -> int:
+        """The log's file descriptor. A --log_file that cannot be written is a bad command line
+        (LogError); an unwritable default location (a read-only home) falls back to the system's
+        temporary folder, then to no log at all (`log_path` None)."""
+        candidates = [self.log_path] if self._explicit else [self.log_path, pathlib.Path(tempfile.gettempdir()) /
+                                                             "mixtrain-convert-logs" / self.log_path.name]
+        for path in candidates:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if path.parent == default_log_dir():
+                    _prune(path.parent)
+                descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            except OSError as error:
+                if self._explicit:
+                    raise LogError(f"--log_file={path}: cannot write the log: {error.strerror or error}") from None
+                continue
+            self.log_path = path
+            return descriptor
+        self.log_path = None
+        return os.open(os.devnull, os.O_WRONLY)
+
     def ignore_signals(self) -> None:
         """While cleaning up after a failure or an interrupt: a second Ctrl-C must not cut it short."""
         for signum in EXIT_SIGNALS:
             signal.signal(signum, signal.SIG_IGN)
+
+    def close(self) -> None:
+        self.__exit__(None, None, None)
 
     def __exit__(self, *exc_info) -> None:
         self.ignore_signals()
@@ -117,6 +143,12 @@ def _tee(read_end: int, log_fd: int, console_fd: int) -> None:
 
 def _prune(folder: pathlib.Path) -> None:
     """Keep the newest KEEP_LOGS logs of earlier runs."""
-    logs = sorted(folder.glob("*.log"), key=lambda path: path.stat().st_mtime, reverse=True)
+    def age(path: pathlib.Path) -> float:
+        try:
+            return path.stat().st_mtime
+        except OSError:  # removed by a run starting at the same time
+            return 0.0
+
+    logs = sorted(folder.glob("*.log"), key=age, reverse=True)
     for old in logs[KEEP_LOGS - 1:]:
         old.unlink(missing_ok=True)

@@ -27,7 +27,7 @@ import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
 from formats import mixtrain, storage
-from formats.errors import ConversionError, FormatError, error_record, skipped_counts
+from formats.errors import ConversionError, FormatError, describe_skip_limit, error_record, skipped_counts
 from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec, DatasetMeta, Sequence
 from formats.stats import ColumnStats, sketch_level_for
 from transforms.errors import ERRORS, FAIL, SKIP
@@ -320,10 +320,9 @@ def _check_publishable(output: str, converted: int, records: list[dict], limit: 
         raise ConversionError(f"{output}: no sequence was converted ({skipped} skipped){first}; nothing was published")
     kind, value = limit
     allowed = value if kind == "count" else value * (converted + skipped)
-    if skipped > allowed:
-        shown = f"{value:g}" if kind == "count" else f"{value * 100:g}%"  # as the user typed it
-        raise ConversionError(f"{output}: {skipped} of {converted + skipped} sequences were skipped, more than --max_skipped={shown}; "
-                              f"nothing was published{first}")
+    if skipped > allowed + 1e-9:  # 29 % of 100 is 28.999999999999996 in floating point
+        raise ConversionError(f"{output}: {skipped} of {converted + skipped} sequences were skipped, more than "
+                              f"--max_skipped={describe_skip_limit(limit)}; nothing was published{first}")
 
 
 class _PublishFn(beam.DoFn):

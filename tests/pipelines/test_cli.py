@@ -326,3 +326,20 @@ def test_validate_deep_on_a_zeroed_video_is_a_finding_not_a_traceback(tmp_path, 
     assert done.returncode == 1 and "Traceback" not in done.stdout + done.stderr
     assert any(line.startswith(f"{video}: episode_000001") for line in _lines(done.stdout)), done.stdout
     assert _lines(done.stderr)[-1].endswith(f"{dst} is not a valid Mixtrain dataset")
+
+
+def test_a_log_that_cannot_be_written_is_a_usage_error_or_falls_back(tmp_path, small_lerobot):
+    done = _cli(tmp_path, f"--input={small_lerobot}", f"--output={tmp_path / 'out'}", f"--log_file={tmp_path}")
+    assert (done.returncode, _lines(done.stderr)) == (2, [f"error: --log_file={tmp_path}: cannot write the log: Is a directory"])
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    env_home = {"XDG_CACHE_HOME": str(blocked)}  # an unwritable default location: the run goes on, logged elsewhere
+    process = subprocess.run([sys.executable, "-m", "pipelines.convert", f"--input={small_lerobot}", f"--output={tmp_path / 'out'}",
+                              "--progress=off"], cwd=ROOT, capture_output=True, text=True, timeout=300,
+                             env={**os.environ, **env_home, "TMPDIR": str(tmp_path / "tmpdir")})
+    assert process.returncode == 0 and process.stderr == "", process.stderr
+
+
+def test_an_unknown_output_protocol_is_a_usage_error(tmp_path, small_lerobot):
+    done = _cli(tmp_path, f"--input={small_lerobot}", "--output=foo://bucket/out")
+    assert (done.returncode, _lines(done.stderr)) == (2, ["error: --output=foo://bucket/out: Protocol not known: foo"])

@@ -5,12 +5,14 @@ import os
 import pathlib
 import re
 import shutil
+import stat
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from formats.errors import ConversionError
 from formats.l5kit_writer import SyntheticL5Kit
 from formats.l5kit_writer import write_dataset as write_l5kit
 from formats.lerobot_v3_writer import SyntheticLeRobot
@@ -495,3 +497,79 @@ def test_copy_mode_refuses_damaged_source_samples_instead_of_publishing_them(tmp
         "the source video is damaged"), line
     assert not dst.exists()
     assert _convert(src, dst, "--verify_copies=false") == convert.EXIT_OK  # the documented trade: bytes copied unexamined
+
+
+def test_replacing_a_dataset_never_deletes_what_else_is_in_the_output(tmp_path, capsys):
+    src = tmp_path / "ds"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(4, 3), cameras=()))
+    dst = tmp_path / "out"
+    assert _convert(src, dst) == convert.EXIT_OK
+    (dst / "NOTES.md").write_text("ours, not the converter's")
+    assert _convert(src, dst, "--overwrite") == convert.EXIT_FAILED
+    assert _last_error_line(capsys).endswith("the output folder also holds NOTES.md, which replacing the dataset would delete "
+                                             "(the whole folder is replaced); move them out or choose another --output")
+    assert (dst / "NOTES.md").read_text() == "ours, not the converter's"
+    inside = dst / "raw"
+    shutil.copytree(src, inside)
+    (dst / "NOTES.md").unlink()
+    assert _convert(inside, dst, "--overwrite") == convert.EXIT_USAGE  # the input lives in the output
+    assert "is inside --output" in capsys.readouterr().err and (inside / "meta/info.json").exists()
+
+
+def test_the_output_folder_keeps_its_mode_and_a_shell_standing_in_it(tmp_path, monkeypatch):
+    src = tmp_path / "ds"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(4, 3), cameras=()))
+    dst = tmp_path / "out"
+    assert _convert(src, dst) == convert.EXIT_OK
+    os.chmod(dst, 0o2770)
+    assert _convert(src, dst, "--overwrite") == convert.EXIT_OK
+    assert stat.S_IMODE(dst.stat().st_mode) == 0o2770
+    monkeypatch.chdir(dst)  # `--output=.`: the folder the shell is in is updated in place, not swapped away
+    inode = dst.stat().st_ino
+    assert _convert(src, ".", "--overwrite") == convert.EXIT_OK
+    assert dst.stat().st_ino == inode and validate.validate(str(dst)) == [] and not list(dst.glob("_staging"))
+
+
+def test_a_mount_point_output_is_published_in_place(tmp_path):
+    import subprocess
+
+    mount = tmp_path / "mnt"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mount)], capture_output=True).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        src = tmp_path / "ds"
+        write_lerobot(str(src), SyntheticLeRobot(lengths=(4, 3), codec="h264", gop=None, cameras=("observation.images.top",)))
+        assert _convert(src, mount) == convert.EXIT_OK
+        assert _convert(src, mount, "--overwrite", "--num_shards=2") == convert.EXIT_OK
+        assert validate.validate(str(mount)) == [] and json.loads((mount / "mixtrain.json").read_text())["num_shards"] == 2
+        assert sorted(p.name for p in mount.iterdir()) == ["_errors.jsonl", "_fingerprints.json", "data", "files", "mixtrain.json",
+                                                          "stats.json"]
+        assert not list(tmp_path.glob(".mnt.mixtrain-*"))
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_hugging_face_cache_snapshot_whose_files_link_into_its_blobs_converts(tmp_path):
+    """hub/datasets--org--name/snapshots/<rev>/... are symlinks to ../../blobs/<hash>: the same repository."""
+    written = tmp_path / "written"
+    write_lerobot(str(written), SyntheticLeRobot(lengths=(4, 3), codec="h264", gop=None, cameras=("observation.images.top",)))
+    repo = tmp_path / "hub" / "datasets--org--name"
+    blobs, snapshot = repo / "blobs", repo / "snapshots" / "abc123"
+    blobs.mkdir(parents=True)
+    for index, file in enumerate(sorted(p for p in written.rglob("*") if p.is_file())):
+        target = snapshot / file.relative_to(written)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(file, blobs / f"blob{index}")
+        os.symlink(os.path.relpath(blobs / f"blob{index}", target.parent), target)
+    assert _convert(snapshot, tmp_path / "out") == convert.EXIT_OK
+    assert validate.validate(str(tmp_path / "out")) == [] and validate.deep_check(str(tmp_path / "out"))[0] == []
+
+
+def test_a_percentage_limit_is_exact():
+    from transforms.write import _check_publishable
+
+    records = [{"sequence_id": f"s{i}", "error": "bad"} for i in range(29)]
+    _check_publishable("out", 71, records, ("fraction", 0.29))  # 29 of 100 at 29 %: allowed
+    with pytest.raises(ConversionError, match="29 of 100 sequences were skipped, more than --max_skipped=28%"):
+        _check_publishable("out", 71, records, ("fraction", 0.28))
