@@ -269,16 +269,18 @@ def sidecar(meta: DatasetMeta, *, num_sequences: int, num_timesteps: int, num_sh
 
 
 def _with_video_notes(types: dict[str, dict], notes: dict[str, dict]) -> dict[str, dict]:
-    """A copied column some of whose files are lossless encodes says so, and names them: `written_as`
-    becomes "copy+lossless" (every file still decodes to the source's pixels) and `not_copied` maps
-    each such sequence_id to how its file was written and why."""
+    """A copied column some of whose files are not packet copies says so, and names them: `written_as`
+    becomes "copy+lossless" when each of them is a lossless encode (every file still decodes to the
+    source's pixels), "copy+retime" when some episode had to be re-timed through a near-lossless
+    encode; `not_copied` maps each such sequence_id to how its file was written and why."""
     for column, by_sequence in sorted(notes.items()):
         entry = types.get(column)
         if entry is None or not by_sequence:
             continue
         if entry.get("written_as") == "copy":
-            entry["written_as"] = "copy+lossless"
-            entry["lossless"] = True
+            lossy = any(note.get("written_as") != "lossless" for note in by_sequence.values())
+            entry["written_as"] = "copy+retime" if lossy else "copy+lossless"
+            entry["lossless"] = not lossy
         entry["not_copied"] = dict(sorted(by_sequence.items()))
     return types
 

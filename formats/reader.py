@@ -49,9 +49,25 @@ def open_dataset(url: str) -> Dataset:
     sidecar = storage.read_json(fs, path, missing="not found: not a finished Mixtrain dataset (no mixtrain.json)")
     if sidecar.get("mixtrain") != mixtrain.VERSION:
         raise FormatError(f"{path}: format version {sidecar.get('mixtrain')!r} is not one this reader knows ({mixtrain.VERSION!r})")
-    if not isinstance(sidecar.get("column_types"), dict):
-        raise FormatError(f"{path}: column_types must be an object")
+    _check_sidecar(sidecar, path)
     return Dataset(fs, root, sidecar)
+
+
+def _check_sidecar(sidecar: dict, path: str) -> None:
+    """The keys the reader relies on have the types this converter writes (one line otherwise)."""
+    column_types = sidecar.get("column_types")
+    if not isinstance(column_types, dict) or not all(isinstance(entry, dict) for entry in column_types.values()):
+        raise FormatError(f"{path}: column_types must be an object of objects (one per column)")
+    for key in ("num_sequences", "num_timesteps", "num_shards"):
+        if key in sidecar and (not isinstance(sidecar[key], int) or isinstance(sidecar[key], bool) or sidecar[key] < 0):
+            raise FormatError(f"{path}: {key} must be a non-negative integer, found {sidecar[key]!r}")
+    shards = sidecar.get("shards", [])
+    if not isinstance(shards, list) or not all(isinstance(shard, str) for shard in shards):
+        raise FormatError(f"{path}: shards must be a list of paths")
+    for name, entry in column_types.items():
+        fps = entry.get("fps")
+        if entry.get("type") == VIDEO and (not isinstance(fps, (int, float)) or isinstance(fps, bool) or not fps > 0):
+            raise FormatError(f"{path}: column {name!r}: fps must be a positive number, found {fps!r}")
 
 
 class Dataset:
@@ -108,20 +124,27 @@ class Dataset:
     def stats(self) -> dict:
         """stats.json: per column mean/std/min/max/count/q01..q99, lists of D values."""
         name = self.metadata.get("stats") or mixtrain.STATS_FILE
-        return storage.read_json(self.fs, storage.join(self.root, name)) or {}
+        return storage.read_json(self.fs, storage.resolve_inside(self.root, str(name), what="stats", fs=self.fs)) or {}
 
     def errors(self) -> list[dict]:
         """The sequences the conversion skipped (_errors.jsonl; empty when none were)."""
         path = storage.join(self.root, mixtrain.ERRORS_FILE)
         if not self.fs.exists(path):
             return []
-        lines = self.fs.cat_file(path).decode().splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
+        records = []
+        for number, line in enumerate(self.fs.cat_file(path).decode(errors="replace").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except ValueError as error:
+                raise FormatError(f"{path}: line {number} is not JSON ({error})") from None
+        return records
 
     # --- rows -----------------------------------------------------------------------------------
 
     def _open(self, relative: str):
-        path = storage.join(self.root, relative)
+        path = storage.resolve_inside(self.root, relative, what="shard", fs=self.fs)
         try:
             return storage.open_input(self.fs, path)
         except FileNotFoundError:
@@ -233,7 +256,11 @@ class Dataset:
     def decode(self, relative: str, column: str, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Frames [start, stop) of the video file at `relative` (a cell of `column`)."""
         entry = self.column_types.get(column) or {}
-        fps = float(entry.get("fps") or 30)
+        if not entry.get("fps"):
+            raise FormatError(f"{storage.join(self.root, mixtrain.SIDECAR)}: column {column!r} is not a video column with an fps")
+        fps = float(entry["fps"])  # checked positive when the dataset was opened
+        if start < 0 or (stop is not None and stop < start):
+            raise ValueError(f"frames [{start}, {stop}) is not a range of timesteps")
         depth = bool(entry.get("is_depth_map"))
         crop = entry.get("source_resolution")  # an encode padded odd sizes: give back the source's
         path = self._resolve(relative)

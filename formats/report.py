@@ -462,6 +462,7 @@ def render_html(ds: Dataset, summary: dict, *, samples: int = 4, trajectory_samp
                                          f'title="timestep {step}" src="data:image/jpeg;base64,{jpeg}"></td>')
                         except (FormatError, video.VideoError) as error:
                             cells.append(f'<td class="muted">timestep {step}: {e(str(error))}</td>')
+                    cells += ["<td></td>"] * (3 - len(cells))  # one or two timesteps: the row keeps three cells
                 out.append(f"<tr><td><code>{e(row['sequence_id'])}</code><br><span class=\"muted\">{row['length']} timesteps</span></td>"
                            f"<td>{e(str(row.get('task') or ''))}</td>{''.join(cells)}</tr>")
             out.append("</table>")

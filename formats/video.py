@@ -963,5 +963,8 @@ def declared_size(entry: dict) -> tuple[int, int] | None:
 
 
 def image_array(frame: av.VideoFrame) -> np.ndarray:
-    """A decoded frame as [H, W, C] values for statistics: RGB uint8, or gray (uint8/uint16)."""
+    """A decoded frame's values: RGB uint8 [H, W, 3] (uint16 for deep colour), or gray [H, W] in its
+    own samples: a 12-bit depth code stays 0..4095 (converting to gray16le would scale it by 16)."""
+    if frame.format.name in ("gray", "gray10le", "gray12le", "gray14le", "gray16le"):
+        return frame.to_ndarray()
     return frame.to_ndarray(format=array_format_of(frame.format.name))

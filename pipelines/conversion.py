@@ -165,6 +165,11 @@ def check_effective(options: ConvertOptions, source: str, meta: DatasetMeta, enc
                                  f"({', '.join(cameras)}) without encoding", hint="pass --video=reencode to encode them")
 
 
+def copied_columns(meta: DatasetMeta) -> frozenset:
+    """The video columns planned as packet copies (`plan_videos` has written their entries)."""
+    return frozenset(spec.name for spec in meta.columns if spec.kind == VIDEO and spec.meta.get("written_as") == "copy")
+
+
 def plan_videos(meta: DatasetMeta, mode: str, requested: video.EncodeOptions) -> tuple[dict, dict]:
     """Decide copy or encode per video column; rewrite meta.columns' entries to describe the output.
 
@@ -227,7 +232,8 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
                                             "previous_created_at": reused["created_at"]}
     read = pipeline | "Read" >> ReadSequences(source, source_url, meta, to_convert, options.on_error)
     videos = read["sequences"] | "Videos" >> WriteVideos(source_url, staging_url, meta.fps or 30.0, encode, sizes,
-                                                         options.video_stats, options.on_error, options.verify_copies)
+                                                         options.video_stats, options.on_error, options.verify_copies,
+                                                         copied_columns(meta))
     sequences = videos["sequences"]
     if reused is not None and reused["ids"]:
         kept = pipeline | "Reuse" >> ReusePrevious(reused["root_url"], staging_url, meta.columns, reused["shards"], reused["ids"])

@@ -17,6 +17,7 @@ Exit status 0 when clean, 1 with one finding per line otherwise, 2 on a bad comm
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -279,7 +280,10 @@ def _reference_frames(loader, sequence, column: str, fps: float):
     if getattr(item, "frame_indices", None) is not None:
         frames = list(video.iter_frames(storage.open_input(loader.fs, path), fps=fps))
         return (frames[i] for i in item.frame_indices if i < len(frames))
-    return video.iter_frames(storage.open_input(loader.fs, path), start=item.start, end=item.end, fps=fps)
+    frames = video.iter_frames(storage.open_input(loader.fs, path), start=item.start, end=item.end, fps=fps)
+    if item.start is None and item.end is None:  # a whole file that may run on past the episode: its first frames
+        return itertools.islice(frames, item.frames)
+    return frames
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,8 +29,9 @@ __all__ = ["WriteVideos"]
 
 class _WriteVideosFn(beam.DoFn):
     def __init__(self, source_url: str, staging_url: str, fps: float, encode: dict, sizes: dict, video_stats: bool,
-                 on_error: str = FAIL, verify_copies: bool = True):
+                 on_error: str = FAIL, verify_copies: bool = True, copied_columns: frozenset = frozenset()):
         self._verify_copies = verify_copies
+        self._copied_columns = copied_columns
         self._source_url = source_url
         self._staging_url = staging_url
         self._fps = fps
@@ -96,18 +97,23 @@ class _WriteVideosFn(beam.DoFn):
                 with contextlib.ExitStack() as stack:
                     source = storage.local_path(self._source_fs, path) or stack.enter_context(storage.open_input(self._source_fs, path))
                     if item.frame_indices is not None:
-                        video.retime(source, destination, indices=item.frame_indices, fps=self._fps, options=options, on_frame=on_frame)
+                        result = video.retime(source, destination, indices=item.frame_indices, fps=self._fps, options=options,
+                                              on_frame=on_frame)
                         (self._encoded if options is not None else self._reencoded).inc()
+                        if column in self._copied_columns:  # a copied column, but this episode's frames had to be re-timed
+                            sequence.video_notes[column] = {
+                                "written_as": "retime", "codec": result.options.codec, "pix_fmt": result.options.pix_fmt,
+                                "crf": result.options.crf, "reason": "the source's frame_index is not 0..T-1 (frames skipped or "
+                                                                     "repeated): re-timed with a near-lossless encode"}
                     elif options is None:
                         if item.start is None and item.end is None:
-                            self._copy_whole(source, destination, item, self._fps, self._verify_copies)
-                            self._copied.inc()
+                            copied = self._copy_whole(source, destination, item, self._fps, self._verify_copies)
                         else:
                             copied = video.copy_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
                                                         fps=self._fps, verify=self._verify_copies)
-                            (self._reencoded if copied.reencoded else self._copied).inc()
-                            if copied.note() is not None:
-                                sequence.video_notes[column] = copied.note()
+                        (self._reencoded if copied is not None and copied.reencoded else self._copied).inc()
+                        if copied is not None and copied.note() is not None:
+                            sequence.video_notes[column] = copied.note()
                         if on_frame is not None:  # nothing was decoded: decode what was written, once
                             written = destination if local_target else destination.getvalue()
                             for index, frame in enumerate(video.iter_frames(written, fps=self._fps)):
@@ -145,8 +151,10 @@ class _WriteVideosFn(beam.DoFn):
                 self._out_fs.rm(target)
 
     @staticmethod
-    def _copy_whole(source, destination, item: VideoSegment, fps: float, verify: bool) -> None:
-        """A file that is exactly the episode: copied byte for byte (checked to hold its frames)."""
+    def _copy_whole(source, destination, item: VideoSegment, fps: float, verify: bool) -> video.CopyResult | None:
+        """A file that is exactly the episode: copied byte for byte (checked to hold its frames;
+        None). A longer one is cut to its first frames (`copy_segment`'s result, which says whether
+        the cut had to be encoded losslessly)."""
         if isinstance(source, str):
             with open(source, "rb") as handle:
                 data = handle.read()
@@ -154,9 +162,8 @@ class _WriteVideosFn(beam.DoFn):
             data = source.read()
         frames = video.probe(io.BytesIO(data)).frames
         if frames > item.frames:  # the episode is the file's first frames: cut them
-            video.copy_segment(io.BytesIO(data), destination, start=0.0, end=item.frames / fps, frames=item.frames, fps=fps,
-                               verify=verify)
-            return
+            return video.copy_segment(io.BytesIO(data), destination, start=0.0, end=item.frames / fps, frames=item.frames, fps=fps,
+                                      verify=verify)
         if frames != item.frames:
             raise video.VideoError(f"video holds {frames} frames, the episode has {item.frames} steps")
         if verify:
@@ -166,6 +173,7 @@ class _WriteVideosFn(beam.DoFn):
                 handle.write(data)
         else:
             destination.write(data)
+        return None
 
     def _copy_file(self, sequence: Sequence, column: str, ref: FileRef, several: bool) -> str:
         """Copy a non-video source file (audio, depth NPZ, annotation image) byte for byte."""
@@ -203,13 +211,14 @@ class WriteVideos(beam.PTransform):
       video_stats: summarise sampled frames per channel into `Sequence.extra_stats`.
       on_error: FAIL stops at the first bad sequence; SKIP drops it (and its files) into the errors output.
       verify_copies: decode every copied file once (damaged source samples are refused, not published).
+      copied_columns: the columns planned as copies: an episode of one that had to be re-timed is noted.
     """
 
     def __init__(self, source_url: str, staging_url: str, fps: float, encode: dict | None = None, sizes: dict | None = None,
-                 video_stats: bool = False, on_error: str = FAIL, verify_copies: bool = True):
+                 video_stats: bool = False, on_error: str = FAIL, verify_copies: bool = True, copied_columns: frozenset = frozenset()):
         super().__init__()
         self._fn = _WriteVideosFn(source_url, staging_url, fps, dict(encode or {}), dict(sizes or {}), video_stats, on_error,
-                                  verify_copies)
+                                  verify_copies, frozenset(copied_columns))
 
     def expand(self, sequences):
         """Returns {"sequences": ..., "errors": [error records]} (see ReadSequences)."""

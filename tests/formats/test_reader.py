@@ -40,6 +40,7 @@ SYNTHETIC = {
 REAL = {
     "so100_tiny": (SHARED_FIXTURES / "lerobot_v3" / "so100_tiny", []),
     "multi_lerobot061": (SHARED_FIXTURES / "lerobot_v3" / "multi_lerobot061", []),
+    "stream_lerobot061": (SHARED_FIXTURES / "lerobot_v3" / "stream_lerobot061", []),
     "bridge": (SHARED_FIXTURES / "rlds" / "bridge_dataset" / "1.0.0", []),
     "l5kit_single_scene": (SHARED_FIXTURES / "l5kit" / "single_scene.zarr", []),
 }
@@ -429,3 +430,20 @@ def test_torch_wrappers_against_a_stand_in_torch(converted, monkeypatch):
     sequences = reader.torch_sequences(ds, where=[("task", "=", "Open the drawer.")], columns=["action"])
     assert len(sequences) == len(ds.sequence_ids(where=[("task", "=", "Open the drawer.")]))
     assert np.array_equal(sequences[0]["action"][1], ds.sequence(ds.sequence_ids(where=[("task", "=", "Open the drawer.")])[0])["action"])
+
+
+def test_12_bit_depth_frames_are_the_codes_themselves(converted):
+    """gray12le depth: frames() gives the 0..4095 codes depth_quantization describes, not codes x 16."""
+    import av
+
+    _, dst, _ = converted("stream_lerobot061")
+    ds = reader.open_dataset(str(dst))
+    column = next(name for name in ds.video_columns if ds.column_types[name].get("is_depth_map"))
+    sequence_id = ds.sequence_ids()[0]
+    frames = ds.frames(sequence_id, column)
+    with av.open(str(dst / ds.sequence(sequence_id)[column])) as container:
+        decoded = list(container.decode(video=0))
+    assert {frame.format.name for frame in decoded} == {"gray12le"}
+    native = np.stack([frame.to_ndarray() for frame in decoded])
+    assert frames.dtype == np.uint16 and frames.shape == (*native.shape, 1)
+    assert np.array_equal(frames[..., 0], native) and 0 < frames.max() <= 4095

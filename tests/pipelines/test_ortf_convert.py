@@ -89,3 +89,46 @@ def test_absolute_clock_is_kept_when_timestamps_are_not_episode_relative(tmp_pat
     episode = truth["episodes"][1]
     assert by_id[episode["episode_id"]]["timestamp_s"] == episode["timestamp"].tolist()
     assert by_id[episode["episode_id"]]["timestamp"][0] == 0.0
+
+
+def test_a_copied_camera_whose_episode_had_to_be_retimed_or_cut_says_so(tmp_path):
+    """mixtrain.json never labels a re-encoded file `copy`: an episode whose frame_index skips a
+    frame is re-timed (near-lossless), a longer file cut mid-GOP is encoded losslessly; both named."""
+    import io
+
+    import av
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from formats.lerobot_v3_writer import synthetic_frames
+    from formats.ortf_writer import SyntheticORTF, write_dataset
+
+    src = tmp_path / "ortf"
+    write_dataset(str(src), SyntheticORTF(lengths=(5, 9, 6), slow_camera=None, depth_format=None, audio=False, annotations=False,
+                                          failed_episodes=()))
+    steps = src / "data/chunk-000/steps.parquet"
+    table = pq.read_table(steps)
+    column = "observation.images.cam_overhead.frame_index"
+    indices = table.column(column).to_pylist()
+    indices[3] = indices[2]  # episode 0 repeats a frame: its video cannot be copied as it is
+    pq.write_table(table.set_column(table.schema.get_field_index(column), column, pa.array(indices, table.schema.field(column).type)), steps)
+    buffer = io.BytesIO()  # episode 0's wrist file runs on for 20 frames, H.264 with B-frames
+    with av.open(buffer, "w", format="mp4") as output:
+        stream = output.add_stream("libx264", rate=15)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        stream.options = {"bf": "3", "g": "250", "b-adapt": "0", "crf": "18"}
+        for i, array in enumerate(synthetic_frames(0, 0, 20, 48, 64)):
+            frame = av.VideoFrame.from_ndarray(array, format="rgb24")
+            frame.pts = i
+            output.mux(stream.encode(frame))
+        output.mux(stream.encode(None))
+    (src / "videos/cam_wrist/chunk-000/episode_000000.mp4").write_bytes(buffer.getvalue())
+    dst = tmp_path / "out"
+    assert _convert(src, dst) == 0
+    types = json.loads((dst / "mixtrain.json").read_text())["column_types"]
+    overhead, wrist = types["video_cam_overhead"], types["video_cam_wrist"]
+    assert (overhead["written_as"], overhead["lossless"]) == ("copy+retime", False)
+    assert list(overhead["not_copied"]) == ["ep-0000_kitchen_0"] and overhead["not_copied"]["ep-0000_kitchen_0"]["written_as"] == "retime"
+    assert (wrist["written_as"], wrist["lossless"]) == ("copy+lossless", True)
+    assert wrist["not_copied"]["ep-0000_kitchen_0"]["written_as"] == "lossless"
+    assert validate.deep_check(str(dst))[0] == []  # the cut compares with the file's first 5 frames, pixel for pixel
