@@ -57,6 +57,7 @@ __all__ = [
     "stream_info",
     "copy_segment",
     "verify_decodes",
+    "first_time",
     "reencode_segment",
     "retime",
     "near_lossless_options",
@@ -261,6 +262,20 @@ def probe(source: BinaryIO | str) -> VideoInfo:
         raise VideoError(f"cannot read video: {error}") from error
     finally:
         container.close()
+
+
+def first_time(source: BinaryIO | str) -> float:
+    """When the first video stream's first frame is presented, in seconds (edit lists included):
+    a file copied byte for byte must start at 0 to keep "frame i at i / fps"."""
+    container = _open_input(source)
+    try:
+        stream = _video_stream(container)
+        return float(stream.start_time * stream.time_base) if stream.start_time else 0.0
+    except av.error.FFmpegError as error:
+        raise VideoError(f"cannot read video: {error}") from error
+    finally:
+        container.close()
+        _rewind(source)
 
 
 def stream_info(source: BinaryIO | str) -> VideoInfo:

@@ -161,9 +161,10 @@ class _WriteVideosFn(beam.DoFn):
         else:
             data = source.read()
         frames = video.probe(io.BytesIO(data)).frames
-        if frames > item.frames:  # the episode is the file's first frames: cut them
-            return video.copy_segment(io.BytesIO(data), destination, start=0.0, end=item.frames / fps, frames=item.frames, fps=fps,
-                                      verify=verify)
+        first = video.first_time(io.BytesIO(data))
+        if frames > item.frames or first:  # the episode is the file's first frames, or its clock starts later: cut, from 0
+            return video.copy_segment(io.BytesIO(data), destination, start=first, end=first + item.frames / fps, frames=item.frames,
+                                      fps=fps, verify=verify)
         if frames != item.frames:
             raise video.VideoError(f"video holds {frames} frames, the episode has {item.frames} steps")
         if verify:

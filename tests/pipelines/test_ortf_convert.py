@@ -132,3 +132,36 @@ def test_a_copied_camera_whose_episode_had_to_be_retimed_or_cut_says_so(tmp_path
     assert (wrist["written_as"], wrist["lossless"]) == ("copy+lossless", True)
     assert wrist["not_copied"]["ep-0000_kitchen_0"]["written_as"] == "lossless"
     assert validate.deep_check(str(dst))[0] == []  # the cut compares with the file's first 5 frames, pixel for pixel
+
+
+def test_a_whole_file_whose_clock_does_not_start_at_zero_is_rebased(tmp_path):
+    """Frame i must be at i / fps: a byte-for-byte copy of a file starting at t=1 s would shift every frame."""
+    import io
+
+    import av
+
+    from formats import video
+    from formats.lerobot_v3_writer import synthetic_frames
+    from formats.ortf_writer import SyntheticORTF, write_dataset
+
+    src = tmp_path / "ortf"
+    write_dataset(str(src), SyntheticORTF(lengths=(6, 5), slow_camera=None, depth_format=None, audio=False, annotations=False,
+                                          failed_episodes=()))
+    target = src / "videos/cam_wrist/chunk-000/episode_000000.mp4"
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="mp4") as output:
+        stream = output.add_stream("libx264", rate=15)
+        stream.width, stream.height, stream.pix_fmt = 64, 48, "yuv420p"
+        stream.options = {"bf": "0", "g": "1"}
+        for i, array in enumerate(synthetic_frames(0, 0, 6, 48, 64)):
+            frame = av.VideoFrame.from_ndarray(array, format="rgb24")
+            frame.pts = 15 + i  # the recorder's clock: 1 s in
+            output.mux(stream.encode(frame))
+        output.mux(stream.encode(None))
+    target.write_bytes(buffer.getvalue())
+    assert video.first_time(str(target)) == 1.0
+    dst = tmp_path / "out"
+    assert _convert(src, dst) == 0
+    written = dst / "files/video_cam_wrist/ep-0000_kitchen_0.mp4"
+    assert video.first_time(str(written)) == 0.0 and video.probe(str(written)).frames == 6
+    assert validate.deep_check(str(dst))[0] == []
