@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import sys
 import time
 
 STARTED = time.monotonic()  # the summary's seconds count from here, imports included
 
-from pipelines import cli  # noqa: E402 - after the clock starts
+from pipelines import cli, exit_without_teardown  # noqa: E402 - after the clock starts
 
 __all__ = ["main", "run", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_SKIPPED"]
 
@@ -93,10 +92,7 @@ def main() -> None:
             session.ignore_signals()
             if zygote is not None:
                 zygote.stop()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Beam's gRPC servers are not daemon threads: after an interrupt they could hold the exit.
-    os._exit(code)
+    exit_without_teardown(code)
 
 
 if __name__ == "__main__":

@@ -15,13 +15,13 @@ bad command line.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 
 import pyarrow as pa
 
 from formats import reader, report, storage
 from formats.errors import ConversionError
+from pipelines import exit_without_teardown
 
 __all__ = ["main", "entry"]
 
@@ -74,11 +74,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The process entry: exit without interpreter teardown (native FFmpeg/Arrow threads, as validate)."""
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    """The process entry (`exit_without_teardown`: see why there)."""
+    exit_without_teardown(main())
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ import argparse
 import itertools
 import json
 import math
-import os
 import sys
 
 import av
@@ -31,6 +30,7 @@ import pyarrow.parquet as pq
 from formats import mixtrain, sources, storage, verify, video
 from formats.errors import ConversionError
 from formats.sequence import ImageFrames
+from pipelines import exit_without_teardown
 
 __all__ = ["validate", "deep_check", "main", "entry"]
 
@@ -317,13 +317,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
-    """The process entry: exit without running interpreter teardown, where FFmpeg's and Arrow's
-    native threads once aborted the process ("terminate called without an active exception",
-    status 134) after the verdict was printed."""
-    code = main()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
+    """The process entry (`exit_without_teardown`: see why there)."""
+    exit_without_teardown(main())
 
 
 if __name__ == "__main__":
