@@ -280,6 +280,15 @@ def user_message(error: BaseException) -> str | None:
     return None
 
 
+def _add_beam_options(parser, *, ours: bool):
+    """Every pipeline option class's arguments on `parser` (ours too, or Beam's alone); one class
+    per name, as Beam's own `get_all_options` does."""
+    for cls in {str(cls): cls for cls in PipelineOptions.__subclasses__()}.values():
+        if ours or cls is not ConvertOptions:
+            cls._add_argparse_args(parser)
+    return parser
+
+
 def beam_unknown(argv: list[str]) -> list[str]:
     """The arguments that neither our options nor any of Beam's pipeline options take."""
     from apache_beam.options.pipeline_options import _BeamArgumentParser
@@ -288,18 +297,13 @@ def beam_unknown(argv: list[str]) -> list[str]:
         def error(self, message):
             raise UsageError(message, hint="python -m pipelines.convert --help_beam lists Beam's options")
 
-    parser = Parser(allow_abbrev=False)
-    for cls in {str(cls): cls for cls in PipelineOptions.__subclasses__()}.values():
-        cls._add_argparse_args(parser)
-    _, unknown = parser.parse_known_args(argv)
+    _, unknown = _add_beam_options(Parser(allow_abbrev=False), ours=True).parse_known_args(argv)
     return unknown
 
 
 def known_options() -> list[str]:
-    parser = cli.build_parser()
-    for cls in {str(cls): cls for cls in PipelineOptions.__subclasses__()}.values():
-        if cls is not ConvertOptions:
-            cls._add_argparse_args(parser)
+    """Every option name a command line may use: ours and Beam's (for "did you mean")."""
+    parser = _add_beam_options(cli.build_parser(), ours=False)
     return [option for action in parser._actions for option in action.option_strings]
 
 
@@ -307,10 +311,7 @@ def print_beam_help(out: TextIO) -> None:
     from apache_beam.options.pipeline_options import _BeamArgumentParser
 
     parser = _BeamArgumentParser(prog="python -m pipelines.convert", allow_abbrev=False, add_help=False)
-    for cls in {str(cls): cls for cls in PipelineOptions.__subclasses__()}.values():
-        if cls is not ConvertOptions:
-            cls._add_argparse_args(parser)
-    parser.print_help(out)
+    _add_beam_options(parser, ours=False).print_help(out)
 
 
 def _launch_only(options: PipelineOptions) -> str | None:
