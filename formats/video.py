@@ -417,24 +417,31 @@ def _rewind(destination: BinaryIO | str) -> None:
         destination.seek(0)
 
 
-def _count_decoded(destination: BinaryIO | str) -> int:
-    """How many frames a written file decodes to (what a reader gets, not what was muxed)."""
+def _count_decoded(destination: BinaryIO | str, on_frame: FrameCallback | None = None) -> int:
+    """How many frames a written file decodes to (what a reader gets, not what was muxed);
+    `on_frame` sees each of them (image statistics ride on this one decode)."""
     container = _open_input(destination)
     try:
         stream = _video_stream(container)
         stream.thread_type = "AUTO"
-        return sum(1 for _ in container.decode(stream))
+        count = 0
+        for frame in container.decode(stream):
+            if on_frame is not None:
+                on_frame(count, frame)
+            count += 1
+        return count
     finally:
         container.close()
         _rewind(destination)
 
 
-def verify_decodes(written: BinaryIO | str, frames: int) -> None:
+def verify_decodes(written: BinaryIO | str, frames: int, on_frame: FrameCallback | None = None) -> None:
     """Decode a file of copied samples once: samples the decoder rejects (a damaged source), or a
-    frame count other than `frames`, are a VideoError instead of a published file no one can play."""
+    frame count other than `frames`, are a VideoError instead of a published file no one can play.
+    `on_frame` sees every decoded frame."""
     _rewind(written)
     try:
-        decoded = _count_decoded(written)
+        decoded = _count_decoded(written, on_frame)
     except av.error.FFmpegError as error:
         raise VideoError(f"the copied samples do not decode ({error}); the source video is damaged") from error
     if decoded != frames:

@@ -106,18 +106,19 @@ class _WriteVideosFn(beam.DoFn):
                                 "crf": result.options.crf, "reason": "the source's frame_index is not 0..T-1 (frames skipped or "
                                                                      "repeated): re-timed with a near-lossless encode"}
                     elif options is None:
+                        # With image statistics the written file is decoded below anyway: verified in that one pass.
+                        verify = self._verify_copies and on_frame is None
                         if item.start is None and item.end is None:
-                            copied = self._copy_whole(source, destination, item, self._fps, self._verify_copies)
+                            copied = self._copy_whole(source, destination, item, self._fps, verify)
                         else:
                             copied = video.copy_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
-                                                        fps=self._fps, verify=self._verify_copies)
+                                                        fps=self._fps, verify=verify)
                         (self._reencoded if copied is not None and copied.reencoded else self._copied).inc()
                         if copied is not None and copied.note() is not None:
                             sequence.video_notes[column] = copied.note()
-                        if on_frame is not None:  # nothing was decoded: decode what was written, once
-                            written = destination if local_target else destination.getvalue()
-                            for index, frame in enumerate(video.iter_frames(written, fps=self._fps)):
-                                on_frame(index, frame)
+                        if on_frame is not None:
+                            video.verify_decodes(destination if local_target else io.BytesIO(destination.getvalue()), item.frames,
+                                                 on_frame=on_frame)
                     else:
                         result = video.reencode_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
                                                         fps=self._fps, options=options, on_frame=on_frame, expected_size=size)
