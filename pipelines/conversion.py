@@ -30,7 +30,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 
 import formats
-from formats import errors, fingerprint, mixtrain, sources, storage, video
+from formats import errors, fingerprint, mixtrain, publish, sources, storage, video
 from formats.sequence import TRAJECTORY, VIDEO, DatasetMeta
 from pipelines import cli, local_workers
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
@@ -105,14 +105,14 @@ def prepare_output(output_url: str, overwrite: bool) -> None:
     """Refuse to touch an output that holds something we did not write, or a dataset without
     --overwrite; and, where publication replaces the whole folder, one that holds anything else."""
     fs, root = storage.open_root(output_url)
-    mixtrain.check_no_live_run(fs, root)
+    publish.check_no_live_run(fs, root)
     if not fs.exists(root):
         return
     if not fs.isdir(root):
         raise errors.ConversionError(f"{root}: output exists and is not a directory")
     names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(root, detail=False)}
-    foreign = mixtrain.foreign_entries(fs, root)
-    ours = names - set(foreign) - {mixtrain.STAGING_DIR}
+    foreign = publish.foreign_entries(fs, root)
+    ours = names - set(foreign) - {publish.STAGING_DIR}
     if not ours and not foreign:
         return
     if mixtrain.SIDECAR not in ours and not (ours and not foreign):
@@ -120,7 +120,7 @@ def prepare_output(output_url: str, overwrite: bool) -> None:
                                      "choose another --output")
     if not overwrite:
         raise errors.ConversionError(f"{root}: output already holds a Mixtrain dataset; pass --overwrite to replace it")
-    if foreign and storage.is_local(fs) and mixtrain.replaces_whole_folder(root):
+    if foreign and storage.is_local(fs) and publish.replaces_whole_folder(root):
         raise errors.ConversionError(f"{root}: the output folder also holds {', '.join(foreign)}, which replacing the dataset "
                                      "would delete (the whole folder is replaced); move them out or choose another --output")
 
@@ -204,7 +204,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     num_shards = options.num_shards or estimate_num_shards(meta, refs, options.target_shard_mb or cli.DEFAULT_SHARD_MB)
     out_fs, out_root = storage.open_root(options.output)
     output_url = storage.url_for(out_fs, out_root)
-    staging = mixtrain.staging_root(out_fs, out_root, run_id)
+    staging = publish.staging_root(out_fs, out_root, run_id)
     staging_url = storage.url_for(out_fs, staging)
     source_url = storage.url_for(fs, root)
     sidecar_extra = {
@@ -216,7 +216,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     if write_assets:
-        mixtrain.copy_assets(fs, root, out_fs, staging, meta)
+        publish.copy_assets(fs, root, out_fs, staging, meta)
     units, shared = module.incremental_units(refs)
     # What changes the output of a unit; not the shard count or the error policy.
     recorded = {k: v for k, v in sidecar_extra["options"].items() if k not in ("num_shards", "on_error", "max_skipped")}
@@ -259,7 +259,7 @@ def _output_message(error: BaseException, output: str) -> str | None:
         reason = failure.strerror
         where = str(failure.filename or "")
         real = os.path.realpath(output) if "://" not in output else output
-        staged = os.path.join(os.path.dirname(real), f".{os.path.basename(real)}{mixtrain.SIBLING_MARK}")
+        staged = os.path.join(os.path.dirname(real), f".{os.path.basename(real)}{publish.SIBLING_MARK}")
         if where and not (where.startswith(real) or where.startswith(staged)):  # not the output: a temp or log disk
             return f"{where}: cannot write: {reason}; nothing was published (the previous dataset, if any, is as it was)"
     else:  # from another process, only the text is left
@@ -379,13 +379,13 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
     runner = all_options.view_as(StandardOptions).runner
     local = runner in LOCAL_RUNNERS
     out_fs, out_root = storage.open_root(options.output)
-    staging = mixtrain.staging_root(out_fs, out_root, run_id)
+    staging = publish.staging_root(out_fs, out_root, run_id)
     try:
         try:
             if not launch_only:
                 with _blame(options.output, "cannot write the output"):
                     prepare_output(options.output, options.overwrite or options.incremental)
-                    mixtrain.claim_staging(out_fs, staging)
+                    publish.claim_staging(out_fs, staging)
             pipeline = beam.Pipeline(runner=_runner(all_options, zygote), options=all_options)
             plan = build_pipeline(pipeline, options, run_id, write_assets=not launch_only)
             total = sources.sequence_count(plan.to_convert)
@@ -434,7 +434,7 @@ def _discard(fs, staging: str, out_root: str) -> None:
     """Best effort after a failure: drop this run's staging (on object stores, where folders exist
     only through their objects, also an output folder left empty)."""
     try:
-        mixtrain.discard_staging(fs, staging, out_root)
+        publish.discard_staging(fs, staging, out_root)
         if not storage.is_local(fs) and fs.exists(out_root) and not fs.ls(out_root):
             fs.rm(out_root, recursive=True)
     except OSError:
@@ -444,7 +444,7 @@ def _discard(fs, staging: str, out_root: str) -> None:
 def _summary(fs, root: str, output_url: str, seconds: float) -> tuple[str, int]:
     """The success line (root resolved before the run: `--output=.` names a folder that publication replaced)."""
     sidecar = mixtrain.read_sidecar(fs, root)
-    total_bytes = sum(info["size"] for info in fs.find(mixtrain.published_root(fs, root), detail=True).values())
+    total_bytes = sum(info["size"] for info in fs.find(publish.published_root(fs, root), detail=True).values())
     skipped = int(sidecar.get("num_skipped", 0))
     units = int(sidecar.get("num_skipped_units", 0))
     line = (

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
-from formats import mixtrain, storage
+from formats import mixtrain, publish, storage
 from formats.errors import ConversionError, FormatError, describe_skip_limit, error_record, skipped_counts
 from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec, DatasetMeta, Sequence
 from formats.stats import ColumnStats, sketch_level_for
@@ -371,7 +371,7 @@ class _PublishFn(beam.DoFn):
         spilled = storage.join(staging, SPILL_DIR)
         if fs.exists(spilled):
             fs.rm(spilled, recursive=True)
-        mixtrain.publish(fs, staging, output, sidecar)
+        publish.publish(fs, staging, output, sidecar)
         yield {"sequences": sidecar["num_sequences"], "timesteps": sidecar["num_timesteps"]}
 
 
