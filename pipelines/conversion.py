@@ -30,7 +30,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 
 import formats
-from formats import errors, fingerprint, mixtrain, publish, sources, storage, video
+from formats import errors, fingerprint, mixtrain, publish, sources, storage, video_policy
 from formats.sequence import TRAJECTORY, VIDEO, DatasetMeta
 from pipelines import cli, local_workers
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
@@ -134,9 +134,9 @@ def source_options(options: ConvertOptions) -> dict:
     }
 
 
-def requested_encoding(options: ConvertOptions) -> video.EncodeOptions:
+def requested_encoding(options: ConvertOptions) -> video_policy.EncodeOptions:
     """The --video_* flags as checked EncodeOptions (raises ConversionError on a bad combination)."""
-    return video.EncodeOptions(options.video_codec or "h264", options.video_crf, options.video_gop,
+    return video_policy.EncodeOptions(options.video_codec or "h264", options.video_crf, options.video_gop,
                                options.video_preset, options.video_pix_fmt or "yuv420p").resolved()
 
 
@@ -170,7 +170,7 @@ def copied_columns(meta: DatasetMeta) -> frozenset:
     return frozenset(spec.name for spec in meta.columns if spec.kind == VIDEO and spec.meta.get("written_as") == "copy")
 
 
-def plan_videos(meta: DatasetMeta, mode: str, requested: video.EncodeOptions) -> tuple[dict, dict]:
+def plan_videos(meta: DatasetMeta, mode: str, requested: video_policy.EncodeOptions) -> tuple[dict, dict]:
     """Decide copy or encode per video column; rewrite meta.columns' entries to describe the output.
 
     Returns (column -> EncodeOptions or None for copy, column -> declared source (width, height)).
@@ -178,8 +178,8 @@ def plan_videos(meta: DatasetMeta, mode: str, requested: video.EncodeOptions) ->
     encode, sizes = {}, {}
     for position, spec in enumerate(meta.columns):
         if spec.kind == VIDEO:
-            encode[spec.name], entry = video.plan_column(spec.meta, mode=mode, requested=requested)
-            sizes[spec.name] = video.declared_size(entry)
+            encode[spec.name], entry = video_policy.plan_column(spec.meta, mode=mode, requested=requested)
+            sizes[spec.name] = video_policy.declared_size(entry)
             meta.columns[position] = dataclasses.replace(spec, meta=entry)
     return encode, sizes
 
