@@ -15,7 +15,6 @@ import datetime
 import logging
 import math
 import os
-import re
 import signal
 import sys
 import time
@@ -32,7 +31,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 import formats
 from formats import errors, fingerprint, mixtrain, publish, sources, storage, video_policy
 from formats.sequence import TRAJECTORY, VIDEO, DatasetMeta
-from pipelines import cli, local_workers
+from pipelines import cli, failures, local_workers
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
 from pipelines.progress import Progress
 from pipelines.session import Interrupted
@@ -245,41 +244,6 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     return Plan(meta, refs, num_shards, to_convert)
 
 
-_ERROR_LINE = re.compile(r"(?:^|\s|\.)(?:" + "|".join(n for n in errors.__all__ if n[0].isupper()) + r"): (.+)")
-
-
-_OUTPUT_ERRNO = re.compile(r"\[Errno (?:" + "|".join(str(n) for n in sorted(errors.OUTPUT_ERRNOS)) + r")\] ([^:'\]\n]+)")
-
-
-def _output_message(error: BaseException, output: str) -> str | None:
-    """A full, read-only or over-quota output, wherever in the run (and whichever worker) it
-    surfaced: the output is named, not the source file being copied at that moment."""
-    failure = errors.output_failure(error)
-    if failure is not None:
-        reason = failure.strerror
-        where = str(failure.filename or "")
-        real = os.path.realpath(output) if "://" not in output else output
-        staged = os.path.join(os.path.dirname(real), f".{os.path.basename(real)}{publish.SIBLING_MARK}")
-        if where and not (where.startswith(real) or where.startswith(staged)):  # not the output: a temp or log disk
-            return f"{where}: cannot write: {reason}; nothing was published (the previous dataset, if any, is as it was)"
-    else:  # from another process, only the text is left
-        found = _OUTPUT_ERRNO.search(str(error))
-        if found is None:
-            return None
-        reason = found.group(1).strip()
-    return f"{output}: cannot write the output: {reason}; nothing was published (the previous dataset, if any, is as it was)"
-
-
-def user_message(error: BaseException) -> str | None:
-    """The one line for a user: our own error's message, found even inside Beam's wrapping."""
-    if isinstance(error, errors.ConversionError):
-        return re.sub(r" \[while running '.*'\]$", "", str(error).splitlines()[0])
-    matches = _ERROR_LINE.findall(str(error))
-    if matches:
-        return re.sub(r" \[while running '.*'\]$", "", matches[-1].strip())
-    return None
-
-
 def _add_beam_options(parser, *, ours: bool):
     """Every pipeline option class's arguments on `parser` (ours too, or Beam's alone); one class
     per name, as Beam's own `get_all_options` does."""
@@ -411,7 +375,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         print(f"error: interrupted ({interrupt}): the output was left as it was", file=console, flush=True)
         return interrupt.exit_code
     except Exception as error:  # noqa: BLE001 - every failure becomes one line and a clean output
-        message = _output_message(error, options.output) or user_message(error)
+        message = failures.output_message(error, options.output) or failures.user_message(error)
         if message is None:  # not bad input: a fault of ours or of the platform
             first = (str(error).strip().splitlines() or [""])[0]
             message = f"{options.output}: conversion failed: {type(error).__name__}: {first}"
