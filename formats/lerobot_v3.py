@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import math
 from typing import Any
 
@@ -36,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from formats import storage, video
+from formats import sources, storage, video
 from formats.errors import ConversionError, FormatError, in_context
 from formats.sequence import (
     FROM_IMAGES,
@@ -52,6 +51,7 @@ from formats.sequence import (
     column_name,
     rebased_timestamps,
 )
+from formats.source import Source, SourceReader, SourceRef
 
 __all__ = ["FORMAT", "EpisodeRef", "detect", "plan", "load"]
 
@@ -73,7 +73,7 @@ MAX_EPISODE_FRAMES = 10**9
 
 
 @dataclasses.dataclass(frozen=True)
-class EpisodeRef:
+class EpisodeRef(SourceRef):
     """One episode's address in the source: small, picklable, no frame data."""
 
     episode_index: int
@@ -85,6 +85,14 @@ class EpisodeRef:
     tasks: tuple[str, ...]
     videos: tuple[tuple[str, VideoSegment], ...]  # (column, segment)
     scalars: tuple[tuple[str, Any], ...]  # episode-level fields: (column, value)
+
+    @property
+    def estimated_steps(self) -> int:
+        return self.length
+
+    @property
+    def unit_files(self) -> tuple[str, ...]:
+        return (self.data_file, *(segment.path for _, segment in self.videos))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +119,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     """Read metadata only and return the output schema and one EpisodeRef per episode."""
     info_path = storage.resolve_inside(root, INFO_PATH, what="info.json", fs=fs)
     info = storage.read_json(fs, info_path, missing="not found; a LeRobot v3 dataset needs meta/info.json")
-    plan_id = DatasetMeta.__dataclass_fields__["plan_id"].default_factory()
+    footers = storage.ParquetFooters(fs)
     version = info.get("codebase_version")
     if version != SUPPORTED_VERSION:
         hint = f"; convert it to v3.0 first with lerobot's converter: {V21_CONVERTER}" if str(version).startswith("v2") else ""
@@ -147,20 +155,21 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
         columns.append(ColumnSpec(column_name(name), SCALAR, episodes.schema.field(name).type, {"source": name}))
     # The episode index first: an implausible row is refused before any data file is opened.
     refs = [_episode_ref(row, parsed, data_template, video_template, splits, extra_scalars, info_path) for row in episodes.to_pylist()]
-    data_types = _data_types(fs, root, data_template, episodes, [f.key for f in parsed if f.dtype != "video"], plan_id)
+    data_types = _data_types(fs, root, data_template, episodes, [f.key for f in parsed if f.dtype != "video"], footers)
     for feature in parsed:
         _check_declared_dtype(feature, data_types, info_path)
         columns.append(_column_for(feature, features[feature.key], data_types, fps))
-    _probe_images(fs, root, data_template, episodes, columns, plan_id)
+    _probe_images(fs, root, data_template, episodes, columns, footers)
     if multi_task:
         columns.append(ColumnSpec.steps("task_index", pa.int32(), source="task_index",
                                         description="per-step index into this row's tasks"))
     check_unique_columns(columns)
 
     meta = DatasetMeta(
+        # Planning data for the reader, never published: the footer of every data file read here.
+        private={"footers": dict(footers.signatures)},
         format=FORMAT,
         uri=storage.url_for(fs, root),
-        plan_id=plan_id,
         fps=float(fps),
         columns=columns,
         source={
@@ -174,8 +183,6 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             "total_episodes": info.get("total_episodes"),
             "total_frames": info.get("total_frames"),
             "tasks": task_texts,
-            # One type per feature over all data files (see `_data_types`).
-            "data_types": {key: str(kind) for key, kind in data_types.items()},
             **({"tools": info["tools"]} if info.get("tools") is not None else {}),
         },
     )
@@ -184,9 +191,26 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
 
 def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: DatasetMeta) -> Sequence:
     """Read exactly one episode's rows and return its Sequence (videos still as segments)."""
+    return Reader(fs, root, meta).load(ref)
+
+
+class Reader(SourceReader):
+    """Opened once per worker: data-file footers and key ranges are read once per file."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, meta: DatasetMeta):
+        super().__init__(fs, root, meta)
+        self.footers = storage.ParquetFooters(fs)
+
+    def load(self, ref: EpisodeRef) -> Sequence:
+        return _load(self.fs, self.root, ref, self.meta, self.footers)
+
+
+def _load(fs, root: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.ParquetFooters) -> Sequence:
     data_path = storage.resolve_inside(root, ref.data_file, what="data file", fs=fs)
     try:
-        table = _read_episode_rows(fs, data_path, ref, meta)
+        if _changed_since_plan(fs, data_path, footers, meta):
+            raise FormatError(f"{data_path}: {ref.sequence_id}: changed while it was being converted (rerun the conversion)")
+        table = _read_episode_rows(fs, data_path, ref, meta, footers)
         sequence = _to_sequence(table, ref, meta)
         for spec in meta.columns:
             if spec.kind == VIDEO and spec.meta.get("encoded_from") == FROM_IMAGES:
@@ -196,20 +220,33 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: Datase
     except ConversionError as error:
         raise in_context(error, file=data_path, sequence=ref.sequence_id) from error
     except (OSError, pa.ArrowException) as error:
-        reason = "changed while it was being converted (rerun the conversion)" if _changed_since_plan(fs, data_path, meta.plan_id) \
+        reason = "changed while it was being converted (rerun the conversion)" if _changed_since_read(fs, data_path, footers) \
             else f"cannot read data: {error}"
         failure = FormatError(f"{data_path}: {ref.sequence_id}: {reason}")
         failure.file, failure.sequence = data_path, ref.sequence_id
         raise failure from error
 
 
-def _changed_since_plan(fs, path: str, plan_id: str) -> bool:
+def _changed_since_plan(fs, path: str, footers: storage.ParquetFooters, meta: DatasetMeta) -> bool:
     """Whether the file's footer now differs from the one read while planning (a data file
-    rewritten during the run reads as garbage through the old footer: say so, not "thrift")."""
+    rewritten during the run reads as garbage through the old footer: say so, not "thrift").
+    The plan keeps each footer's signature (`meta.private["footers"]`); the reader's first read of
+    a file is compared with it."""
+    planned = meta.private.get("footers", {}).get(path)
+    try:
+        if planned is None or not fs.exists(path):
+            return False
+        return storage.footer_signature(footers.footer(path)) != planned
+    except (OSError, pa.ArrowException):
+        return False  # unreadable now (and maybe then): the read error itself says more
+
+
+def _changed_since_read(fs, path: str, footers: storage.ParquetFooters) -> bool:
+    """After a failed read: whether the file's footer now differs from the one the reader used."""
     try:
         with storage.open_input(fs, path) as handle:
             current = storage.parquet_file(handle).metadata
-        return not current.equals(storage.parquet_footer(fs, path, plan_id))
+        return not current.equals(footers.footer(path))
     except (OSError, pa.ArrowException):
         return False  # unreadable now (and maybe then): the read error itself says more
 
@@ -439,7 +476,7 @@ def _image_size(shape: tuple[int, ...], names) -> tuple[int | None, int | None]:
     return width, height
 
 
-def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: list[ColumnSpec], plan_id: str) -> None:
+def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: list[ColumnSpec], footers: storage.ParquetFooters) -> None:
     """Decode the first image of each image camera: its pixel format decides how the camera is
     encoded (16-bit depth PNGs go lossless), and its size must be the one info.json declares."""
     cameras = [i for i, spec in enumerate(columns) if spec.kind == VIDEO and spec.meta.get("encoded_from") == FROM_IMAGES]
@@ -449,7 +486,7 @@ def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: lis
     relative = template.format(chunk_index=first[0]["data/chunk_index"], file_index=first[0]["data/file_index"])
     path = storage.resolve_inside(root, relative, what="data file", fs=fs)
     with storage.open_input(fs, path) as handle:
-        parquet = storage.parquet_file(handle, metadata=storage.parquet_footer(fs, path, plan_id))
+        parquet = storage.parquet_file(handle, metadata=footers.footer(path))
         keys = [columns[i].meta["source"] for i in cameras]
         if any(parquet.schema_arrow.get_field_index(key) < 0 for key in keys):
             return  # load() names the missing column with the episode
@@ -469,7 +506,7 @@ def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: lis
                                                             "resolution": {"width": frame.width, "height": frame.height}})
 
 
-def _data_types(fs, root: str, template: str, episodes: pa.Table, keys: list[str], plan_id: str) -> dict[str, pa.DataType]:
+def _data_types(fs, root: str, template: str, episodes: pa.Table, keys: list[str], footers: storage.ParquetFooters) -> dict[str, pa.DataType]:
     """One Arrow type per feature over every data file (footers only), so that one rule decides
     what lerobot's writers leave behind: `list<float>` (files rewritten through pandas by
     modify_tasks / merge_datasets) and `fixed_size_list<float>[D]` are one trajectory; a type
@@ -486,7 +523,7 @@ def _data_types(fs, root: str, template: str, episodes: pa.Table, keys: list[str
         done.add((chunk, number))
         path = storage.resolve_inside(root, template.format(chunk_index=chunk, file_index=number), what="data file", fs=fs)
         try:
-            schema = _arrow_schema(fs, path, plan_id)
+            schema = footers.schema(path)
         except (OSError, pa.ArrowException) as error:
             if len(done) > 1:
                 continue  # load() reports it with the episode; the first file must be readable to plan
@@ -635,11 +672,11 @@ def _episode_ref(row: dict, features, data_template, video_template, splits, ext
 _READ_BATCH_ROWS = 4096
 
 
-def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.Table:
+def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.ParquetFooters) -> pa.Table:
     if not fs.exists(path):
         raise FormatError(f"data file not found (episode {ref.episode_index})")
-    metadata = storage.parquet_footer(fs, path, meta.plan_id)
-    schema = _arrow_schema(fs, path, meta.plan_id)
+    metadata = footers.footer(path)
+    schema = footers.schema(path)
     wanted = [spec.meta["source"] for spec in meta.columns
               if (spec.kind in ("trajectory", "steps") or spec.meta.get("encoded_from") == FROM_IMAGES)
               and spec.meta.get("source") not in (None, "task_index")]
@@ -648,7 +685,7 @@ def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.
         raise FormatError(f"columns {missing} declared in meta/info.json are missing from the data file")
     key_column = "index" if schema.get_field_index("index") >= 0 else "episode_index"
     low, high = (ref.from_index, ref.to_index) if key_column == "index" else (ref.episode_index, ref.episode_index + 1)
-    groups = _row_groups_overlapping(fs, path, meta.plan_id, key_column, low, high)
+    groups = _row_groups_overlapping(footers, path, key_column, low, high)
     extra = [c for c in ("timestamp", "frame_index", "episode_index", "task_index") if schema.get_field_index(c) >= 0]
     columns = list(dict.fromkeys([key_column, *extra, *wanted]))
     local = storage.local_path(fs, path)
@@ -680,18 +717,16 @@ def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.
     return table
 
 
-def _row_groups_overlapping(fs, path: str, plan_id: str, column: str, low: int, high: int) -> list[int]:
+def _row_groups_overlapping(footers: storage.ParquetFooters, path: str, column: str, low: int, high: int) -> list[int]:
     """Row groups whose min/max statistics of `column` overlap [low, high); all when unknown."""
-    minimum, maximum, known = _key_ranges(fs, path, plan_id, column)
+    minimum, maximum, known = footers.memo(("key ranges", path, column), lambda: _key_ranges(footers.footer(path), column))
     return np.flatnonzero(~known | ((maximum >= low) & (minimum < high))).tolist()
 
 
-@functools.lru_cache(maxsize=64)
-def _key_ranges(fs, path: str, plan_id: str, column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _key_ranges(metadata, column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per row group: min and max statistics of `column`, and whether they are known. Once per data
     file and plan: a file holds many episodes, and scanning its row groups for each of them was
     quadratic in episodes per file."""
-    metadata = storage.parquet_footer(fs, path, plan_id)
     # Parquet numbers leaf columns: a struct or list feature before `column` shifts its position.
     position = next((i for i in range(metadata.num_columns) if metadata.schema.column(i).path == column), None)
     count = metadata.num_row_groups
@@ -701,11 +736,6 @@ def _key_ranges(fs, path: str, plan_id: str, column: str) -> tuple[np.ndarray, n
         if stats is not None and stats.has_min_max:
             minimum[group], maximum[group], known[group] = stats.min, stats.max, True
     return minimum, maximum, known
-
-
-@functools.lru_cache(maxsize=64)
-def _arrow_schema(fs, path: str, plan_id: str) -> pa.Schema:
-    return storage.parquet_footer(fs, path, plan_id).schema.to_arrow_schema()
 
 
 def _to_sequence(table: pa.Table, ref: EpisodeRef, meta: DatasetMeta) -> Sequence:
@@ -833,12 +863,19 @@ def _local_task_indices(table: pa.Table, ref: EpisodeRef, task_texts: dict[int, 
     return local[inverse]
 
 
-def incremental_units(refs: list[EpisodeRef]) -> tuple[list, list[str]]:
-    """--incremental: one unit per episode (its data file and video files), and the files every
-    episode depends on (the episode index itself is in each ref: offsets, tasks, fields)."""
-    from formats.fingerprint import Unit
+class LeRobotV3(Source):
+    id = FORMAT
+    expects = "LeRobot v3 expected meta/info.json"
+    shared_files = (TASKS_PATH,)  # info.json is not shared: its totals change with every appended episode
 
-    units = [(Unit(ref.sequence_id, (ref.data_file, *(segment.path for _, segment in ref.videos))), ref) for ref in refs]
-    # info.json is not shared: its totals change with every appended episode, and what else it
-    # says (features, fps) is in the schema and options every fingerprint already covers.
-    return units, ["meta/tasks.parquet"]
+    def detect(self, fs: fsspec.AbstractFileSystem, root: str) -> bool:
+        return detect(fs, root)
+
+    def plan(self, fs: fsspec.AbstractFileSystem, root: str, options: dict) -> tuple[DatasetMeta, list[EpisodeRef]]:
+        return plan(fs, root, options)
+
+    def open(self, fs: fsspec.AbstractFileSystem, root: str, meta: DatasetMeta) -> Reader:
+        return Reader(fs, root, meta)
+
+
+SOURCE = sources.register(LeRobotV3())

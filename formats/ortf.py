@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from formats import storage, video
+from formats import sources, storage, video
 from formats.errors import ColumnNameError, ConversionError, FormatError, in_context
 from formats.sequence import (
     FILE,
@@ -49,6 +49,7 @@ from formats.sequence import (
     rebased_timestamps,
     safe_sequence_id,
 )
+from formats.source import Source, SourceReader, SourceRef
 
 __all__ = ["FORMAT", "EpisodeRef", "detect", "plan", "load"]
 
@@ -94,7 +95,7 @@ class Camera:
 
 
 @dataclasses.dataclass(frozen=True)
-class EpisodeRef:
+class EpisodeRef(SourceRef):
     position: int  # row of meta/episodes.parquet
     episode_id: str
     episode_key: Any  # episode_id as stored (string or integer), what steps.parquet is matched on
@@ -108,6 +109,15 @@ class EpisodeRef:
     audio: str | None
     annotations: str | None  # annotations/episode_XXXXXX when the dataset has annotations
     scalars: tuple[tuple[str, Any], ...]
+
+    @property
+    def estimated_steps(self) -> int:
+        return self.length
+
+    @property
+    def unit_files(self) -> tuple[str, ...]:
+        files = [self.steps_file, *(camera.path for camera in self.cameras if camera is not None)]
+        return tuple(files + [path for path in (self.audio, self.annotations) if path])
 
 
 def detect(fs: fsspec.AbstractFileSystem, root: str) -> bool:
@@ -237,7 +247,7 @@ def _chunk_file(fs, root: str, chunk: int, cache: dict) -> str:
     return cache[chunk]
 
 
-def _steps_schema(fs, root: str, chunks: list[int], chunk_files: dict, plan_id: str) -> pa.Schema:
+def _steps_schema(fs, root: str, chunks: list[int], chunk_files: dict, footers: storage.ParquetFooters) -> pa.Schema:
     """The steps schema, the same in every chunk file (one footer each): drift is an error here,
     not a column silently missing from some episodes."""
     schema = None
@@ -246,7 +256,7 @@ def _steps_schema(fs, root: str, chunks: list[int], chunk_files: dict, plan_id: 
         relative = _chunk_file(fs, root, chunk, chunk_files)
         path = storage.resolve_inside(root, relative, what="steps file", fs=fs)
         try:
-            found = storage.parquet_footer(fs, path, plan_id).schema.to_arrow_schema()
+            found = footers.schema(path)
         except (OSError, pa.ArrowException) as error:
             raise FormatError(f"{path}: cannot read the steps file: {error}") from error
         if schema is None:
@@ -285,8 +295,8 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     rows = episodes.to_pylist()
     chunk_files: dict[int, str] = {}
     first_file = _chunk_file(fs, root, int(rows[0]["chunk_id"]), chunk_files)
-    plan_id = DatasetMeta.__dataclass_fields__["plan_id"].default_factory()
-    schema = _steps_schema(fs, root, sorted({int(row["chunk_id"]) for row in rows}), chunk_files, plan_id)
+    footers = storage.ParquetFooters(fs)
+    schema = _steps_schema(fs, root, sorted({int(row["chunk_id"]) for row in rows}), chunk_files, footers)
     for name, accepts, wanted in (("timestamp", lambda t: pa.types.is_integer(t) or pa.types.is_floating(t), "a number"),
                                   ("step_index", pa.types.is_integer, "an integer")):
         if name in schema.names and not accepts(schema.field(name).type):
@@ -305,7 +315,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     for name in extra:
         columns.append(ColumnSpec(column_name(name), SCALAR, episodes.schema.field(name).type, {"source": f"episodes.{name}"}))
     columns += _step_columns(schema, manifest, manifest_path, storage.join(root, first_file),
-                             _first_widths(fs, storage.join(root, first_file), schema, plan_id))
+                             _first_widths(fs, storage.join(root, first_file), schema, footers))
     cameras = _camera_columns(episodes, images, sensors, fps, manifest_path, schema)
     cameras = {key: (_probe_camera(fs, root, spec, rows, key, chunk_files, episodes_path), sensor) for key, (spec, sensor) in cameras.items()}
     columns += [spec for spec, _ in cameras.values()]
@@ -379,7 +389,6 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
                                            want_object=False),
                 # Dataset-level files rows do not reference (URDF, meshes): copied to files/_dataset/.
                 "assets": sorted(p[len(root) + 1:] for p in fs.find(storage.join(root, "robot"))) if fs.exists(storage.join(root, "robot")) else []},
-        plan_id=plan_id,
     )
     return meta, refs
 
@@ -394,14 +403,14 @@ def _step_rate(manifest: dict, path: str) -> float:
     return float(rate)
 
 
-def _first_widths(fs, path: str, schema: pa.Schema, plan_id: str) -> dict[str, int]:
+def _first_widths(fs, path: str, schema: pa.Schema, footers: storage.ParquetFooters) -> dict[str, int]:
     """Lengths of the first step's variable-length list columns (only read when there are some)."""
     names = [n for n in schema.names if pa.types.is_list(schema.field(n).type) or pa.types.is_large_list(schema.field(n).type)]
     if not names:
         return {}
     try:
         with storage.open_input(fs, path) as handle:
-            first = storage.parquet_file(handle, metadata=storage.parquet_footer(fs, path, plan_id)).read_row_group(0, columns=names).slice(0, 1)
+            first = storage.parquet_file(handle, metadata=footers.footer(path)).read_row_group(0, columns=names).slice(0, 1)
     except (OSError, pa.ArrowException) as error:
         raise FormatError(f"{path}: cannot read the steps file: {error}") from error
     return {n: len(first.column(n)[0]) for n in names if first.num_rows and first.column(n)[0].is_valid}
@@ -562,9 +571,24 @@ def _episode_camera(row: dict, key: str, spec: ColumnSpec, sensor: dict, chunk_f
 
 
 def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: DatasetMeta) -> Sequence:
+    return Reader(fs, root, meta).load(ref)
+
+
+class Reader(SourceReader):
+    """Opened once per worker: a chunk's steps footer is read once for all its episodes."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, meta: DatasetMeta):
+        super().__init__(fs, root, meta)
+        self.footers = storage.ParquetFooters(fs)
+
+    def load(self, ref: EpisodeRef) -> Sequence:
+        return _load(self.fs, self.root, ref, self.meta, self.footers)
+
+
+def _load(fs, root: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.ParquetFooters) -> Sequence:
     path = storage.resolve_inside(root, ref.steps_file, what="steps file", fs=fs)
     try:
-        table = _episode_rows(fs, path, ref, meta)
+        table = _episode_rows(fs, path, ref, footers)
         return _to_sequence(fs, root, table, ref, meta)
     except ConversionError as error:
         raise in_context(error, file=path, sequence=ref.sequence_id) from error
@@ -572,8 +596,8 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: Datase
         raise FormatError(f"{path}: {ref.sequence_id}: cannot read steps: {error}") from error
 
 
-def _episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.Table:
-    metadata = storage.parquet_footer(fs, path, meta.plan_id)
+def _episode_rows(fs, path: str, ref: EpisodeRef, footers: storage.ParquetFooters) -> pa.Table:
+    metadata = footers.footer(path)
     position = next((i for i in range(metadata.num_columns) if metadata.schema.column(i).path == "episode_id"), None)
     if position is None:
         raise FormatError("steps have no episode_id column")
@@ -699,14 +723,25 @@ def _annotations(fs, root: str, ref: EpisodeRef, sequence: Sequence) -> None:
     sequence.files["annotation_files"] = [FileRef(f"{ref.annotations}/{name}", name=name) for name in others] if others else None
 
 
-def incremental_units(refs: list[EpisodeRef]) -> tuple[list, list[str]]:
-    """--incremental: one unit per episode (its steps file, camera files, audio, annotations)."""
-    from formats.fingerprint import Unit
+class ORTF(Source):
+    id = FORMAT
+    expects = "ORTF meta/manifest.json"
+    shared_files = (MANIFEST, "meta/tasks.jsonl")
 
-    units = []
-    for ref in refs:
-        files = [ref.steps_file, *(camera.path for camera in ref.cameras if camera is not None)]
-        files += [path for path in (ref.audio, ref.annotations) if path]
-        # The row position is not part of the episode: deleting another episode must not change it.
-        units.append((Unit(ref.sequence_id, tuple(files)), dataclasses.replace(ref, position=-1)))
-    return units, [MANIFEST, "meta/tasks.jsonl"]
+    def detect(self, fs: fsspec.AbstractFileSystem, root: str) -> bool:
+        return detect(fs, root)
+
+    def plan(self, fs: fsspec.AbstractFileSystem, root: str, options: dict) -> tuple[DatasetMeta, list[EpisodeRef]]:
+        return plan(fs, root, options)
+
+    def open(self, fs: fsspec.AbstractFileSystem, root: str, meta: DatasetMeta) -> Reader:
+        return Reader(fs, root, meta)
+
+    def incremental_units(self, refs: list[EpisodeRef]) -> tuple[list, list[str]]:
+        """One unit per episode; the row position is not part of the episode: deleting another
+        episode must not change its fingerprint."""
+        units, shared = super().incremental_units(refs)
+        return [(unit, dataclasses.replace(ref, position=-1)) for unit, ref in units], shared
+
+
+SOURCE = sources.register(ORTF())

@@ -33,7 +33,7 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 
-from formats import storage, tfrecord
+from formats import sources, storage, tfrecord
 from formats.errors import ConversionError, FormatError, in_context
 from formats.sequence import (
     FROM_IMAGES,
@@ -46,6 +46,7 @@ from formats.sequence import (
     check_unique_columns,
     column_name,
 )
+from formats.source import Source, SourceOption, SourceReader, SourceRef
 
 __all__ = ["FORMAT", "ShardRef", "RecordRef", "detect", "plan", "expand_ref", "load", "KNOWN_FPS"]
 
@@ -79,22 +80,44 @@ KNOWN_FPS = {
 
 
 @dataclasses.dataclass(frozen=True)
-class ShardRef:
+class ShardRef(SourceRef):
     """One TFRecord shard of a split: expanded into RecordRefs on a worker."""
 
     split: str
     position: int  # in the split's shard list
     path: str  # relative to the root
     records: int | None  # from shardLengths, checked when the shard is read
+    # The shard's share of its split's numBytes (sizes the output; not part of its identity: no repr).
+    nbytes: float = dataclasses.field(default=0.0, repr=False)
+
+    @property
+    def sequence_id(self) -> None:
+        return None  # a shard holds many episodes
 
     @property
     def sequence_count(self) -> int | None:
         """The episodes this shard holds, if dataset_info.json says (`sources.sequence_count`)."""
         return self.records
 
+    @property
+    def estimated_bytes(self) -> float:
+        return self.nbytes
+
+    @property
+    def unit_key(self) -> str:
+        return self.path
+
+    @property
+    def unit_files(self) -> tuple[str, ...]:
+        return (self.path,)
+
+    @property
+    def unit_prefix(self) -> str:
+        return f"{self.split}_{self.position:05d}_"
+
 
 @dataclasses.dataclass(frozen=True)
-class RecordRef:
+class RecordRef(SourceRef):
     """One episode: a byte range of a shard."""
 
     split: str
@@ -205,9 +228,8 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             "fps": float(fps),
             "fps_source": "--fps" if options.get("fps") else "known Open X-Embodiment control rate",
             "features": features_json,
-            "layout": layout,
         },
-        estimated_bytes=float(sum(_count(s.get("numBytes", 0)) for s in info.get("splits", []) if s.get("name") in splits)),
+        private={"layout": layout},  # how `load` fills each column: the reader's, not published
     )
     return meta, refs
 
@@ -299,7 +321,8 @@ def _shard_refs(fs, root: str, info: dict, info_path: str, name: str, splits: li
             if not found:
                 raise FormatError(f"{storage.join(root, file_name)}: shard {position} of split {split['name']!r} not found "
                                   f"(from filepathTemplate {template!r})")
-            refs.append(ShardRef(split["name"], position, file_name, lengths[position] if lengths else None))
+            refs.append(ShardRef(split["name"], position, file_name, lengths[position] if lengths else None,
+                                 float(_count(split.get("numBytes", 0))) / count))
     return refs
 
 
@@ -451,11 +474,30 @@ def _flatten(values: dict, prefix: str = "") -> dict[str, Any]:
 
 def load(fs: fsspec.AbstractFileSystem, root: str, ref: RecordRef, meta: DatasetMeta) -> Sequence:
     """Read and parse one record (one episode) into a Sequence; images stay encoded."""
+    return Reader(fs, root, meta).load(ref)
+
+
+class Reader(SourceReader):
+    """Opened once per worker: the features are rebuilt into one example parser."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, meta: DatasetMeta):
+        super().__init__(fs, root, meta)
+        self._parser = None
+
+    def expand(self, ref: ShardRef) -> Iterator[RecordRef]:
+        return expand_ref(self.fs, self.root, ref, self.meta)
+
+    def load(self, ref: RecordRef) -> Sequence:
+        if self._parser is None:
+            _, self._parser = _features(json.dumps(self.meta.source["features"], sort_keys=True))
+        return _load(self.fs, self.root, ref, self.meta, self._parser)
+
+
+def _load(fs, root: str, ref: RecordRef, meta: DatasetMeta, parser) -> Sequence:
     path = storage.resolve_inside(root, ref.path, what="shard", fs=fs)
     try:
         with storage.open_input(fs, path) as handle:
             data = tfrecord.read_record(handle, ref.offset, ref.nbytes)
-        _, parser = _features(json.dumps(meta.source["features"], sort_keys=True))
         try:
             example = parser.parse_example(data)
         except Exception as error:  # noqa: BLE001 - protobuf/numpy errors on a corrupt record
@@ -483,7 +525,7 @@ def _to_sequence(example: dict, ref: RecordRef, meta: DatasetMeta, path: str) ->
     fps = meta.fps
     sequence = Sequence(ref.sequence_id, length, np.arange(length, dtype=np.float64) / fps)
     sequence.scalars.update(length=length, duration_seconds=length / fps, split=ref.split)
-    layout = meta.source["layout"]
+    layout = meta.private["layout"]
     for spec in meta.columns:
         entry = layout.get(spec.name)
         if entry is None:
@@ -572,9 +614,30 @@ def _images(values, bgr: bool, path: str) -> ImageFrames:
     return ImageFrames(frames, source=path)
 
 
-def incremental_units(refs: list[ShardRef]) -> tuple[list, list[str]]:
-    """--incremental: one unit per TFRecord shard (its sequences share the shard's id prefix)."""
-    from formats.fingerprint import Unit
+def _split_names(value: str) -> list[str]:
+    return [name for name in value.split(",") if name]
 
-    units = [(Unit(ref.path, (ref.path,), prefix=f"{ref.split}_{ref.position:05d}_"), ref) for ref in refs]
-    return units, ["features.json"]
+
+def _rate(value: float | None) -> float | None:
+    return value or None
+
+
+class RLDS(Source):
+    id = FORMAT
+    expects = "RLDS a TFDS version folder with dataset_info.json and features.json"
+    options = (SourceOption("split", "splits", _split_names), SourceOption("fps", "fps", _rate),
+               SourceOption("bgr_cameras", "bgr_cameras", _split_names))
+    expands_refs = True
+    shared_files = ("features.json",)
+
+    def detect(self, fs: fsspec.AbstractFileSystem, root: str) -> bool:
+        return detect(fs, root)
+
+    def plan(self, fs: fsspec.AbstractFileSystem, root: str, options: dict) -> tuple[DatasetMeta, list[ShardRef]]:
+        return plan(fs, root, options)
+
+    def open(self, fs: fsspec.AbstractFileSystem, root: str, meta: DatasetMeta) -> Reader:
+        return Reader(fs, root, meta)
+
+
+SOURCE = sources.register(RLDS())

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import uuid
 from typing import Any
 
 import numpy as np
@@ -274,7 +273,8 @@ class DatasetMeta:
     """What `plan` learns from a source's metadata: the output schema and source metadata.
 
     `columns` is ordered as the Parquet schema will be (sequence_id first). `source` becomes
-    mixtrain.json's "source" object (format, uri and format-specific metadata).
+    mixtrain.json's "source" object (format, uri and format-specific metadata); `private` is
+    what the source's reader needs and nobody else reads.
     """
 
     format: str
@@ -287,9 +287,9 @@ class DatasetMeta:
     extra_bytes_per_step: float = 0.0
     # Total bytes of the source when refs do not know their lengths (RLDS shards): sizes the shards.
     estimated_bytes: float = 0.0
-    # Identifies this plan on the workers (per-worker caches of source readers are keyed by it,
-    # so a dataset rewritten in place is never served from an earlier plan's cache).
-    plan_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
+    # The source's planning data for its own reader (formats/source.py): pickled to the workers
+    # with the plan, never written to mixtrain.json (that is `source`).
+    private: dict = dataclasses.field(default_factory=dict)
 
     def column(self, name: str) -> ColumnSpec:
         for spec in self.columns:

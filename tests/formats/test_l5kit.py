@@ -111,6 +111,7 @@ def test_plan_reads_scenes_only_and_load_reads_only_its_chunks(tmp_path, monkeyp
     assert sorted(p for p in read if not p.endswith((".zarray", ".zattrs"))) == ["scenes/0", "scenes/1"]
     read.clear()
     l5kit.load(fs, root, refs[1], meta)
+    read = [p for p in read if not p.endswith((".zarray", ".zattrs"))]  # a reader opens its arrays once (metadata)
     frames = truth["frames"][40:80]
     first, last = frames["agent_index_interval"][0, 0], frames["agent_index_interval"][-1, 1]
     agent_chunks = sorted(int(p.split("/")[1]) for p in read if p.startswith("agents/"))

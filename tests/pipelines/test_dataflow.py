@@ -71,10 +71,10 @@ def test_planned_refs_hold_only_paths_relative_to_the_source_root(tmp_path, sour
     path = tmp_path / source
     WRITERS[source](path)
     fs, root = storage.open_root(str(path))
-    module = sources.get(source)
-    meta, refs = module.plan(fs, root, {"fps": 10})
-    if hasattr(module, "expand_ref"):
-        refs = [record for ref in refs for record in module.expand_ref(fs, root, ref, meta)]
+    source = sources.get(source)
+    meta, refs = source.plan(fs, root, {"fps": 10})
+    reader = source.open(fs, root, meta)
+    refs = [record for ref in refs for record in reader.expand(ref)]
     leaked = [text for ref in refs for text in _strings(ref, []) if str(tmp_path) in text or text.startswith("/")]
     assert leaked == []
     assert meta.uri.startswith("file://")  # the root itself travels as a URL
