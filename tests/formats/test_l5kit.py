@@ -10,7 +10,7 @@ import pytest
 
 from formats import l5kit, storage
 from formats.errors import FormatError
-from formats.l5kit_writer import SyntheticL5Kit, write_dataset
+from formats.samples.l5kit import SyntheticL5Kit, write_dataset
 from formats.zarr_v2 import ZarrArray, parse_dtype
 
 FIXTURE = pathlib.Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "l5kit" / "single_scene.zarr"
@@ -272,7 +272,7 @@ def test_face_intervals_without_a_faces_array_are_an_error(tmp_path):
 
 
 def test_extra_fields_are_carried_not_dropped(tmp_path):
-    from formats.l5kit_writer import FRAME_DTYPE, SCENE_DTYPE
+    from formats.samples.l5kit import FRAME_DTYPE, SCENE_DTYPE
     from formats.zarr_v2 import write_array
 
     path, truth = _written(tmp_path, scene_lengths=(4, 3))

@@ -11,7 +11,7 @@ import pytest
 
 from formats import lerobot_v3, storage, video
 from formats.errors import FormatError
-from formats.lerobot_v3_writer import SAY_TOOL, SyntheticLeRobot, write_dataset
+from formats.samples.lerobot_v3 import SAY_TOOL, SyntheticLeRobot, write_dataset
 
 EDITED = SyntheticLeRobot(
     lengths=(7, 9, 6, 8), fps=15, lerobot_version="0.6.1", cameras=(), episodes_per_data_file=2,

@@ -10,7 +10,7 @@ import pytest
 
 from formats import rlds, storage, tfrecord
 from formats.errors import FormatError
-from formats.rlds_writer import SyntheticRLDS, write_dataset
+from formats.samples.rlds import SyntheticRLDS, write_dataset
 from formats.sequence import ImageFrames
 
 BRIDGE = pathlib.Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "rlds" / "bridge_dataset" / "1.0.0"
@@ -222,7 +222,7 @@ def test_malformed_metadata(written, tmp_path):
 
 def _custom(tmp_path, features, steps_of, metadata=None, name="custom_rlds"):
     """A one-split dataset of two episodes with the given TFDS features."""
-    from formats.rlds_writer import write_episodes
+    from formats.samples.rlds import write_episodes
 
     path = tmp_path / name / "1.0.0"
     episodes = [{"steps": steps_of(number), **({"episode_metadata": metadata(number)} if metadata else {})} for number in range(2)]
