@@ -25,7 +25,18 @@ import pyarrow as pa
 
 from formats import sources, storage
 from formats.errors import ConversionError, FormatError, in_context
-from formats.sequence import SCALAR, ColumnSpec, DatasetMeta, Sequence, base_columns, check_unique_columns, column_name, rebased_timestamps
+from formats.sequence import (
+    SCALAR,
+    ColumnSpec,
+    DatasetMeta,
+    Sequence,
+    base_columns,
+    check_unique_columns,
+    column_name,
+    episode_field_columns,
+    episode_field_values,
+    rebased_timestamps,
+)
 from formats.source import Source, SourceReader, SourceRef
 from formats.zarr_v2 import ZarrArray
 
@@ -141,6 +152,11 @@ def _arrays(fs, root: str, with_faces: bool, opened: dict) -> dict[str, ZarrArra
     return arrays
 
 
+def _scene_field_type(kind: np.dtype) -> pa.DataType:
+    arrow = pa.string() if kind.base.kind == "U" else pa.from_numpy_dtype(kind.base)
+    return pa.list_(arrow) if kind.shape else arrow
+
+
 def _extra_fields(dtype: np.dtype, name: str) -> list[str]:
     """Fields of `scenes`/`frames` beyond the format's: carried into the row, not dropped."""
     known = set(_REQUIRED[name]) | set(_SHAPES.get(name, {}))
@@ -178,7 +194,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
                               f"outside frames ({frame_rows} rows)")
         if start == end:
             raise FormatError(f"{arrays['scenes'].path}: {sequence_id}: scene has no frames")
-        extras = tuple((column_name(field), _python(scene[field])) for field in _extra_fields(scenes.dtype, "scenes"))
+        extras = episode_field_values(scene, _extra_fields(scenes.dtype, "scenes"), _python)
         refs.append(SceneRef(index, sequence_id, end - start, start, end, str(scene["host"]),
                              int(scene["start_time"]), int(scene["end_time"]), extras, agent_bytes))
     _check_coverage(scenes, frame_rows, arrays["scenes"].path)
@@ -201,11 +217,8 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             "coordinate_frame": "world",
         }),
     ]
-    for field in _extra_fields(scenes.dtype, "scenes"):
-        base = scenes.dtype[field].base
-        arrow = pa.string() if base.kind == "U" else pa.from_numpy_dtype(base)
-        columns.append(ColumnSpec(column_name(field), SCALAR, pa.list_(arrow) if scenes.dtype[field].shape else arrow,
-                                  {"source": f"scenes.{field}"}))
+    columns += episode_field_columns({field: _scene_field_type(scenes.dtype[field]) for field in _extra_fields(scenes.dtype, "scenes")},
+                                     "scenes.")
     for field in _extra_fields(arrays["frames"].dtype, "frames"):
         kind = arrays["frames"].dtype[field]
         if kind.base.kind == "U":

@@ -35,7 +35,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from formats import sources, storage, video
+from formats import parquet_rows, sources, storage, video
+from formats.arrow_types import conform, is_empty_type, is_list, merge_types
 from formats.errors import ConversionError, FormatError, in_context
 from formats.sequence import (
     FROM_IMAGES,
@@ -47,8 +48,11 @@ from formats.sequence import (
     Sequence,
     VideoSegment,
     base_columns,
+    check_span,
     check_unique_columns,
     column_name,
+    episode_field_columns,
+    episode_field_values,
     rebased_timestamps,
 )
 from formats.source import Source, SourceReader, SourceRef
@@ -151,8 +155,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
         name for name in episodes.column_names
         if name not in _LOCATOR_COLUMNS and not name.startswith(_LOCATOR_PREFIXES)
     ]
-    for name in extra_scalars:
-        columns.append(ColumnSpec(column_name(name), SCALAR, episodes.schema.field(name).type, {"source": name}))
+    columns += episode_field_columns({name: episodes.schema.field(name).type for name in extra_scalars})
     # The episode index first: an implausible row is refused before any data file is opened.
     refs = [_episode_ref(row, parsed, data_template, video_template, splits, extra_scalars, info_path) for row in episodes.to_pylist()]
     data_types = _data_types(fs, root, data_template, episodes, [f.key for f in parsed if f.dtype != "video"], footers)
@@ -333,7 +336,7 @@ def _check_declared_dtype(feature: _Feature, data_types: dict[str, pa.DataType],
     if feature.kind == VIDEO or feature.dtype in ("string", "language") or feature.key not in data_types:
         return
     leaf = data_types[feature.key]
-    while _is_list(leaf):
+    while is_list(leaf):
         leaf = leaf.value_type
     if pa.types.is_null(leaf):
         return  # no values anywhere: nothing to convert wrongly
@@ -534,78 +537,15 @@ def _data_types(fs, root: str, template: str, episodes: pa.Table, keys: list[str
             if schema.get_field_index(key) < 0:
                 continue  # load() names the missing column with its episode
             kind = schema.field(key).type
-            if key not in seen or _is_empty_type(seen[key][0]):
-                seen[key] = (kind if key not in seen else _merge_types(seen[key][0], kind), path)
+            if key not in seen or is_empty_type(seen[key][0]):
+                seen[key] = (kind if key not in seen else merge_types(seen[key][0], kind), path)
                 continue
             try:
-                seen[key] = (_merge_types(seen[key][0], kind), seen[key][1])
+                seen[key] = (merge_types(seen[key][0], kind), seen[key][1])
             except TypeError:
                 raise FormatError(f"{path}: episode_{episode:06d}: schema drift between data files: "
                                   f"{key} is {kind} here, {seen[key][0]} in {seen[key][1]}") from None
     return {key: kind for key, (kind, _) in seen.items()}
-
-
-def _is_list(kind: pa.DataType) -> bool:
-    return pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
-
-
-def _is_empty_type(kind: pa.DataType) -> bool:
-    """null, list<null>, list<list<null>>...: what pyarrow infers for a column with no values."""
-    while _is_list(kind):
-        kind = kind.value_type
-    return pa.types.is_null(kind)
-
-
-def _merge_types(a: pa.DataType, b: pa.DataType) -> pa.DataType:
-    """The type holding both; TypeError when they conflict."""
-    if a == b:
-        return a
-    if pa.types.is_null(a):
-        return b
-    if pa.types.is_null(b):
-        return a
-    if _is_list(a) and _is_list(b):
-        value = _merge_types(a.value_type, b.value_type)
-        if pa.types.is_fixed_size_list(a) and pa.types.is_fixed_size_list(b):
-            if a.list_size != b.list_size:
-                raise TypeError
-            return pa.list_(value, a.list_size)
-        return pa.large_list(value) if pa.types.is_large_list(a) or pa.types.is_large_list(b) else pa.list_(value)
-    if pa.types.is_struct(a) and pa.types.is_struct(b):
-        fields = {a.field(i).name: a.field(i).type for i in range(a.num_fields)}
-        for i in range(b.num_fields):
-            name, kind = b.field(i).name, b.field(i).type
-            fields[name] = _merge_types(fields[name], kind) if name in fields else kind
-        return pa.struct(list(fields.items()))
-    raise TypeError
-
-
-def _conform(array: pa.Array, kind: pa.DataType) -> pa.Array:
-    """`array` as `kind` (a type `_merge_types` produced from its own): nulls take the type, lists
-    and structs are rebuilt around their conformed children; values are never converted."""
-    if array.type == kind:
-        return array
-    if pa.types.is_null(array.type):
-        return pa.nulls(len(array), kind)
-    if _is_list(array.type) and _is_list(kind):
-        if pa.types.is_fixed_size_list(kind) and not pa.types.is_fixed_size_list(array.type):
-            raise FormatError(f"a {array.type} column cannot hold {kind}")
-        array = array.cast(pa.list_(array.type.value_type)) if pa.types.is_fixed_size_list(array.type) and not pa.types.is_fixed_size_list(kind) \
-            else array
-        mask = array.is_null() if array.null_count else None
-        if pa.types.is_fixed_size_list(kind):
-            values = array.values.slice(array.offset * kind.list_size, len(array) * kind.list_size)
-            return pa.FixedSizeListArray.from_arrays(_conform(values, kind.value_type), kind.list_size, mask=mask)
-        offsets = array.offsets.to_numpy().astype(np.int64)
-        values = _conform(array.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])), kind.value_type)
-        cls, width = (pa.LargeListArray, pa.int64()) if pa.types.is_large_list(kind) else (pa.ListArray, pa.int32())
-        return cls.from_arrays(pa.array(offsets - offsets[0], width), values, type=kind, mask=mask)
-    if pa.types.is_struct(array.type) and pa.types.is_struct(kind):
-        names = {array.type.field(i).name for i in range(array.type.num_fields)}
-        children = [_conform(array.field(kind.field(i).name), kind.field(i).type) if kind.field(i).name in names
-                    else pa.nulls(len(array), kind.field(i).type) for i in range(kind.num_fields)]
-        return pa.StructArray.from_arrays(children, fields=list(kind), mask=array.is_null() if array.null_count else None)
-    raise FormatError(f"a {array.type} column cannot hold {kind}")
 
 
 def _fill(template: str, info_path: str, key: str, **values) -> str:
@@ -627,11 +567,10 @@ def _episode_ref(row: dict, features, data_template, video_template, splits, ext
         raise FormatError(f"{info_path}: {sequence_id}: length {length} (an episode needs at least one frame)")
     if length > MAX_EPISODE_FRAMES:
         raise FormatError(f"{info_path}: {sequence_id}: length {length} is not plausible (more than {MAX_EPISODE_FRAMES:.0e} frames)")
-    if int(row["dataset_to_index"]) - int(row["dataset_from_index"]) != length:
-        raise FormatError(
-            f"{sequence_id}: dataset_from_index..dataset_to_index = {row['dataset_from_index']}..{row['dataset_to_index']} "
-            f"does not span its length {length}"
-        )
+    try:
+        check_span(row["dataset_from_index"], row["dataset_to_index"], length, ("dataset_from_index", "dataset_to_index"))
+    except FormatError as error:
+        raise in_context(error, file=info_path, sequence=sequence_id) from None
     videos = []
     for feature in features:
         if feature.kind != VIDEO or feature.dtype != "video":
@@ -652,7 +591,7 @@ def _episode_ref(row: dict, features, data_template, video_template, splits, ext
     else:
         if splits:
             scalars.append(("split", None))
-    scalars += [(column_name(name), row[name]) for name in extra_scalars]
+    scalars += episode_field_values(row, extra_scalars)
     return EpisodeRef(
         episode_index=index,
         sequence_id=sequence_id,
@@ -685,7 +624,7 @@ def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta, footer
         raise FormatError(f"columns {missing} declared in meta/info.json are missing from the data file")
     key_column = "index" if schema.get_field_index("index") >= 0 else "episode_index"
     low, high = (ref.from_index, ref.to_index) if key_column == "index" else (ref.episode_index, ref.episode_index + 1)
-    groups = _row_groups_overlapping(footers, path, key_column, low, high)
+    groups = parquet_rows.row_groups_holding(footers, path, key_column, low, high - 1)
     extra = [c for c in ("timestamp", "frame_index", "episode_index", "task_index") if schema.get_field_index(c) >= 0]
     columns = list(dict.fromkeys([key_column, *extra, *wanted]))
     local = storage.local_path(fs, path)
@@ -715,27 +654,6 @@ def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta, footer
             if found.tolist() != [ref.episode_index]:
                 raise FormatError(f"rows {low}..{high} belong to episode(s) {found.tolist()}, not episode {ref.episode_index}")
     return table
-
-
-def _row_groups_overlapping(footers: storage.ParquetFooters, path: str, column: str, low: int, high: int) -> list[int]:
-    """Row groups whose min/max statistics of `column` overlap [low, high); all when unknown."""
-    minimum, maximum, known = footers.memo(("key ranges", path, column), lambda: _key_ranges(footers.footer(path), column))
-    return np.flatnonzero(~known | ((maximum >= low) & (minimum < high))).tolist()
-
-
-def _key_ranges(metadata, column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row group: min and max statistics of `column`, and whether they are known. Once per data
-    file and plan: a file holds many episodes, and scanning its row groups for each of them was
-    quadratic in episodes per file."""
-    # Parquet numbers leaf columns: a struct or list feature before `column` shifts its position.
-    position = next((i for i in range(metadata.num_columns) if metadata.schema.column(i).path == column), None)
-    count = metadata.num_row_groups
-    minimum, maximum, known = np.zeros(count, np.int64), np.zeros(count, np.int64), np.zeros(count, bool)
-    for group in range(count if position is not None else 0):
-        stats = metadata.row_group(group).column(position).statistics
-        if stats is not None and stats.has_min_max:
-            minimum[group], maximum[group], known[group] = stats.min, stats.max, True
-    return minimum, maximum, known
 
 
 def _to_sequence(table: pa.Table, ref: EpisodeRef, meta: DatasetMeta) -> Sequence:
@@ -803,15 +721,15 @@ def _steps(column: pa.Array, spec: ColumnSpec) -> pa.Array:
     """A per-step column in the column's declared value type: numeric features as info.json says
     (a one-value list per step unwrapped), other types conformed to the type all files share."""
     kind = spec.arrow_type.value_type
-    if _is_list(column.type) and not _is_list(kind) and not _is_empty_type(column.type):
+    if is_list(column.type) and not is_list(kind) and not is_empty_type(column.type):
         lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
         if column.null_count or not (lengths == 1).all():
             raise FormatError(f"feature {spec.meta['source']!r}: a shape [1] feature holds lists of other lengths")
         column = column.flatten()
     if column.type == kind:
         return column
-    if spec.meta.get("type") == "language" or _is_list(kind) or pa.types.is_struct(kind):
-        return _conform(column, kind)
+    if spec.meta.get("type") == "language" or is_list(kind) or pa.types.is_struct(kind):
+        return conform(column, kind)
     return column.cast(kind)
 
 
@@ -827,7 +745,7 @@ def _trajectory(column: pa.ChunkedArray, spec: ColumnSpec, length: int) -> np.nd
         if not (per_step == dim).all():
             step = int(np.argmax(per_step != dim))
             raise FormatError(f"feature {spec.meta['source']!r}: step {step} holds {per_step[step]} values, info.json declares {dim}")
-    while _is_list(array.type):
+    while is_list(array.type):
         array = array.flatten()
     values = array.to_numpy(zero_copy_only=False)
     if values.size != length * dim:
@@ -839,7 +757,7 @@ def _values_per_step(array: pa.Array) -> np.ndarray:
     """How many leaf values each step of a (possibly nested) list column holds."""
     bounds = np.arange(len(array) + 1, dtype=np.int64)  # step boundaries, as indices into `level`
     level = array
-    while _is_list(level.type):
+    while is_list(level.type):
         if pa.types.is_fixed_size_list(level.type):
             bounds = (bounds + level.offset) * level.type.list_size
         else:

@@ -32,7 +32,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from formats import sources, storage, video
+from formats import parquet_rows, sources, storage, video
 from formats.errors import ColumnNameError, ConversionError, FormatError, in_context
 from formats.sequence import (
     FILE,
@@ -44,8 +44,11 @@ from formats.sequence import (
     Sequence,
     VideoSegment,
     base_columns,
+    check_span,
     check_unique_columns,
     column_name,
+    episode_field_columns,
+    episode_field_values,
     rebased_timestamps,
     safe_sequence_id,
 )
@@ -312,8 +315,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
                     ColumnSpec("task_type", SCALAR, pa.string(), {"source": "tasks.jsonl type"}),
                     ColumnSpec("task_id", SCALAR, pa.int64(), {"source": "episodes.task_id"})]
     extra = [name for name in episodes.column_names if name not in _EPISODE_LOCATORS and name != "episode_id"]
-    for name in extra:
-        columns.append(ColumnSpec(column_name(name), SCALAR, episodes.schema.field(name).type, {"source": f"episodes.{name}"}))
+    columns += episode_field_columns({name: episodes.schema.field(name).type for name in extra}, "episodes.")
     columns += _step_columns(schema, manifest, manifest_path, storage.join(root, first_file),
                              _first_widths(fs, storage.join(root, first_file), schema, footers))
     cameras = _camera_columns(episodes, images, sensors, fps, manifest_path, schema)
@@ -349,9 +351,10 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
                                   f"sequence id {sequence_id!r}")
         seen[sequence_id] = episode_id
         length = int(row["length"])
-        if int(row["end_step"]) - int(row["start_step"]) != length:
-            raise FormatError(f"{episodes_path}: {sequence_id}: start_step {row['start_step']} / end_step {row['end_step']} "
-                              f"do not span its length {length}")
+        try:
+            check_span(row["start_step"], row["end_step"], length, ("start_step", "end_step"))
+        except FormatError as error:
+            raise in_context(error, file=episodes_path, sequence=sequence_id) from None
         if length <= 0:
             raise FormatError(f"{episodes_path}: {sequence_id}: episode has no steps")
         scalars: dict[str, Any] = {"episode_id": episode_id, "length": length}
@@ -361,8 +364,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             if row["task_id"] is not None and task is None and tasks:
                 raise FormatError(f"{episodes_path}: {sequence_id}: task_id {row['task_id']} is not in meta/tasks.jsonl")
             scalars.update(task_id=row["task_id"], task=(task or {}).get("instruction"), task_type=(task or {}).get("type"))
-        for name in extra:
-            scalars[column_name(name)] = row[name]
+        scalars.update(episode_field_values(row, extra))
         episode_cameras = tuple(_episode_camera(row, key, spec, camera, chunk_files, position, sequence_id, episodes_path)
                                 for key, (spec, camera) in cameras.items())
         try:  # every file the episode reads, resolved inside the root before anything opens it
@@ -598,16 +600,11 @@ def _load(fs, root: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.Pa
 
 def _episode_rows(fs, path: str, ref: EpisodeRef, footers: storage.ParquetFooters) -> pa.Table:
     metadata = footers.footer(path)
-    position = next((i for i in range(metadata.num_columns) if metadata.schema.column(i).path == "episode_id"), None)
-    if position is None:
+    if not any(metadata.schema.column(i).path == "episode_id" for i in range(metadata.num_columns)):
         raise FormatError("steps have no episode_id column")
-    groups, offsets, offset = [], [], 0
-    for group in range(metadata.num_row_groups):
-        stats = metadata.row_group(group).column(position).statistics
-        if stats is None or not stats.has_min_max or not _comparable(stats.min, ref.episode_key) or stats.min <= ref.episode_key <= stats.max:
-            groups.append(group)
-            offsets.append(offset)
-        offset += metadata.row_group(group).num_rows
+    starts = np.cumsum([0] + [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]).tolist()
+    groups = parquet_rows.row_groups_holding(footers, path, "episode_id", ref.episode_key, ref.episode_key)
+    offsets = [starts[group] for group in groups]
     with storage.open_input(fs, path) as handle:
         parquet = storage.parquet_file(handle, metadata=metadata)
         parts = []

@@ -37,6 +37,9 @@ __all__ = [
     "check_unique_columns",
     "safe_sequence_id",
     "rebased_timestamps",
+    "episode_field_columns",
+    "episode_field_values",
+    "check_span",
     "RESERVED_COLUMNS",
 ]
 
@@ -266,6 +269,24 @@ def rebased_timestamps(raw: np.ndarray, fps: float | None, *, units_per_second: 
             raise FormatError(f"{name}: median step {median:.6g} s contradicts the declared {fps:g} fps "
                               f"({1 / fps:.6g} s a step) by more than {FPS_TOLERANCE:.0%}")
     return rebased
+
+
+def episode_field_columns(types: dict[str, pa.DataType], source_prefix: str = "") -> list[ColumnSpec]:
+    """One scalar column per episode-level field a format does not interpret itself (name -> Arrow
+    type, in order): every source carries them into the row rather than dropping them."""
+    return [ColumnSpec(column_name(name), SCALAR, kind, {"source": f"{source_prefix}{name}"}) for name, kind in types.items()]
+
+
+def episode_field_values(row: Any, names: list[str], convert: Any = None) -> tuple[tuple[str, Any], ...]:
+    """(column, value) of those fields for one episode's row (`convert`: e.g. numpy -> Python)."""
+    return tuple((column_name(name), convert(row[name]) if convert else row[name]) for name in names)
+
+
+def check_span(start: int, end: int, length: int, names: tuple[str, str]) -> None:
+    """An episode's [start, end) address in its file must span exactly its declared length: one
+    wrong offset would read another episode's rows. Callers add file and sequence to the error."""
+    if int(end) - int(start) != length:
+        raise FormatError(f"{names[0]} {start} / {names[1]} {end} do not span its length {length}")
 
 
 @dataclasses.dataclass
