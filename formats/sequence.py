@@ -303,11 +303,6 @@ class DatasetMeta:
     fps: float | None
     columns: list[ColumnSpec]
     source: dict = dataclasses.field(default_factory=dict)
-    # Average bytes per step of columns whose size the specs cannot tell (nested per-step
-    # records such as L5Kit agents); sizes the shards.
-    extra_bytes_per_step: float = 0.0
-    # Total bytes of the source when refs do not know their lengths (RLDS shards): sizes the shards.
-    estimated_bytes: float = 0.0
     # The source's planning data for its own reader (formats/source.py): pickled to the workers
     # with the plan, never written to mixtrain.json (that is `source`).
     private: dict = dataclasses.field(default_factory=dict)
