@@ -375,15 +375,9 @@ class L5Kit(Source):
     id = FORMAT
     expects = "L5Kit a zarr group with scenes/.zarray"
     shared_files = ("",)  # scenes share every chunk file: any change in the group reconverts all
-
-    def detect(self, fs: fsspec.AbstractFileSystem, root: str) -> bool:
-        return detect(fs, root)
-
-    def plan(self, fs: fsspec.AbstractFileSystem, root: str, options: dict) -> tuple[DatasetMeta, list[SceneRef]]:
-        return plan(fs, root, options)
-
-    def open(self, fs: fsspec.AbstractFileSystem, root: str, meta: DatasetMeta) -> Reader:
-        return Reader(fs, root, meta)
+    reader = Reader
+    detect = staticmethod(detect)
+    plan = staticmethod(plan)
 
 
 SOURCE = sources.register(L5Kit())

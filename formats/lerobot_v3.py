@@ -550,15 +550,9 @@ class LeRobotV3(Source):
     id = FORMAT
     expects = "LeRobot v3 expected meta/info.json"
     shared_files = (TASKS_PATH,)  # info.json is not shared: its totals change with every appended episode
-
-    def detect(self, fs: fsspec.AbstractFileSystem, root: str) -> bool:
-        return detect(fs, root)
-
-    def plan(self, fs: fsspec.AbstractFileSystem, root: str, options: dict) -> tuple[DatasetMeta, list[EpisodeRef]]:
-        return plan(fs, root, options)
-
-    def open(self, fs: fsspec.AbstractFileSystem, root: str, meta: DatasetMeta) -> Reader:
-        return Reader(fs, root, meta)
+    reader = Reader
+    detect = staticmethod(detect)
+    plan = staticmethod(plan)
 
 
 SOURCE = sources.register(LeRobotV3())

@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,7 +18,6 @@ from formats import parquet_rows, storage
 from formats.arrow_types import conform, is_empty_type, is_list
 from formats.errors import ConversionError, FormatError, in_context
 from formats.sequence import FROM_IMAGES, VIDEO, ColumnSpec, DatasetMeta, ImageFrames, Sequence, rebased_timestamps
-from formats.source import SourceReader
 
 if TYPE_CHECKING:
     from formats.lerobot_v3 import EpisodeRef
@@ -27,12 +25,8 @@ if TYPE_CHECKING:
 __all__ = ["Reader", "episode_images"]
 
 
-class Reader(SourceReader):
+class Reader(parquet_rows.ParquetSourceReader):
     """Opened once per worker: data-file footers and key ranges are read once per file."""
-
-    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, meta: DatasetMeta):
-        super().__init__(fs, root, meta)
-        self.footers = storage.ParquetFooters(fs)
 
     def load(self, ref: EpisodeRef) -> Sequence:
         return _load(self.fs, self.root, ref, self.meta, self.footers)

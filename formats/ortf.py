@@ -578,15 +578,9 @@ class ORTF(Source):
     id = FORMAT
     expects = "ORTF meta/manifest.json"
     shared_files = (MANIFEST, "meta/tasks.jsonl")
-
-    def detect(self, fs: fsspec.AbstractFileSystem, root: str) -> bool:
-        return detect(fs, root)
-
-    def plan(self, fs: fsspec.AbstractFileSystem, root: str, options: dict) -> tuple[DatasetMeta, list[EpisodeRef]]:
-        return plan(fs, root, options)
-
-    def open(self, fs: fsspec.AbstractFileSystem, root: str, meta: DatasetMeta) -> Reader:
-        return Reader(fs, root, meta)
+    reader = Reader
+    detect = staticmethod(detect)
+    plan = staticmethod(plan)
 
     def incremental_units(self, refs: list[EpisodeRef]) -> tuple[list, list[str]]:
         """One unit per episode; the row position is not part of the episode: deleting another

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -16,7 +15,6 @@ import pyarrow.compute as pc
 from formats import parquet_rows, storage
 from formats.errors import ConversionError, FormatError, in_context
 from formats.sequence import DatasetMeta, FileRef, Sequence, VideoSegment, rebased_timestamps
-from formats.source import SourceReader
 
 if TYPE_CHECKING:
     from formats.ortf import Camera, EpisodeRef
@@ -24,12 +22,8 @@ if TYPE_CHECKING:
 __all__ = ["Reader"]
 
 
-class Reader(SourceReader):
+class Reader(parquet_rows.ParquetSourceReader):
     """Opened once per worker: a chunk's steps footer is read once for all its episodes."""
-
-    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, meta: DatasetMeta):
-        super().__init__(fs, root, meta)
-        self.footers = storage.ParquetFooters(fs)
 
     def load(self, ref: EpisodeRef) -> Sequence:
         return _load(self.fs, self.root, ref, self.meta, self.footers)

@@ -10,9 +10,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from formats import storage
+import fsspec
 
-__all__ = ["key_ranges", "row_groups_holding"]
+from formats import storage
+from formats.sequence import DatasetMeta
+from formats.source import SourceReader
+
+__all__ = ["ParquetSourceReader", "key_ranges", "row_groups_holding"]
+
+
+class ParquetSourceReader(SourceReader):
+    """A reader of many episodes per Parquet file: each file's footer and key ranges are read
+    once per worker (`self.footers`), not once per episode."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, meta: DatasetMeta):
+        super().__init__(fs, root, meta)
+        self.footers = storage.ParquetFooters(fs)
 
 
 def key_ranges(footers: storage.ParquetFooters, path: str, column: str) -> list[tuple[Any, Any] | None]:

@@ -435,15 +435,9 @@ class RLDS(Source):
                SourceOption("bgr_cameras", "bgr_cameras", _split_names))
     expands_refs = True
     shared_files = ("features.json",)
-
-    def detect(self, fs: fsspec.AbstractFileSystem, root: str) -> bool:
-        return detect(fs, root)
-
-    def plan(self, fs: fsspec.AbstractFileSystem, root: str, options: dict) -> tuple[DatasetMeta, list[ShardRef]]:
-        return plan(fs, root, options)
-
-    def open(self, fs: fsspec.AbstractFileSystem, root: str, meta: DatasetMeta) -> Reader:
-        return Reader(fs, root, meta)
+    reader = Reader
+    detect = staticmethod(detect)
+    plan = staticmethod(plan)
 
 
 SOURCE = sources.register(RLDS())

@@ -11,7 +11,7 @@ that subclasses these three and calls `formats.sources.register(TheSource())` at
       expands_refs              whether the reader fans a planned ref out (RLDS: shard -> records)
       detect(fs, root)          bool: is root a dataset of this format (cheap: metadata only)
       plan(fs, root, options)   (DatasetMeta, [SourceRef]) from metadata only
-      open(fs, root, meta)      a SourceReader: once per worker, owns its caches
+      open(fs, root, meta)      a SourceReader (default: its `reader` class): once per worker, owns its caches
       incremental_units(refs)   ([(fingerprint.Unit, ref)], shared files) for --incremental
 
     SourceReader                on a worker, opened once (`transforms/read.py` setup)
@@ -110,6 +110,7 @@ class Source:
     expects: ClassVar[str] = ""
     options: ClassVar[tuple[SourceOption, ...]] = ()
     expands_refs: ClassVar[bool] = False
+    reader: ClassVar[type[SourceReader]]  # what `open` opens, unless the source overrides `open`
     # Files every unit depends on (relative to the root; "" is the whole root) for --incremental.
     shared_files: ClassVar[tuple[str, ...]] = ()
 
@@ -120,7 +121,7 @@ class Source:
         raise NotImplementedError
 
     def open(self, fs: fsspec.AbstractFileSystem, root: str, meta: DatasetMeta) -> SourceReader:
-        raise NotImplementedError
+        return self.reader(fs, root, meta)
 
     def plan_options(self, values: dict[str, Any]) -> dict[str, Any]:
         """The plan options from command-line values (flag -> value), for this source's options only."""
