@@ -37,7 +37,7 @@ import pyarrow as pa
 from formats import sources, storage, video
 from formats.arrow_types import is_empty_type, is_list, merge_types
 from formats.errors import ConversionError, FormatError, in_context
-from formats.lerobot_v3_rows import Reader, episode_images
+from formats.lerobot_v3_rows import EpisodeRef, Reader, episode_images
 from formats.sequence import (
     FROM_IMAGES,
     SCALAR,
@@ -53,7 +53,7 @@ from formats.sequence import (
     episode_field_columns,
     episode_field_values,
 )
-from formats.source import Source, SourceRef
+from formats.source import Source
 
 __all__ = ["FORMAT", "EpisodeRef", "detect", "plan", "load"]
 
@@ -72,29 +72,6 @@ _LOCATOR_COLUMNS = {"episode_index", "tasks", "length", "dataset_from_index", "d
 _LOCATOR_PREFIXES = ("data/", "videos/", "meta/", "stats/")
 # A larger declared length is a corrupt index, refused before anything is sized from it.
 MAX_EPISODE_FRAMES = 10**9
-
-
-@dataclasses.dataclass(frozen=True)
-class EpisodeRef(SourceRef):
-    """One episode's address in the source: small, picklable, no frame data."""
-
-    episode_index: int
-    sequence_id: str
-    length: int
-    data_file: str  # relative to the root
-    from_index: int
-    to_index: int
-    tasks: tuple[str, ...]
-    videos: tuple[tuple[str, VideoSegment], ...]  # (column, segment)
-    scalars: tuple[tuple[str, Any], ...]  # episode-level fields: (column, value)
-
-    @property
-    def estimated_steps(self) -> int:
-        return self.length
-
-    @property
-    def unit_files(self) -> tuple[str, ...]:
-        return (self.data_file, *(segment.path for _, segment in self.videos))
 
 
 @dataclasses.dataclass(frozen=True)

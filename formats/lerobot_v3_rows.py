@@ -8,7 +8,8 @@ row groups whose statistics overlap it (formats/parquet_rows.py).
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+import dataclasses
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -17,12 +18,33 @@ import pyarrow.compute as pc
 from formats import parquet_rows, storage
 from formats.arrow_types import conform, is_empty_type, is_list
 from formats.errors import ConversionError, FormatError, in_context
-from formats.sequence import FROM_IMAGES, VIDEO, ColumnSpec, DatasetMeta, ImageFrames, Sequence, rebased_timestamps
-
-if TYPE_CHECKING:
-    from formats.lerobot_v3 import EpisodeRef
+from formats.sequence import FROM_IMAGES, VIDEO, ColumnSpec, DatasetMeta, ImageFrames, Sequence, VideoSegment, rebased_timestamps
+from formats.source import SourceRef
 
 __all__ = ["Reader", "episode_images"]
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeRef(SourceRef):
+    """One episode's address in the source: small, picklable, no frame data."""
+
+    episode_index: int
+    sequence_id: str
+    length: int
+    data_file: str  # relative to the root
+    from_index: int
+    to_index: int
+    tasks: tuple[str, ...]
+    videos: tuple[tuple[str, VideoSegment], ...]  # (column, segment)
+    scalars: tuple[tuple[str, Any], ...]  # episode-level fields: (column, value)
+
+    @property
+    def estimated_steps(self) -> int:
+        return self.length
+
+    @property
+    def unit_files(self) -> tuple[str, ...]:
+        return (self.data_file, *(segment.path for _, segment in self.videos))
 
 
 class Reader(parquet_rows.ParquetSourceReader):

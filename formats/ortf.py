@@ -34,7 +34,7 @@ import pyarrow.compute as pc
 
 from formats import sources, storage, video
 from formats.errors import ColumnNameError, FormatError, in_context
-from formats.ortf_rows import Reader
+from formats.ortf_rows import Camera, EpisodeRef, Reader
 from formats.sequence import (
     FILE,
     SCALAR,
@@ -50,7 +50,7 @@ from formats.sequence import (
     episode_field_values,
     safe_sequence_id,
 )
-from formats.source import Source, SourceRef
+from formats.source import Source
 
 __all__ = ["FORMAT", "EpisodeRef", "detect", "plan", "load"]
 
@@ -84,41 +84,6 @@ _EPISODE_TYPES = {
     "audio_file": (lambda t: _is_string(t) or pa.types.is_null(t), "a path"),
 }
 _NULLABLE = {"task_id", "duration_seconds", "video_files", "audio_file"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Camera:
-    column: str
-    key: str  # the camera key in observation_space.images / video_files
-    path: str
-    fps: float
-    npz: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class EpisodeRef(SourceRef):
-    position: int  # row of meta/episodes.parquet
-    episode_id: str
-    episode_key: Any  # episode_id as stored (string or integer), what steps.parquet is matched on
-    sequence_id: str
-    length: int
-    steps_file: str
-    start_step: int
-    end_step: int
-    chunk_base: int  # smallest start_step of the chunk's episodes (global numbering)
-    cameras: tuple[Camera | None, ...]  # None: this episode has no file for that camera
-    audio: str | None
-    annotations: str | None  # annotations/episode_XXXXXX when the dataset has annotations
-    scalars: tuple[tuple[str, Any], ...]
-
-    @property
-    def estimated_steps(self) -> int:
-        return self.length
-
-    @property
-    def unit_files(self) -> tuple[str, ...]:
-        files = [self.steps_file, *(camera.path for camera in self.cameras if camera is not None)]
-        return tuple(files + [path for path in (self.audio, self.annotations) if path])
 
 
 def detect(fs: fsspec.AbstractFileSystem, root: str) -> bool:

@@ -5,8 +5,9 @@ is formats/ortf.py; this module only reads what a planned EpisodeRef points at.
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -15,11 +16,44 @@ import pyarrow.compute as pc
 from formats import parquet_rows, storage
 from formats.errors import ConversionError, FormatError, in_context
 from formats.sequence import DatasetMeta, FileRef, Sequence, VideoSegment, rebased_timestamps
-
-if TYPE_CHECKING:
-    from formats.ortf import Camera, EpisodeRef
+from formats.source import SourceRef
 
 __all__ = ["Reader"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Camera:
+    column: str
+    key: str  # the camera key in observation_space.images / video_files
+    path: str
+    fps: float
+    npz: bool
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeRef(SourceRef):
+    position: int  # row of meta/episodes.parquet
+    episode_id: str
+    episode_key: Any  # episode_id as stored (string or integer), what steps.parquet is matched on
+    sequence_id: str
+    length: int
+    steps_file: str
+    start_step: int
+    end_step: int
+    chunk_base: int  # smallest start_step of the chunk's episodes (global numbering)
+    cameras: tuple[Camera | None, ...]  # None: this episode has no file for that camera
+    audio: str | None
+    annotations: str | None  # annotations/episode_XXXXXX when the dataset has annotations
+    scalars: tuple[tuple[str, Any], ...]
+
+    @property
+    def estimated_steps(self) -> int:
+        return self.length
+
+    @property
+    def unit_files(self) -> tuple[str, ...]:
+        files = [self.steps_file, *(camera.path for camera in self.cameras if camera is not None)]
+        return tuple(files + [path for path in (self.audio, self.annotations) if path])
 
 
 class Reader(parquet_rows.ParquetSourceReader):

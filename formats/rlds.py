@@ -21,7 +21,6 @@ BGR-stored images (`bgr_cameras` option); an instruction that changes within an 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections.abc import Iterator
@@ -33,7 +32,7 @@ import pyarrow as pa
 
 from formats import sources, storage
 from formats.errors import FormatError, in_context
-from formats.rlds_records import Reader, RecordRef, expand_ref, features_and_parser
+from formats.rlds_records import Reader, RecordRef, ShardRef, expand_ref, features_and_parser
 from formats.sequence import (
     FROM_IMAGES,
     SCALAR,
@@ -44,7 +43,7 @@ from formats.sequence import (
     check_unique_columns,
     column_name,
 )
-from formats.source import Source, SourceOption, SourceRef
+from formats.source import Source, SourceOption
 
 __all__ = ["FORMAT", "ShardRef", "RecordRef", "detect", "plan", "expand_ref", "load", "KNOWN_FPS"]
 
@@ -75,43 +74,6 @@ KNOWN_FPS = {
     "cmu_play_fusion": 5.0,
     "cmu_stretch": 10.0,
 }
-
-
-@dataclasses.dataclass(frozen=True)
-class ShardRef(SourceRef):
-    """One TFRecord shard of a split: expanded into RecordRefs on a worker."""
-
-    split: str
-    position: int  # in the split's shard list
-    path: str  # relative to the root
-    records: int | None  # from shardLengths, checked when the shard is read
-    # The shard's share of its split's numBytes (sizes the output; not part of its identity: no repr).
-    nbytes: float = dataclasses.field(default=0.0, repr=False)
-
-    @property
-    def sequence_id(self) -> None:
-        return None  # a shard holds many episodes
-
-    @property
-    def sequence_count(self) -> int | None:
-        """The episodes this shard holds, if dataset_info.json says (`sources.sequence_count`)."""
-        return self.records
-
-    @property
-    def estimated_bytes(self) -> float:
-        return self.nbytes
-
-    @property
-    def unit_key(self) -> str:
-        return self.path
-
-    @property
-    def unit_files(self) -> tuple[str, ...]:
-        return (self.path,)
-
-    @property
-    def unit_prefix(self) -> str:
-        return f"{self.split}_{self.position:05d}_"
 
 
 def detect(fs: fsspec.AbstractFileSystem, root: str) -> bool:

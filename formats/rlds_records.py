@@ -9,7 +9,7 @@ import dataclasses
 import json
 import zlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import fsspec
 import numpy as np
@@ -20,10 +20,44 @@ from formats.errors import ConversionError, FormatError, in_context
 from formats.sequence import DatasetMeta, ImageFrames, Sequence
 from formats.source import SourceReader, SourceRef
 
-if TYPE_CHECKING:
-    from formats.rlds import ShardRef
-
 __all__ = ["RecordRef", "Reader", "expand_ref", "features_and_parser"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardRef(SourceRef):
+    """One TFRecord shard of a split: expanded into RecordRefs on a worker."""
+
+    split: str
+    position: int  # in the split's shard list
+    path: str  # relative to the root
+    records: int | None  # from shardLengths, checked when the shard is read
+    # The shard's share of its split's numBytes (sizes the output; not part of its identity: no repr).
+    nbytes: float = dataclasses.field(default=0.0, repr=False)
+
+    @property
+    def sequence_id(self) -> None:
+        return None  # a shard holds many episodes
+
+    @property
+    def sequence_count(self) -> int | None:
+        """The episodes this shard holds, if dataset_info.json says (`sources.sequence_count`)."""
+        return self.records
+
+    @property
+    def estimated_bytes(self) -> float:
+        return self.nbytes
+
+    @property
+    def unit_key(self) -> str:
+        return self.path
+
+    @property
+    def unit_files(self) -> tuple[str, ...]:
+        return (self.path,)
+
+    @property
+    def unit_prefix(self) -> str:
+        return f"{self.split}_{self.position:05d}_"
 
 
 @dataclasses.dataclass(frozen=True)
