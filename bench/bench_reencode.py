@@ -101,7 +101,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
 
-    from formats.lerobot_v3_writer import SyntheticLeRobot, write_dataset
+    from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
 
     env = dict(os.environ, PYTHONPATH=str(ROOT), SVT_LOG="1")
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench_reencode_"))

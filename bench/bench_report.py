@@ -25,7 +25,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from formats.lerobot_v3_writer import SyntheticLeRobot, write_dataset  # noqa: E402
+from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset  # noqa: E402
 
 
 def _timed(command: list[str]) -> float:

@@ -33,7 +33,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from formats.lerobot_v3_writer import SyntheticLeRobot, write_dataset  # noqa: E402
+from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset  # noqa: E402
 
 MEASURE = ("import resource, subprocess, sys, time\n"
            "t = time.perf_counter(); subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)\n"
@@ -66,7 +66,7 @@ CACHE = pathlib.Path(os.environ.get("MIXTRAIN_BENCH_CACHE", pathlib.Path.home() 
 
 def workload(name: str, spec: SyntheticLeRobot) -> pathlib.Path:
     """The dataset for `spec`, written once and kept in CACHE: generating (a) takes minutes, converting it seconds."""
-    key = hashlib.sha256(repr((spec, (ROOT / "formats" / "lerobot_v3_writer.py").read_bytes())).encode()).hexdigest()[:12]
+    key = hashlib.sha256(repr((spec, (ROOT / "formats" / "samples" / "lerobot_v3.py").read_bytes())).encode()).hexdigest()[:12]
     path = CACHE / f"{name}-{key}"
     if not (path / "meta" / "info.json").exists():
         print(f"writing {name} into {path} ...", file=sys.stderr)

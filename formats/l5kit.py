@@ -18,16 +18,26 @@ so time comes from frames (`timestamp` in seconds from the first frame; raw `tim
 from __future__ import annotations
 
 import dataclasses
-import functools
-import uuid
 
 import fsspec
 import numpy as np
 import pyarrow as pa
 
-from formats import storage
+from formats import sources, storage
 from formats.errors import ConversionError, FormatError, in_context
-from formats.sequence import SCALAR, ColumnSpec, DatasetMeta, Sequence, base_columns, check_unique_columns, column_name, rebased_timestamps
+from formats.sequence import (
+    SCALAR,
+    ColumnSpec,
+    DatasetMeta,
+    Sequence,
+    base_columns,
+    check_unique_columns,
+    column_name,
+    episode_field_columns,
+    episode_field_values,
+    rebased_timestamps,
+)
+from formats.source import Source, SourceReader, SourceRef
 from formats.zarr_v2 import ZarrArray
 
 __all__ = ["FORMAT", "SceneRef", "detect", "plan", "load", "FRAME_RATE_HZ"]
@@ -46,7 +56,7 @@ _REQUIRED = {
 
 
 @dataclasses.dataclass(frozen=True)
-class SceneRef:
+class SceneRef(SourceRef):
     """One scene's address: its frame rows; small and picklable."""
 
     scene_index: int
@@ -58,6 +68,16 @@ class SceneRef:
     start_time: int
     end_time: int
     extras: tuple = ()  # (column, value) of scene fields beyond the format's
+    # Average bytes a frame's agents and faces take (not part of the scene's identity: no repr).
+    agent_bytes_per_frame: float = dataclasses.field(default=0.0, repr=False)
+
+    @property
+    def estimated_steps(self) -> int:
+        return self.length
+
+    @property
+    def estimated_bytes(self) -> float:
+        return self.length * self.agent_bytes_per_frame
 
 
 def _python(value):
@@ -106,15 +126,17 @@ _KINDS = {
 }
 
 
-@functools.lru_cache(maxsize=16)
-def _array(fs: fsspec.AbstractFileSystem, root: str, name: str, plan_id: str) -> ZarrArray:
-    """One reader per array, plan and worker: its chunk cache serves scenes sharing chunks."""
-    return ZarrArray(fs, storage.join(root, name), root=root)
+def _array(fs: fsspec.AbstractFileSystem, root: str, name: str, opened: dict) -> ZarrArray:
+    """One reader per array, kept in `opened` (a SourceReader's, or one plan's): its chunk cache
+    serves scenes sharing chunks."""
+    if name not in opened:
+        opened[name] = ZarrArray(fs, storage.join(root, name), root=root)
+    return opened[name]
 
 
-def _arrays(fs, root: str, with_faces: bool, plan_id: str) -> dict[str, ZarrArray]:
+def _arrays(fs, root: str, with_faces: bool, opened: dict) -> dict[str, ZarrArray]:
     names = ["scenes", "frames", "agents"] + (["traffic_light_faces"] if with_faces else [])
-    arrays = {name: _array(fs, root, name, plan_id) for name in names}
+    arrays = {name: _array(fs, root, name, opened) for name in names}
     for name, array in arrays.items():
         missing = [field for field in _REQUIRED[name] if field not in (array.dtype.names or ())]
         if missing:
@@ -130,6 +152,11 @@ def _arrays(fs, root: str, with_faces: bool, plan_id: str) -> dict[str, ZarrArra
     return arrays
 
 
+def _scene_field_type(kind: np.dtype) -> pa.DataType:
+    arrow = pa.string() if kind.base.kind == "U" else pa.from_numpy_dtype(kind.base)
+    return pa.list_(arrow) if kind.shape else arrow
+
+
 def _extra_fields(dtype: np.dtype, name: str) -> list[str]:
     """Fields of `scenes`/`frames` beyond the format's: carried into the row, not dropped."""
     known = set(_REQUIRED[name]) | set(_SHAPES.get(name, {}))
@@ -143,11 +170,11 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     version = attrs.get("format_version", 1)
     if version not in SUPPORTED_VERSIONS:
         raise FormatError(f"{attrs_path}: format_version {version!r} is not supported (known: {list(SUPPORTED_VERSIONS)})")
-    plan_id = uuid.uuid4().hex
-    frames_array = _array(fs, root, "frames", plan_id)
+    opened: dict = {}
+    frames_array = _array(fs, root, "frames", opened)
     with_faces = "traffic_light_faces_index_interval" in (frames_array.dtype.names or ()) and fs.exists(
         storage.join(root, "traffic_light_faces", ".zarray"))
-    arrays = _arrays(fs, root, with_faces, plan_id)
+    arrays = _arrays(fs, root, with_faces, opened)
     labels = attrs.get("labels")
     if labels is not None and not (isinstance(labels, list) and all(isinstance(label, str) for label in labels)):
         raise FormatError(f"{attrs_path}: labels must be a list of strings, found {labels!r}")
@@ -158,6 +185,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     scenes = arrays["scenes"].read(0, len(arrays["scenes"]))
     refs = []
     frame_rows = len(arrays["frames"])
+    agent_bytes = sum(len(a) * a.dtype.itemsize for n, a in arrays.items() if n in ("agents", "traffic_light_faces")) / max(frame_rows, 1)
     for index, scene in enumerate(scenes):
         start, end = (int(v) for v in scene["frame_index_interval"])
         sequence_id = f"scene_{index:06d}"
@@ -166,9 +194,9 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
                               f"outside frames ({frame_rows} rows)")
         if start == end:
             raise FormatError(f"{arrays['scenes'].path}: {sequence_id}: scene has no frames")
-        extras = tuple((column_name(field), _python(scene[field])) for field in _extra_fields(scenes.dtype, "scenes"))
+        extras = episode_field_values(scene, _extra_fields(scenes.dtype, "scenes"), _python)
         refs.append(SceneRef(index, sequence_id, end - start, start, end, str(scene["host"]),
-                             int(scene["start_time"]), int(scene["end_time"]), extras))
+                             int(scene["start_time"]), int(scene["end_time"]), extras, agent_bytes))
     _check_coverage(scenes, frame_rows, arrays["scenes"].path)
 
     columns = base_columns() + [
@@ -189,11 +217,8 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             "coordinate_frame": "world",
         }),
     ]
-    for field in _extra_fields(scenes.dtype, "scenes"):
-        base = scenes.dtype[field].base
-        arrow = pa.string() if base.kind == "U" else pa.from_numpy_dtype(base)
-        columns.append(ColumnSpec(column_name(field), SCALAR, pa.list_(arrow) if scenes.dtype[field].shape else arrow,
-                                  {"source": f"scenes.{field}"}))
+    columns += episode_field_columns({field: _scene_field_type(scenes.dtype[field]) for field in _extra_fields(scenes.dtype, "scenes")},
+                                     "scenes.")
     for field in _extra_fields(arrays["frames"].dtype, "frames"):
         kind = arrays["frames"].dtype[field]
         if kind.base.kind == "U":
@@ -226,9 +251,6 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             "num_traffic_light_faces": len(arrays["traffic_light_faces"]) if with_faces else None,
             "dtypes": {name: str(array.dtype.descr) for name, array in arrays.items()},
         },
-        plan_id=plan_id,
-        extra_bytes_per_step=sum(len(a) * a.dtype.itemsize for n, a in arrays.items() if n in ("agents", "traffic_light_faces"))
-        / max(frame_rows, 1),
     )
     return meta, refs
 
@@ -295,10 +317,25 @@ def _per_frame(array: ZarrArray, intervals: np.ndarray, what: str, first_frame: 
 
 def load(fs: fsspec.AbstractFileSystem, root: str, ref: SceneRef, meta: DatasetMeta) -> Sequence:
     """Read one scene: its frames, then the agents (and faces) its frames point into."""
+    return Reader(fs, root, meta).load(ref)
+
+
+class Reader(SourceReader):
+    """Opened once per worker: one ZarrArray per array, whose chunk cache serves neighbouring scenes."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, meta: DatasetMeta):
+        super().__init__(fs, root, meta)
+        self.opened: dict = {}
+
+    def load(self, ref: SceneRef) -> Sequence:
+        return _load(self.fs, self.root, ref, self.meta, self.opened)
+
+
+def _load(fs, root: str, ref: SceneRef, meta: DatasetMeta, opened: dict) -> Sequence:
     path = storage.join(root, "frames")
     try:
         with_faces = any(spec.name == "traffic_light_faces" for spec in meta.columns)
-        arrays = _arrays(fs, root, with_faces, meta.plan_id)
+        arrays = _arrays(fs, root, with_faces, opened)
         frames = arrays["frames"].read(ref.frame_start, ref.frame_end)
         if not with_faces and "traffic_light_faces_index_interval" in frames.dtype.names:
             faces = frames["traffic_light_faces_index_interval"]
@@ -334,9 +371,13 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: SceneRef, meta: DatasetM
         raise in_context(error, file=path, sequence=ref.sequence_id) from error
 
 
-def incremental_units(refs: list[SceneRef]) -> tuple[list, list[str]]:
-    """--incremental: scenes share every chunk file, so any change in the group reconverts all
-    (an unchanged dataset is reused whole)."""
-    from formats.fingerprint import Unit
+class L5Kit(Source):
+    id = FORMAT
+    expects = "L5Kit a zarr group with scenes/.zarray"
+    shared_files = ("",)  # scenes share every chunk file: any change in the group reconverts all
+    reader = Reader
+    detect = staticmethod(detect)
+    plan = staticmethod(plan)
 
-    return [(Unit(ref.sequence_id, ()), ref) for ref in refs], [""]
+
+SOURCE = sources.register(L5Kit())

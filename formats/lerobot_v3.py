@@ -20,38 +20,40 @@ lerobot 0.6.1 (../shared/fixtures/lerobot_v3/*_lerobot061) and its tools add:
     `fixed_size_list` in later files), and pyarrow infers `list<null>` for an empty annotation
     column: one type per feature over all files decides (`_data_types`).
 
-An episode is read by its `index` range: only the row groups whose statistics overlap it.
+Episodes are read on the workers by formats/lerobot_v3_rows.py (by `index` range: only the row
+groups whose statistics overlap it); this module plans.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import functools
 import math
 from typing import Any
 
 import fsspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from formats import storage, video
+from formats import sources, storage, video
+from formats.arrow_types import is_empty_type, is_list, merge_types
 from formats.errors import ConversionError, FormatError, in_context
+from formats.lerobot_v3_rows import EpisodeRef, Reader, episode_images
 from formats.sequence import (
     FROM_IMAGES,
     SCALAR,
     VIDEO,
     ColumnSpec,
     DatasetMeta,
-    ImageFrames,
     Sequence,
     VideoSegment,
     base_columns,
+    check_span,
     check_unique_columns,
     column_name,
-    rebased_timestamps,
+    episode_field_columns,
+    episode_field_values,
 )
+from formats.source import Source
 
 __all__ = ["FORMAT", "EpisodeRef", "detect", "plan", "load"]
 
@@ -70,21 +72,6 @@ _LOCATOR_COLUMNS = {"episode_index", "tasks", "length", "dataset_from_index", "d
 _LOCATOR_PREFIXES = ("data/", "videos/", "meta/", "stats/")
 # A larger declared length is a corrupt index, refused before anything is sized from it.
 MAX_EPISODE_FRAMES = 10**9
-
-
-@dataclasses.dataclass(frozen=True)
-class EpisodeRef:
-    """One episode's address in the source: small, picklable, no frame data."""
-
-    episode_index: int
-    sequence_id: str
-    length: int
-    data_file: str  # relative to the root
-    from_index: int
-    to_index: int
-    tasks: tuple[str, ...]
-    videos: tuple[tuple[str, VideoSegment], ...]  # (column, segment)
-    scalars: tuple[tuple[str, Any], ...]  # episode-level fields: (column, value)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,7 +98,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     """Read metadata only and return the output schema and one EpisodeRef per episode."""
     info_path = storage.resolve_inside(root, INFO_PATH, what="info.json", fs=fs)
     info = storage.read_json(fs, info_path, missing="not found; a LeRobot v3 dataset needs meta/info.json")
-    plan_id = DatasetMeta.__dataclass_fields__["plan_id"].default_factory()
+    footers = storage.ParquetFooters(fs)
     version = info.get("codebase_version")
     if version != SUPPORTED_VERSION:
         hint = f"; convert it to v3.0 first with lerobot's converter: {V21_CONVERTER}" if str(version).startswith("v2") else ""
@@ -143,24 +130,24 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
         name for name in episodes.column_names
         if name not in _LOCATOR_COLUMNS and not name.startswith(_LOCATOR_PREFIXES)
     ]
-    for name in extra_scalars:
-        columns.append(ColumnSpec(column_name(name), SCALAR, episodes.schema.field(name).type, {"source": name}))
+    columns += episode_field_columns({name: episodes.schema.field(name).type for name in extra_scalars})
     # The episode index first: an implausible row is refused before any data file is opened.
     refs = [_episode_ref(row, parsed, data_template, video_template, splits, extra_scalars, info_path) for row in episodes.to_pylist()]
-    data_types = _data_types(fs, root, data_template, episodes, [f.key for f in parsed if f.dtype != "video"], plan_id)
+    data_types = _data_types(fs, root, data_template, episodes, [f.key for f in parsed if f.dtype != "video"], footers)
     for feature in parsed:
         _check_declared_dtype(feature, data_types, info_path)
         columns.append(_column_for(feature, features[feature.key], data_types, fps))
-    _probe_images(fs, root, data_template, episodes, columns, plan_id)
+    _probe_images(fs, root, data_template, episodes, columns, footers)
     if multi_task:
         columns.append(ColumnSpec.steps("task_index", pa.int32(), source="task_index",
                                         description="per-step index into this row's tasks"))
     check_unique_columns(columns)
 
     meta = DatasetMeta(
+        # Planning data for the reader, never published: the footer of every data file read here.
+        private={"footers": dict(footers.signatures)},
         format=FORMAT,
         uri=storage.url_for(fs, root),
-        plan_id=plan_id,
         fps=float(fps),
         columns=columns,
         source={
@@ -174,8 +161,6 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             "total_episodes": info.get("total_episodes"),
             "total_frames": info.get("total_frames"),
             "tasks": task_texts,
-            # One type per feature over all data files (see `_data_types`).
-            "data_types": {key: str(kind) for key, kind in data_types.items()},
             **({"tools": info["tools"]} if info.get("tools") is not None else {}),
         },
     )
@@ -184,34 +169,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
 
 def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: DatasetMeta) -> Sequence:
     """Read exactly one episode's rows and return its Sequence (videos still as segments)."""
-    data_path = storage.resolve_inside(root, ref.data_file, what="data file", fs=fs)
-    try:
-        table = _read_episode_rows(fs, data_path, ref, meta)
-        sequence = _to_sequence(table, ref, meta)
-        for spec in meta.columns:
-            if spec.kind == VIDEO and spec.meta.get("encoded_from") == FROM_IMAGES:
-                images = _images(fs, root, spec.meta["source"], table.column(spec.meta["source"]), ref)
-                sequence.videos[spec.name] = ImageFrames(images.frames, source=data_path)
-        return sequence
-    except ConversionError as error:
-        raise in_context(error, file=data_path, sequence=ref.sequence_id) from error
-    except (OSError, pa.ArrowException) as error:
-        reason = "changed while it was being converted (rerun the conversion)" if _changed_since_plan(fs, data_path, meta.plan_id) \
-            else f"cannot read data: {error}"
-        failure = FormatError(f"{data_path}: {ref.sequence_id}: {reason}")
-        failure.file, failure.sequence = data_path, ref.sequence_id
-        raise failure from error
-
-
-def _changed_since_plan(fs, path: str, plan_id: str) -> bool:
-    """Whether the file's footer now differs from the one read while planning (a data file
-    rewritten during the run reads as garbage through the old footer: say so, not "thrift")."""
-    try:
-        with storage.open_input(fs, path) as handle:
-            current = storage.parquet_file(handle).metadata
-        return not current.equals(storage.parquet_footer(fs, path, plan_id))
-    except (OSError, pa.ArrowException):
-        return False  # unreadable now (and maybe then): the read error itself says more
+    return Reader(fs, root, meta).load(ref)
 
 
 # --- metadata -----------------------------------------------------------------------------------
@@ -296,7 +254,7 @@ def _check_declared_dtype(feature: _Feature, data_types: dict[str, pa.DataType],
     if feature.kind == VIDEO or feature.dtype in ("string", "language") or feature.key not in data_types:
         return
     leaf = data_types[feature.key]
-    while _is_list(leaf):
+    while is_list(leaf):
         leaf = leaf.value_type
     if pa.types.is_null(leaf):
         return  # no values anywhere: nothing to convert wrongly
@@ -439,7 +397,7 @@ def _image_size(shape: tuple[int, ...], names) -> tuple[int | None, int | None]:
     return width, height
 
 
-def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: list[ColumnSpec], plan_id: str) -> None:
+def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: list[ColumnSpec], footers: storage.ParquetFooters) -> None:
     """Decode the first image of each image camera: its pixel format decides how the camera is
     encoded (16-bit depth PNGs go lossless), and its size must be the one info.json declares."""
     cameras = [i for i, spec in enumerate(columns) if spec.kind == VIDEO and spec.meta.get("encoded_from") == FROM_IMAGES]
@@ -449,7 +407,7 @@ def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: lis
     relative = template.format(chunk_index=first[0]["data/chunk_index"], file_index=first[0]["data/file_index"])
     path = storage.resolve_inside(root, relative, what="data file", fs=fs)
     with storage.open_input(fs, path) as handle:
-        parquet = storage.parquet_file(handle, metadata=storage.parquet_footer(fs, path, plan_id))
+        parquet = storage.parquet_file(handle, metadata=footers.footer(path))
         keys = [columns[i].meta["source"] for i in cameras]
         if any(parquet.schema_arrow.get_field_index(key) < 0 for key in keys):
             return  # load() names the missing column with the episode
@@ -458,7 +416,7 @@ def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: lis
     for position, key in zip(cameras, keys):
         spec = columns[position]
         try:
-            frame = video.ImageDecoder().decode(_images(fs, root, key, table.column(key), ref).frames[0], 0)
+            frame = video.ImageDecoder().decode(episode_images(fs, root, key, table.column(key), ref).frames[0], 0)
         except ConversionError as error:
             raise in_context(error, file=path, sequence=f"episode {first[0]['episode_index']} {key!r}") from error
         declared = (spec.meta["resolution"]["width"], spec.meta["resolution"]["height"])
@@ -469,7 +427,7 @@ def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: lis
                                                             "resolution": {"width": frame.width, "height": frame.height}})
 
 
-def _data_types(fs, root: str, template: str, episodes: pa.Table, keys: list[str], plan_id: str) -> dict[str, pa.DataType]:
+def _data_types(fs, root: str, template: str, episodes: pa.Table, keys: list[str], footers: storage.ParquetFooters) -> dict[str, pa.DataType]:
     """One Arrow type per feature over every data file (footers only), so that one rule decides
     what lerobot's writers leave behind: `list<float>` (files rewritten through pandas by
     modify_tasks / merge_datasets) and `fixed_size_list<float>[D]` are one trajectory; a type
@@ -486,7 +444,7 @@ def _data_types(fs, root: str, template: str, episodes: pa.Table, keys: list[str
         done.add((chunk, number))
         path = storage.resolve_inside(root, template.format(chunk_index=chunk, file_index=number), what="data file", fs=fs)
         try:
-            schema = _arrow_schema(fs, path, plan_id)
+            schema = footers.schema(path)
         except (OSError, pa.ArrowException) as error:
             if len(done) > 1:
                 continue  # load() reports it with the episode; the first file must be readable to plan
@@ -497,78 +455,15 @@ def _data_types(fs, root: str, template: str, episodes: pa.Table, keys: list[str
             if schema.get_field_index(key) < 0:
                 continue  # load() names the missing column with its episode
             kind = schema.field(key).type
-            if key not in seen or _is_empty_type(seen[key][0]):
-                seen[key] = (kind if key not in seen else _merge_types(seen[key][0], kind), path)
+            if key not in seen or is_empty_type(seen[key][0]):
+                seen[key] = (kind if key not in seen else merge_types(seen[key][0], kind), path)
                 continue
             try:
-                seen[key] = (_merge_types(seen[key][0], kind), seen[key][1])
+                seen[key] = (merge_types(seen[key][0], kind), seen[key][1])
             except TypeError:
                 raise FormatError(f"{path}: episode_{episode:06d}: schema drift between data files: "
                                   f"{key} is {kind} here, {seen[key][0]} in {seen[key][1]}") from None
     return {key: kind for key, (kind, _) in seen.items()}
-
-
-def _is_list(kind: pa.DataType) -> bool:
-    return pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
-
-
-def _is_empty_type(kind: pa.DataType) -> bool:
-    """null, list<null>, list<list<null>>...: what pyarrow infers for a column with no values."""
-    while _is_list(kind):
-        kind = kind.value_type
-    return pa.types.is_null(kind)
-
-
-def _merge_types(a: pa.DataType, b: pa.DataType) -> pa.DataType:
-    """The type holding both; TypeError when they conflict."""
-    if a == b:
-        return a
-    if pa.types.is_null(a):
-        return b
-    if pa.types.is_null(b):
-        return a
-    if _is_list(a) and _is_list(b):
-        value = _merge_types(a.value_type, b.value_type)
-        if pa.types.is_fixed_size_list(a) and pa.types.is_fixed_size_list(b):
-            if a.list_size != b.list_size:
-                raise TypeError
-            return pa.list_(value, a.list_size)
-        return pa.large_list(value) if pa.types.is_large_list(a) or pa.types.is_large_list(b) else pa.list_(value)
-    if pa.types.is_struct(a) and pa.types.is_struct(b):
-        fields = {a.field(i).name: a.field(i).type for i in range(a.num_fields)}
-        for i in range(b.num_fields):
-            name, kind = b.field(i).name, b.field(i).type
-            fields[name] = _merge_types(fields[name], kind) if name in fields else kind
-        return pa.struct(list(fields.items()))
-    raise TypeError
-
-
-def _conform(array: pa.Array, kind: pa.DataType) -> pa.Array:
-    """`array` as `kind` (a type `_merge_types` produced from its own): nulls take the type, lists
-    and structs are rebuilt around their conformed children; values are never converted."""
-    if array.type == kind:
-        return array
-    if pa.types.is_null(array.type):
-        return pa.nulls(len(array), kind)
-    if _is_list(array.type) and _is_list(kind):
-        if pa.types.is_fixed_size_list(kind) and not pa.types.is_fixed_size_list(array.type):
-            raise FormatError(f"a {array.type} column cannot hold {kind}")
-        array = array.cast(pa.list_(array.type.value_type)) if pa.types.is_fixed_size_list(array.type) and not pa.types.is_fixed_size_list(kind) \
-            else array
-        mask = array.is_null() if array.null_count else None
-        if pa.types.is_fixed_size_list(kind):
-            values = array.values.slice(array.offset * kind.list_size, len(array) * kind.list_size)
-            return pa.FixedSizeListArray.from_arrays(_conform(values, kind.value_type), kind.list_size, mask=mask)
-        offsets = array.offsets.to_numpy().astype(np.int64)
-        values = _conform(array.values.slice(int(offsets[0]), int(offsets[-1] - offsets[0])), kind.value_type)
-        cls, width = (pa.LargeListArray, pa.int64()) if pa.types.is_large_list(kind) else (pa.ListArray, pa.int32())
-        return cls.from_arrays(pa.array(offsets - offsets[0], width), values, type=kind, mask=mask)
-    if pa.types.is_struct(array.type) and pa.types.is_struct(kind):
-        names = {array.type.field(i).name for i in range(array.type.num_fields)}
-        children = [_conform(array.field(kind.field(i).name), kind.field(i).type) if kind.field(i).name in names
-                    else pa.nulls(len(array), kind.field(i).type) for i in range(kind.num_fields)]
-        return pa.StructArray.from_arrays(children, fields=list(kind), mask=array.is_null() if array.null_count else None)
-    raise FormatError(f"a {array.type} column cannot hold {kind}")
 
 
 def _fill(template: str, info_path: str, key: str, **values) -> str:
@@ -590,11 +485,10 @@ def _episode_ref(row: dict, features, data_template, video_template, splits, ext
         raise FormatError(f"{info_path}: {sequence_id}: length {length} (an episode needs at least one frame)")
     if length > MAX_EPISODE_FRAMES:
         raise FormatError(f"{info_path}: {sequence_id}: length {length} is not plausible (more than {MAX_EPISODE_FRAMES:.0e} frames)")
-    if int(row["dataset_to_index"]) - int(row["dataset_from_index"]) != length:
-        raise FormatError(
-            f"{sequence_id}: dataset_from_index..dataset_to_index = {row['dataset_from_index']}..{row['dataset_to_index']} "
-            f"does not span its length {length}"
-        )
+    try:
+        check_span(row["dataset_from_index"], row["dataset_to_index"], length, ("dataset_from_index", "dataset_to_index"))
+    except FormatError as error:
+        raise in_context(error, file=info_path, sequence=sequence_id) from None
     videos = []
     for feature in features:
         if feature.kind != VIDEO or feature.dtype != "video":
@@ -615,7 +509,7 @@ def _episode_ref(row: dict, features, data_template, video_template, splits, ext
     else:
         if splits:
             scalars.append(("split", None))
-    scalars += [(column_name(name), row[name]) for name in extra_scalars]
+    scalars += episode_field_values(row, extra_scalars)
     return EpisodeRef(
         episode_index=index,
         sequence_id=sequence_id,
@@ -629,216 +523,13 @@ def _episode_ref(row: dict, features, data_template, video_template, splits, ext
     )
 
 
-# --- data ---------------------------------------------------------------------------------------
+class LeRobotV3(Source):
+    id = FORMAT
+    expects = "LeRobot v3 expected meta/info.json"
+    shared_files = (TASKS_PATH,)  # info.json is not shared: its totals change with every appended episode
+    reader = Reader
+    detect = staticmethod(detect)
+    plan = staticmethod(plan)
 
 
-_READ_BATCH_ROWS = 4096
-
-
-def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.Table:
-    if not fs.exists(path):
-        raise FormatError(f"data file not found (episode {ref.episode_index})")
-    metadata = storage.parquet_footer(fs, path, meta.plan_id)
-    schema = _arrow_schema(fs, path, meta.plan_id)
-    wanted = [spec.meta["source"] for spec in meta.columns
-              if (spec.kind in ("trajectory", "steps") or spec.meta.get("encoded_from") == FROM_IMAGES)
-              and spec.meta.get("source") not in (None, "task_index")]
-    missing = [key for key in wanted if schema.get_field_index(key) < 0]
-    if missing:
-        raise FormatError(f"columns {missing} declared in meta/info.json are missing from the data file")
-    key_column = "index" if schema.get_field_index("index") >= 0 else "episode_index"
-    low, high = (ref.from_index, ref.to_index) if key_column == "index" else (ref.episode_index, ref.episode_index + 1)
-    groups = _row_groups_overlapping(fs, path, meta.plan_id, key_column, low, high)
-    extra = [c for c in ("timestamp", "frame_index", "episode_index", "task_index") if schema.get_field_index(c) >= 0]
-    columns = list(dict.fromkeys([key_column, *extra, *wanted]))
-    local = storage.local_path(fs, path)
-    with contextlib.nullcontext(local) if local else storage.open_input(fs, path) as handle:  # local: Arrow's own reads
-        # pre_buffer coalesces ranged reads: worth it on object stores, 60 % slower per small local read.
-        parquet = storage.parquet_file(handle, metadata=metadata, buffer_size=1 << 20, pre_buffer=not local)
-        if sum(metadata.row_group(g).num_rows for g in groups) <= _READ_BATCH_ROWS:
-            # One episode's rows are small: Arrow's thread pool costs more than it saves (0.29 -> 0.16 ms).
-            table = parquet.read_row_groups(groups, columns=columns, use_threads=False) if groups else schema.empty_table().select(columns)
-        else:  # in batches: decoding a long row group of list columns at once peaks at ~8x its size
-            table = pa.Table.from_batches(list(parquet.iter_batches(batch_size=_READ_BATCH_ROWS, row_groups=groups, columns=columns)))
-    keys = table.column(key_column)
-    mask = pc.and_(pc.greater_equal(keys, low), pc.less(keys, high))
-    if not pc.all(mask).as_py():  # row groups shared with neighbours: keep only this episode's rows (a copy)
-        table = table.filter(mask)
-    if table.num_rows != ref.length:
-        raise FormatError(
-            f"episode {ref.episode_index}: offsets {key_column} {low}..{high} point past the data file "
-            f"({table.num_rows} of {ref.length} rows found)"
-        )
-    if key_column == "index":
-        order = table.column("index").to_numpy()
-        if not np.array_equal(order, np.arange(low, high)):
-            table = table.sort_by("index")
-        if "episode_index" in table.column_names:
-            found = np.unique(table.column("episode_index").to_numpy())
-            if found.tolist() != [ref.episode_index]:
-                raise FormatError(f"rows {low}..{high} belong to episode(s) {found.tolist()}, not episode {ref.episode_index}")
-    return table
-
-
-def _row_groups_overlapping(fs, path: str, plan_id: str, column: str, low: int, high: int) -> list[int]:
-    """Row groups whose min/max statistics of `column` overlap [low, high); all when unknown."""
-    minimum, maximum, known = _key_ranges(fs, path, plan_id, column)
-    return np.flatnonzero(~known | ((maximum >= low) & (minimum < high))).tolist()
-
-
-@functools.lru_cache(maxsize=64)
-def _key_ranges(fs, path: str, plan_id: str, column: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row group: min and max statistics of `column`, and whether they are known. Once per data
-    file and plan: a file holds many episodes, and scanning its row groups for each of them was
-    quadratic in episodes per file."""
-    metadata = storage.parquet_footer(fs, path, plan_id)
-    # Parquet numbers leaf columns: a struct or list feature before `column` shifts its position.
-    position = next((i for i in range(metadata.num_columns) if metadata.schema.column(i).path == column), None)
-    count = metadata.num_row_groups
-    minimum, maximum, known = np.zeros(count, np.int64), np.zeros(count, np.int64), np.zeros(count, bool)
-    for group in range(count if position is not None else 0):
-        stats = metadata.row_group(group).column(position).statistics
-        if stats is not None and stats.has_min_max:
-            minimum[group], maximum[group], known[group] = stats.min, stats.max, True
-    return minimum, maximum, known
-
-
-@functools.lru_cache(maxsize=64)
-def _arrow_schema(fs, path: str, plan_id: str) -> pa.Schema:
-    return storage.parquet_footer(fs, path, plan_id).schema.to_arrow_schema()
-
-
-def _to_sequence(table: pa.Table, ref: EpisodeRef, meta: DatasetMeta) -> Sequence:
-    length = ref.length
-    if "frame_index" in table.column_names:
-        frames = table.column("frame_index").to_numpy()
-        if not np.array_equal(frames, np.arange(length)):
-            raise FormatError(f"episode {ref.episode_index}: frame_index is not 0..{length - 1}")
-    if "timestamp" in table.column_names:  # float32 in lerobot: rebased in float64, as before the rule existed
-        timestamp = rebased_timestamps(table.column("timestamp").to_numpy().astype(np.float64), meta.fps)
-    else:
-        timestamp = np.arange(length, dtype=np.float64) / meta.fps
-    sequence = Sequence(sequence_id=ref.sequence_id, length=length, timestamp=timestamp)
-    sequence.scalars.update(ref.scalars)
-    sequence.scalars["length"] = length
-    sequence.scalars["duration_seconds"] = length / meta.fps
-    sequence.scalars["tasks"] = list(ref.tasks)
-    sequence.scalars["task"] = ref.tasks[0] if ref.tasks else None
-    task_texts = meta.source.get("tasks") or {}
-    if "task_index" in table.column_names and task_texts:
-        per_step = table.column("task_index").to_numpy()
-        first = task_texts.get(int(per_step[0]))
-        if first is not None:
-            sequence.scalars["task"] = first
-    for spec in meta.columns:
-        source = spec.meta.get("source")
-        if spec.kind == "trajectory":
-            sequence.trajectories[spec.name] = _trajectory(table.column(source), spec, length)
-        elif spec.kind == "steps" and spec.name == "task_index" and source == "task_index":
-            sequence.steps["task_index"] = _local_task_indices(table, ref, task_texts)
-        elif spec.kind == "steps":
-            column = _steps(table.column(source).combine_chunks(), spec)
-            numeric = pa.types.is_integer(column.type) or pa.types.is_floating(column.type)
-            sequence.steps[spec.name] = column.to_numpy(zero_copy_only=False) if numeric and column.null_count == 0 else column
-    sequence.videos.update(dict(ref.videos))
-    return sequence
-
-
-def _images(fs, root: str, key: str, column: pa.ChunkedArray, ref: EpisodeRef) -> ImageFrames:
-    """An `image` feature's cells (Hugging Face Image storage: struct<bytes, path>, or plain
-    binary) -> the encoded images; a cell without bytes is read from its path under the root."""
-    array = column.combine_chunks()
-    if pa.types.is_struct(array.type):
-        names = [array.type.field(i).name for i in range(array.type.num_fields)]
-        blobs = array.field("bytes").to_pylist() if "bytes" in names else [None] * len(array)
-        paths = array.field("path").to_pylist() if "path" in names else [None] * len(array)
-    elif pa.types.is_binary(array.type) or pa.types.is_large_binary(array.type):
-        blobs, paths = array.to_pylist(), [None] * len(array)
-    else:
-        raise FormatError(f"image feature {key!r} is stored as {array.type}, expected struct<bytes, path> or binary")
-    frames = []
-    for step, (blob, path) in enumerate(zip(blobs, paths)):
-        if blob is None and path:
-            image_path = storage.resolve_inside(root, path, what="image file", fs=fs)
-            if not fs.exists(image_path):
-                raise FormatError(f"episode {ref.episode_index}: {key!r} frame {step}: image file {path} not found")
-            blob = fs.cat_file(image_path)
-        if blob is None:
-            raise FormatError(f"episode {ref.episode_index}: {key!r} frame {step} has no image (neither bytes nor path)")
-        frames.append(blob)
-    return ImageFrames(frames)
-
-
-def _steps(column: pa.Array, spec: ColumnSpec) -> pa.Array:
-    """A per-step column in the column's declared value type: numeric features as info.json says
-    (a one-value list per step unwrapped), other types conformed to the type all files share."""
-    kind = spec.arrow_type.value_type
-    if _is_list(column.type) and not _is_list(kind) and not _is_empty_type(column.type):
-        lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
-        if column.null_count or not (lengths == 1).all():
-            raise FormatError(f"feature {spec.meta['source']!r}: a shape [1] feature holds lists of other lengths")
-        column = column.flatten()
-    if column.type == kind:
-        return column
-    if spec.meta.get("type") == "language" or _is_list(kind) or pa.types.is_struct(kind):
-        return _conform(column, kind)
-    return column.cast(kind)
-
-
-def _trajectory(column: pa.ChunkedArray, spec: ColumnSpec, length: int) -> np.ndarray:
-    """[T, D] in the source dtype, from fixed_size_list, list, or nested (Array2D+) storage; a
-    variable-size list (files rewritten through pandas) must hold D values at every step."""
-    array = column.combine_chunks()
-    dim = spec.meta["dim"]
-    if array.null_count:
-        raise FormatError(f"feature {spec.meta['source']!r}: step {array.is_null().to_numpy(zero_copy_only=False).argmax()} is null")
-    if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
-        per_step = _values_per_step(array)
-        if not (per_step == dim).all():
-            step = int(np.argmax(per_step != dim))
-            raise FormatError(f"feature {spec.meta['source']!r}: step {step} holds {per_step[step]} values, info.json declares {dim}")
-    while _is_list(array.type):
-        array = array.flatten()
-    values = array.to_numpy(zero_copy_only=False)
-    if values.size != length * dim:
-        raise FormatError(f"feature {spec.meta['source']!r}: {values.size} values for {length} steps x {dim} dims")
-    return values.astype(np.dtype(spec.meta["dtype"]), copy=False).reshape(length, dim)
-
-
-def _values_per_step(array: pa.Array) -> np.ndarray:
-    """How many leaf values each step of a (possibly nested) list column holds."""
-    bounds = np.arange(len(array) + 1, dtype=np.int64)  # step boundaries, as indices into `level`
-    level = array
-    while _is_list(level.type):
-        if pa.types.is_fixed_size_list(level.type):
-            bounds = (bounds + level.offset) * level.type.list_size
-        else:
-            bounds = level.offsets.to_numpy().astype(np.int64)[bounds]
-        level = level.values
-    return np.diff(bounds)
-
-
-def _local_task_indices(table: pa.Table, ref: EpisodeRef, task_texts: dict[int, str]) -> np.ndarray:
-    """Per-step global task_index -> position in this episode's `tasks` (one lookup per distinct task)."""
-    positions = {text: i for i, text in enumerate(ref.tasks)}
-    global_indices = table.column("task_index").to_numpy()
-    distinct, inverse = np.unique(global_indices, return_inverse=True)
-    local = np.empty(len(distinct), np.int32)
-    for k, global_index in enumerate(distinct.tolist()):
-        text = task_texts.get(global_index)
-        if text not in positions:
-            frame = int(np.argmax(global_indices == global_index))
-            raise FormatError(f"episode {ref.episode_index}: frame {frame} has task_index {global_index} outside the episode's tasks")
-        local[k] = positions[text]
-    return local[inverse]
-
-
-def incremental_units(refs: list[EpisodeRef]) -> tuple[list, list[str]]:
-    """--incremental: one unit per episode (its data file and video files), and the files every
-    episode depends on (the episode index itself is in each ref: offsets, tasks, fields)."""
-    from formats.fingerprint import Unit
-
-    units = [(Unit(ref.sequence_id, (ref.data_file, *(segment.path for _, segment in ref.videos))), ref) for ref in refs]
-    # info.json is not shared: its totals change with every appended episode, and what else it
-    # says (features, fps) is in the schema and options every fingerprint already covers.
-    return units, ["meta/tasks.parquet"]
+SOURCE = sources.register(LeRobotV3())

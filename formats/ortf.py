@@ -32,23 +32,25 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from formats import storage, video
-from formats.errors import ColumnNameError, ConversionError, FormatError, in_context
+from formats import sources, storage, video
+from formats.errors import ColumnNameError, FormatError, in_context
+from formats.ortf_rows import Camera, EpisodeRef, Reader
 from formats.sequence import (
     FILE,
     SCALAR,
     VIDEO,
     ColumnSpec,
     DatasetMeta,
-    FileRef,
     Sequence,
-    VideoSegment,
     base_columns,
+    check_span,
     check_unique_columns,
     column_name,
-    rebased_timestamps,
+    episode_field_columns,
+    episode_field_values,
     safe_sequence_id,
 )
+from formats.source import Source
 
 __all__ = ["FORMAT", "EpisodeRef", "detect", "plan", "load"]
 
@@ -82,32 +84,6 @@ _EPISODE_TYPES = {
     "audio_file": (lambda t: _is_string(t) or pa.types.is_null(t), "a path"),
 }
 _NULLABLE = {"task_id", "duration_seconds", "video_files", "audio_file"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Camera:
-    column: str
-    key: str  # the camera key in observation_space.images / video_files
-    path: str
-    fps: float
-    npz: bool
-
-
-@dataclasses.dataclass(frozen=True)
-class EpisodeRef:
-    position: int  # row of meta/episodes.parquet
-    episode_id: str
-    episode_key: Any  # episode_id as stored (string or integer), what steps.parquet is matched on
-    sequence_id: str
-    length: int
-    steps_file: str
-    start_step: int
-    end_step: int
-    chunk_base: int  # smallest start_step of the chunk's episodes (global numbering)
-    cameras: tuple[Camera | None, ...]  # None: this episode has no file for that camera
-    audio: str | None
-    annotations: str | None  # annotations/episode_XXXXXX when the dataset has annotations
-    scalars: tuple[tuple[str, Any], ...]
 
 
 def detect(fs: fsspec.AbstractFileSystem, root: str) -> bool:
@@ -237,7 +213,7 @@ def _chunk_file(fs, root: str, chunk: int, cache: dict) -> str:
     return cache[chunk]
 
 
-def _steps_schema(fs, root: str, chunks: list[int], chunk_files: dict, plan_id: str) -> pa.Schema:
+def _steps_schema(fs, root: str, chunks: list[int], chunk_files: dict, footers: storage.ParquetFooters) -> pa.Schema:
     """The steps schema, the same in every chunk file (one footer each): drift is an error here,
     not a column silently missing from some episodes."""
     schema = None
@@ -246,7 +222,7 @@ def _steps_schema(fs, root: str, chunks: list[int], chunk_files: dict, plan_id: 
         relative = _chunk_file(fs, root, chunk, chunk_files)
         path = storage.resolve_inside(root, relative, what="steps file", fs=fs)
         try:
-            found = storage.parquet_footer(fs, path, plan_id).schema.to_arrow_schema()
+            found = footers.schema(path)
         except (OSError, pa.ArrowException) as error:
             raise FormatError(f"{path}: cannot read the steps file: {error}") from error
         if schema is None:
@@ -285,8 +261,8 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     rows = episodes.to_pylist()
     chunk_files: dict[int, str] = {}
     first_file = _chunk_file(fs, root, int(rows[0]["chunk_id"]), chunk_files)
-    plan_id = DatasetMeta.__dataclass_fields__["plan_id"].default_factory()
-    schema = _steps_schema(fs, root, sorted({int(row["chunk_id"]) for row in rows}), chunk_files, plan_id)
+    footers = storage.ParquetFooters(fs)
+    schema = _steps_schema(fs, root, sorted({int(row["chunk_id"]) for row in rows}), chunk_files, footers)
     for name, accepts, wanted in (("timestamp", lambda t: pa.types.is_integer(t) or pa.types.is_floating(t), "a number"),
                                   ("step_index", pa.types.is_integer, "an integer")):
         if name in schema.names and not accepts(schema.field(name).type):
@@ -302,10 +278,9 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
                     ColumnSpec("task_type", SCALAR, pa.string(), {"source": "tasks.jsonl type"}),
                     ColumnSpec("task_id", SCALAR, pa.int64(), {"source": "episodes.task_id"})]
     extra = [name for name in episodes.column_names if name not in _EPISODE_LOCATORS and name != "episode_id"]
-    for name in extra:
-        columns.append(ColumnSpec(column_name(name), SCALAR, episodes.schema.field(name).type, {"source": f"episodes.{name}"}))
+    columns += episode_field_columns({name: episodes.schema.field(name).type for name in extra}, "episodes.")
     columns += _step_columns(schema, manifest, manifest_path, storage.join(root, first_file),
-                             _first_widths(fs, storage.join(root, first_file), schema, plan_id))
+                             _first_widths(fs, storage.join(root, first_file), schema, footers))
     cameras = _camera_columns(episodes, images, sensors, fps, manifest_path, schema)
     cameras = {key: (_probe_camera(fs, root, spec, rows, key, chunk_files, episodes_path), sensor) for key, (spec, sensor) in cameras.items()}
     columns += [spec for spec, _ in cameras.values()]
@@ -339,9 +314,10 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
                                   f"sequence id {sequence_id!r}")
         seen[sequence_id] = episode_id
         length = int(row["length"])
-        if int(row["end_step"]) - int(row["start_step"]) != length:
-            raise FormatError(f"{episodes_path}: {sequence_id}: start_step {row['start_step']} / end_step {row['end_step']} "
-                              f"do not span its length {length}")
+        try:
+            check_span(row["start_step"], row["end_step"], length, ("start_step", "end_step"))
+        except FormatError as error:
+            raise in_context(error, file=episodes_path, sequence=sequence_id) from None
         if length <= 0:
             raise FormatError(f"{episodes_path}: {sequence_id}: episode has no steps")
         scalars: dict[str, Any] = {"episode_id": episode_id, "length": length}
@@ -351,8 +327,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             if row["task_id"] is not None and task is None and tasks:
                 raise FormatError(f"{episodes_path}: {sequence_id}: task_id {row['task_id']} is not in meta/tasks.jsonl")
             scalars.update(task_id=row["task_id"], task=(task or {}).get("instruction"), task_type=(task or {}).get("type"))
-        for name in extra:
-            scalars[column_name(name)] = row[name]
+        scalars.update(episode_field_values(row, extra))
         episode_cameras = tuple(_episode_camera(row, key, spec, camera, chunk_files, position, sequence_id, episodes_path)
                                 for key, (spec, camera) in cameras.items())
         try:  # every file the episode reads, resolved inside the root before anything opens it
@@ -379,7 +354,6 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
                                            want_object=False),
                 # Dataset-level files rows do not reference (URDF, meshes): copied to files/_dataset/.
                 "assets": sorted(p[len(root) + 1:] for p in fs.find(storage.join(root, "robot"))) if fs.exists(storage.join(root, "robot")) else []},
-        plan_id=plan_id,
     )
     return meta, refs
 
@@ -394,14 +368,14 @@ def _step_rate(manifest: dict, path: str) -> float:
     return float(rate)
 
 
-def _first_widths(fs, path: str, schema: pa.Schema, plan_id: str) -> dict[str, int]:
+def _first_widths(fs, path: str, schema: pa.Schema, footers: storage.ParquetFooters) -> dict[str, int]:
     """Lengths of the first step's variable-length list columns (only read when there are some)."""
     names = [n for n in schema.names if pa.types.is_list(schema.field(n).type) or pa.types.is_large_list(schema.field(n).type)]
     if not names:
         return {}
     try:
         with storage.open_input(fs, path) as handle:
-            first = storage.parquet_file(handle, metadata=storage.parquet_footer(fs, path, plan_id)).read_row_group(0, columns=names).slice(0, 1)
+            first = storage.parquet_file(handle, metadata=footers.footer(path)).read_row_group(0, columns=names).slice(0, 1)
     except (OSError, pa.ArrowException) as error:
         raise FormatError(f"{path}: cannot read the steps file: {error}") from error
     return {n: len(first.column(n)[0]) for n in names if first.num_rows and first.column(n)[0].is_valid}
@@ -562,151 +536,22 @@ def _episode_camera(row: dict, key: str, spec: ColumnSpec, sensor: dict, chunk_f
 
 
 def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: DatasetMeta) -> Sequence:
-    path = storage.resolve_inside(root, ref.steps_file, what="steps file", fs=fs)
-    try:
-        table = _episode_rows(fs, path, ref, meta)
-        return _to_sequence(fs, root, table, ref, meta)
-    except ConversionError as error:
-        raise in_context(error, file=path, sequence=ref.sequence_id) from error
-    except (OSError, pa.ArrowException) as error:
-        raise FormatError(f"{path}: {ref.sequence_id}: cannot read steps: {error}") from error
+    return Reader(fs, root, meta).load(ref)
 
 
-def _episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta) -> pa.Table:
-    metadata = storage.parquet_footer(fs, path, meta.plan_id)
-    position = next((i for i in range(metadata.num_columns) if metadata.schema.column(i).path == "episode_id"), None)
-    if position is None:
-        raise FormatError("steps have no episode_id column")
-    groups, offsets, offset = [], [], 0
-    for group in range(metadata.num_row_groups):
-        stats = metadata.row_group(group).column(position).statistics
-        if stats is None or not stats.has_min_max or not _comparable(stats.min, ref.episode_key) or stats.min <= ref.episode_key <= stats.max:
-            groups.append(group)
-            offsets.append(offset)
-        offset += metadata.row_group(group).num_rows
-    with storage.open_input(fs, path) as handle:
-        parquet = storage.parquet_file(handle, metadata=metadata)
-        parts = []
-        for group, group_offset in zip(groups, offsets):
-            part = parquet.read_row_group(group)
-            column = part.column("episode_id")
-            key = ref.episode_key if _comparable(ref.episode_key, column.type) else ref.episode_id
-            mask = pc.equal(column if key is ref.episode_key else column.cast(pa.string()), key)
-            rows = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
-            if len(rows):
-                parts.append((group_offset + rows, part.filter(mask)))
-    if not parts:
-        raise FormatError(f"episode {ref.episode_id!r} has no steps in this file (its chunk_id points here)")
-    table = pa.concat_tables([part for _, part in parts])
-    if table.num_rows != ref.length:
-        raise FormatError(f"episodes.parquet says {ref.length} steps, the steps file holds {table.num_rows} for this episode")
-    positions = np.concatenate([rows for rows, _ in parts])
-    first_row = int(positions[0])
-    contiguous = int(positions[-1]) - first_row + 1 == len(positions)
-    # Accepted readings of start_step: global step index, row of the chunk file, or 0 (per episode).
-    if contiguous and ref.start_step not in (first_row, ref.chunk_base + first_row, 0):
-        raise FormatError(f"start_step {ref.start_step} does not match the episode's rows (row {first_row} of the file)")
-    return table
+class ORTF(Source):
+    id = FORMAT
+    expects = "ORTF meta/manifest.json"
+    shared_files = (MANIFEST, "meta/tasks.jsonl")
+    reader = Reader
+    detect = staticmethod(detect)
+    plan = staticmethod(plan)
+
+    def incremental_units(self, refs: list[EpisodeRef]) -> tuple[list, list[str]]:
+        """One unit per episode; the row position is not part of the episode: deleting another
+        episode must not change its fingerprint."""
+        units, shared = super().incremental_units(refs)
+        return [(unit, dataclasses.replace(ref, position=-1)) for unit, ref in units], shared
 
 
-def _comparable(value, other) -> bool:
-    """Whether an episode_id and a Parquet value/type can be compared (int ids vs string ids)."""
-    if isinstance(other, pa.DataType):
-        return isinstance(value, int) == pa.types.is_integer(other)
-    return isinstance(value, (int, np.integer)) == isinstance(other, (int, np.integer))
-
-
-def _to_sequence(fs, root: str, table: pa.Table, ref: EpisodeRef, meta: DatasetMeta) -> Sequence:
-    length = ref.length
-    if "step_index" in table.column_names:
-        steps = table.column("step_index").to_numpy()
-        if not np.array_equal(steps, np.arange(length)):
-            order = np.argsort(steps, kind="stable")
-            if not np.array_equal(steps[order], np.arange(length)):
-                raise FormatError(f"step_index is not 0..{length - 1}")
-            table = table.take(pa.array(order))
-    if "timestamp" in table.column_names:
-        raw = table.column("timestamp").to_numpy(zero_copy_only=False).astype(np.float64)
-        timestamp = rebased_timestamps(raw, meta.fps)
-    else:
-        raw = timestamp = np.arange(length, dtype=np.float64) / meta.fps
-    sequence = Sequence(ref.sequence_id, length, timestamp)
-    sequence.scalars.update(dict(ref.scalars))
-    for spec in meta.columns:
-        source = spec.meta.get("source")
-        if spec.name == "timestamp_s":
-            sequence.steps[spec.name] = raw
-            continue
-        if spec.kind == "trajectory":
-            column = table.column(source).combine_chunks()
-            values = column.flatten().to_numpy(zero_copy_only=False)
-            if values.size != length * spec.meta["dim"]:
-                raise FormatError(f"{source}: {values.size} values for {length} steps x {spec.meta['dim']}")
-            sequence.trajectories[spec.name] = values.astype(spec.meta["dtype"], copy=False).reshape(length, spec.meta["dim"])
-        elif spec.kind == "steps":
-            column = table.column(source).combine_chunks()
-            if column.type != spec.arrow_type.value_type:
-                column = column.cast(spec.arrow_type.value_type)
-            sequence.steps[spec.name] = column
-    for camera in ref.cameras:
-        if camera is None:
-            continue
-        sequence_item = _camera(table, camera, length, meta.fps, timestamp)
-        if camera.npz:
-            sequence.files[camera.column] = sequence_item
-        else:
-            sequence.videos[camera.column] = sequence_item
-    if ref.audio:
-        sequence.files["audio"] = FileRef(ref.audio)
-    if ref.annotations:
-        _annotations(fs, root, ref, sequence)
-    return sequence
-
-
-def _camera(table: pa.Table, camera: Camera, length: int, fps: float, timestamp: np.ndarray):
-    if camera.npz:
-        return FileRef(camera.path)
-    key = f"observation.images.{camera.key}.frame_index"
-    if key not in table.column_names:
-        if camera.fps and camera.fps != fps:  # no frame_index: the frame presented at each step's time
-            indices = np.floor(timestamp * camera.fps + 0.25).astype(np.int64)  # a quarter frame of clock jitter
-            return VideoSegment(camera.path, length, frame_indices=tuple(int(i) for i in indices))
-        return VideoSegment(camera.path, length)
-    indices = table.column(key).to_numpy()
-    if (indices < 0).any():
-        raise FormatError(f"{key} has negative values")
-    if np.array_equal(indices, np.arange(length)):
-        return VideoSegment(camera.path, length)  # the file is the episode: a byte copy (frame count checked)
-    first = int(indices[0])
-    if np.array_equal(indices, np.arange(first, first + length)) and camera.fps in (0.0, fps):
-        return VideoSegment(camera.path, length, start=first / fps, end=(first + length) / fps)
-    return VideoSegment(camera.path, length, frame_indices=tuple(int(i) for i in indices))
-
-
-def _annotations(fs, root: str, ref: EpisodeRef, sequence: Sequence) -> None:
-    folder = storage.resolve_inside(root, ref.annotations, what="annotations folder", fs=fs)
-    names = sorted(p[len(folder) + 1:] for p in fs.find(folder)) if fs.exists(folder) else []  # files, subfolders included
-    sequence.scalars["scene_objects"] = None
-    if "scene_objects.json" in names:
-        objects = storage.resolve_inside(root, f"{ref.annotations}/scene_objects.json", what="annotation file", fs=fs)
-        try:
-            text = fs.cat_file(objects).decode("utf-8")
-            json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            raise FormatError(f"{folder}/scene_objects.json: malformed JSON: {error}") from error
-        sequence.scalars["scene_objects"] = text
-    others = [name for name in names if name != "scene_objects.json"]
-    sequence.files["annotation_files"] = [FileRef(f"{ref.annotations}/{name}", name=name) for name in others] if others else None
-
-
-def incremental_units(refs: list[EpisodeRef]) -> tuple[list, list[str]]:
-    """--incremental: one unit per episode (its steps file, camera files, audio, annotations)."""
-    from formats.fingerprint import Unit
-
-    units = []
-    for ref in refs:
-        files = [ref.steps_file, *(camera.path for camera in ref.cameras if camera is not None)]
-        files += [path for path in (ref.audio, ref.annotations) if path]
-        # The row position is not part of the episode: deleting another episode must not change it.
-        units.append((Unit(ref.sequence_id, tuple(files)), dataclasses.replace(ref, position=-1)))
-    return units, [MANIFEST, "meta/tasks.jsonl"]
+SOURCE = sources.register(ORTF())

@@ -17,7 +17,6 @@ import sys
 from formats import storage
 from formats.errors import ConversionError
 from formats.mixtrain import DATA_DIR, ERRORS_FILE, FILES_DIR, FINGERPRINTS_FILE, SIDECAR, STATS_FILE, dumps
-from formats.sequence import DatasetMeta
 
 __all__ = [
     "STAGING_DIR",
@@ -279,17 +278,15 @@ def _move(fs, source: str, target: str) -> None:
     fs.rm(source, recursive=True)
 
 
-def copy_assets(fs, root: str, out_fs, staging: str, meta: DatasetMeta) -> None:
+def copy_assets(fs, root: str, out_fs, staging: str, assets: list[str]) -> None:
     """Dataset-level files no row references (ORTF robot/ URDF and meshes), copied by the launcher
-    into the staged files/_dataset/ so they are published with the rows; listed in mixtrain.json."""
-    assets = meta.source.get("assets") or []
+    into the staged files/_dataset/ so they are published with the rows (the plan lists them in
+    mixtrain.json at those paths)."""
     for relative in assets:
         source = storage.resolve_inside(root, relative, what="asset", fs=fs)
         target = storage.join(staging, FILES_DIR, "_dataset", relative)
         out_fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
         out_fs.pipe_file(target, fs.cat_file(source))
-    if assets:
-        meta.source["assets"] = [f"{FILES_DIR}/_dataset/{relative}" for relative in assets]
 
 
 def discard_staging(fs, staging: str, output: str) -> None:

@@ -21,11 +21,8 @@ BGR-stored images (`bgr_cameras` option); an instruction that changes within an 
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import json
 import math
-import zlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -33,19 +30,20 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 
-from formats import storage, tfrecord
-from formats.errors import ConversionError, FormatError, in_context
+from formats import sources, storage
+from formats.errors import FormatError, in_context
+from formats.rlds_records import Reader, RecordRef, ShardRef, expand_ref, features_and_parser
 from formats.sequence import (
     FROM_IMAGES,
     SCALAR,
     ColumnSpec,
     DatasetMeta,
-    ImageFrames,
     Sequence,
     base_columns,
     check_unique_columns,
     column_name,
 )
+from formats.source import Source, SourceOption
 
 __all__ = ["FORMAT", "ShardRef", "RecordRef", "detect", "plan", "expand_ref", "load", "KNOWN_FPS"]
 
@@ -78,46 +76,8 @@ KNOWN_FPS = {
 }
 
 
-@dataclasses.dataclass(frozen=True)
-class ShardRef:
-    """One TFRecord shard of a split: expanded into RecordRefs on a worker."""
-
-    split: str
-    position: int  # in the split's shard list
-    path: str  # relative to the root
-    records: int | None  # from shardLengths, checked when the shard is read
-
-    @property
-    def sequence_count(self) -> int | None:
-        """The episodes this shard holds, if dataset_info.json says (`sources.sequence_count`)."""
-        return self.records
-
-
-@dataclasses.dataclass(frozen=True)
-class RecordRef:
-    """One episode: a byte range of a shard."""
-
-    split: str
-    position: int
-    index: int  # record index inside the shard
-    path: str
-    offset: int
-    nbytes: int
-    sequence_id: str
-
-
 def detect(fs: fsspec.AbstractFileSystem, root: str) -> bool:
     return fs.exists(storage.join(root, "dataset_info.json")) and fs.exists(storage.join(root, "features.json"))
-
-
-@functools.lru_cache(maxsize=8)
-def _features(features_json: str):
-    """The TFDS FeaturesDict and an ExampleParserNp for it; built once per worker."""
-    from tensorflow_datasets.core import example_parser
-    from tensorflow_datasets.core.features import feature as feature_lib
-
-    features = feature_lib.FeatureConnector.from_json(json.loads(features_json))
-    return features, example_parser.ExampleParserNp(features.get_serialized_info())
 
 
 def _leaves(feature, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -176,7 +136,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     if file_format != "tfrecord":
         raise FormatError(f"{info_path}: fileFormat {file_format!r} is not supported (only tfrecord)")
     try:
-        features, _ = _features(json.dumps(features_json, sort_keys=True))
+        features, _ = features_and_parser(json.dumps(features_json, sort_keys=True))
     except Exception as error:  # noqa: BLE001 - tfds raises many kinds on a bad features.json
         raise FormatError(f"{features_path}: not a TFDS FeaturesDict: {error}") from error
     fps = options.get("fps") or KNOWN_FPS.get(name)
@@ -205,9 +165,8 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             "fps": float(fps),
             "fps_source": "--fps" if options.get("fps") else "known Open X-Embodiment control rate",
             "features": features_json,
-            "layout": layout,
         },
-        estimated_bytes=float(sum(_count(s.get("numBytes", 0)) for s in info.get("splits", []) if s.get("name") in splits)),
+        private={"layout": layout},  # how `load` fills each column: the reader's, not published
     )
     return meta, refs
 
@@ -299,7 +258,8 @@ def _shard_refs(fs, root: str, info: dict, info_path: str, name: str, splits: li
             if not found:
                 raise FormatError(f"{storage.join(root, file_name)}: shard {position} of split {split['name']!r} not found "
                                   f"(from filepathTemplate {template!r})")
-            refs.append(ShardRef(split["name"], position, file_name, lengths[position] if lengths else None))
+            refs.append(ShardRef(split["name"], position, file_name, lengths[position] if lengths else None,
+                                 float(_count(split.get("numBytes", 0))) / count))
     return refs
 
 
@@ -417,164 +377,29 @@ def _check_values(shape: tuple, path: str, features_path: str) -> None:
                           f"(more than {MAX_VALUES_PER_STEP:.0e})")
 
 
-def expand_ref(fs: fsspec.AbstractFileSystem, root: str, ref: ShardRef, meta: DatasetMeta) -> Iterator[RecordRef]:
-    """Index one shard: read its record headers (not the records) into RecordRefs.
-
-    Every error names the shard file (`error.file`): under --on_error=skip the record of a shard
-    that cannot be indexed must say which unit failed, or --incremental would keep its fingerprint
-    and never convert its episodes again."""
-    path = storage.join(root, ref.path)
-    try:
-        path = storage.resolve_inside(root, ref.path, what="shard", fs=fs)
-        size = fs.size(path)
-        with storage.open_input(fs, path) as handle:
-            records = list(tfrecord.scan(handle, size))
-    except ConversionError as error:
-        raise in_context(error, file=path, sequence=f"{ref.split} shard {ref.position}") from error
-    except OSError as error:
-        raise in_context(FormatError(f"{path}: cannot read shard: {error}"), file=path) from error
-    if ref.records is not None and len(records) != ref.records:
-        raise in_context(FormatError(f"{path}: {len(records)} records, dataset_info.json shardLengths says {ref.records}"), file=path)
-    for index, (offset, nbytes) in enumerate(records):
-        yield RecordRef(ref.split, ref.position, index, ref.path, offset, nbytes, f"{ref.split}_{ref.position:05d}_{index:06d}")
-
-
-def _flatten(values: dict, prefix: str = "") -> dict[str, Any]:
-    flat = {}
-    for key, value in values.items():
-        if isinstance(value, dict):
-            flat.update(_flatten(value, f"{prefix}{key}/"))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat
-
-
 def load(fs: fsspec.AbstractFileSystem, root: str, ref: RecordRef, meta: DatasetMeta) -> Sequence:
     """Read and parse one record (one episode) into a Sequence; images stay encoded."""
-    path = storage.resolve_inside(root, ref.path, what="shard", fs=fs)
-    try:
-        with storage.open_input(fs, path) as handle:
-            data = tfrecord.read_record(handle, ref.offset, ref.nbytes)
-        _, parser = _features(json.dumps(meta.source["features"], sort_keys=True))
-        try:
-            example = parser.parse_example(data)
-        except Exception as error:  # noqa: BLE001 - protobuf/numpy errors on a corrupt record
-            raise FormatError(f"record {ref.index}: cannot parse tf.train.Example: {error}") from error
-        try:
-            return _to_sequence(example, ref, meta, path)
-        except (zlib.error, ValueError, TypeError, KeyError) as error:
-            raise FormatError(f"record {ref.index}: features do not match features.json ({type(error).__name__}: {error})") from error
-    except ConversionError as error:
-        raise in_context(error, file=path, sequence=ref.sequence_id) from error
+    return Reader(fs, root, meta).load(ref)
 
 
-def _to_sequence(example: dict, ref: RecordRef, meta: DatasetMeta, path: str) -> Sequence:
-    steps = _flatten(example.get("steps", {}))
-    episode = _flatten({k: v for k, v in example.items() if k != "steps"})
-    lengths = {key: len(value) for key, value in steps.items()}
-    if not lengths:
-        raise FormatError(f"record {ref.index}: no steps")
-    length = next(iter(lengths.values()))
-    uneven = {key: n for key, n in lengths.items() if n != length}
-    if uneven:
-        raise FormatError(f"record {ref.index}: step features disagree on the episode length: {dict(list(lengths.items())[:3])} ...")
-    if length == 0:
-        raise FormatError(f"record {ref.index}: episode has no steps")
-    fps = meta.fps
-    sequence = Sequence(ref.sequence_id, length, np.arange(length, dtype=np.float64) / fps)
-    sequence.scalars.update(length=length, duration_seconds=length / fps, split=ref.split)
-    layout = meta.source["layout"]
-    for spec in meta.columns:
-        entry = layout.get(spec.name)
-        if entry is None:
-            continue
-        kind = entry["kind"]
-        if kind == "image":
-            sequence.videos[spec.name] = _images(steps[entry["path"]], entry["bgr"], path)
-        elif kind == "numeric":
-            values = _numeric(steps[entry["path"]], entry, length, ref)
-            if spec.kind == "trajectory":
-                sequence.trajectories[spec.name] = values.reshape(length, entry["dim"])
-            else:
-                sequence.steps[spec.name] = values.reshape(length)
-        elif kind == "text":
-            sequence.steps[spec.name] = pa.array(_texts(steps[entry["path"]]), pa.string())
-        elif kind == "instruction":
-            texts = _code_texts(steps[entry["path"]], length) if entry.get("codes") else _texts(steps[entry["path"]])
-            constant = all(text == texts[0] for text in texts)
-            sequence.scalars["task"] = texts[0] if constant else None
-            sequence.steps[spec.name] = None if constant else pa.array(texts, pa.string())
-        elif kind == "episode_text":
-            value = episode.get(entry["path"])
-            sequence.scalars[spec.name] = value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-        elif kind == "episode_value":
-            raw = episode.get(entry["path"])
-            if entry.get("encoding") in ("zlib", "bytes"):
-                raw = _numeric([raw], entry, 1, ref)
-            value = np.asarray(raw)
-            sequence.scalars[spec.name] = value.item() if value.ndim == 0 else value.reshape(-1).tolist()
-    if "is_last" in steps and any(spec.name == "truncated" for spec in meta.columns):
-        is_last = np.asarray(steps["is_last"]).astype(bool)
-        terminal = bool(np.asarray(steps["is_terminal"])[-1]) if "is_terminal" in steps else False
-        sequence.scalars["truncated"] = not (is_last.any() and terminal)
-    return sequence
+def _split_names(value: str) -> list[str]:
+    return [name for name in value.split(",") if name]
 
 
-def _code_texts(values, length: int) -> list[str]:
-    codes = np.asarray(values).reshape(length, -1)
-    return [bytes(row[row != 0].astype(np.uint8)).decode("utf-8", "replace") for row in codes]
+def _rate(value: float | None) -> float | None:
+    return value or None
 
 
-def _texts(values) -> list[str]:
-    return [value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value) for value in values]
+class RLDS(Source):
+    id = FORMAT
+    expects = "RLDS a TFDS version folder with dataset_info.json and features.json"
+    options = (SourceOption("split", "splits", _split_names), SourceOption("fps", "fps", _rate),
+               SourceOption("bgr_cameras", "bgr_cameras", _split_names))
+    expands_refs = True
+    shared_files = ("features.json",)
+    reader = Reader
+    detect = staticmethod(detect)
+    plan = staticmethod(plan)
 
 
-def _numeric(values, entry: dict, length: int, ref: RecordRef) -> np.ndarray:
-    dtype = np.dtype(entry["dtype"])
-    if entry.get("encoding") in ("zlib", "bytes"):
-        shape = tuple(entry["shape"])
-        decoded = []
-        for step, blob in enumerate(values):
-            raw = _inflate(blob, int(np.prod(shape)) * dtype.itemsize, f"record {ref.index}: steps/{entry['path']} step {step}") \
-                if entry["encoding"] == "zlib" else blob
-            array = np.frombuffer(raw, dtype)
-            if array.size != int(np.prod(shape)):
-                raise FormatError(f"record {ref.index}: steps/{entry['path']} step {step} holds {array.size} values, "
-                                  f"shape {list(shape)} needs {int(np.prod(shape))}")
-            decoded.append(array)
-        return np.stack(decoded).astype(dtype, copy=False)
-    array = np.asarray(values)
-    expected = length * int(np.prod(entry.get("shape") or [1]))
-    if array.size != expected:
-        raise FormatError(f"record {ref.index}: steps/{entry['path']} holds {array.size} values, expected {expected}")
-    return np.ascontiguousarray(array.astype(dtype, copy=False))
-
-
-def _inflate(blob: bytes, expected: int, where: str) -> bytes:
-    """zlib-decode a tensor stored with `encoding="zlib"`, never past one byte more than its shape
-    needs: a few kB that inflate to gigabytes are refused, not decoded."""
-    stream = zlib.decompressobj()
-    raw = stream.decompress(blob, expected + 1)
-    if len(raw) > expected:
-        raise FormatError(f"{where} inflates to more than the {expected} bytes its shape needs")
-    if not stream.eof:
-        raise FormatError(f"{where}: zlib stream ends early ({len(raw)} bytes)")
-    return raw
-
-
-def _images(values, bgr: bool, path: str) -> ImageFrames:
-    frames = list(values)
-    if bgr:
-        from formats import video
-
-        decoder = video.ImageDecoder()
-        frames = [np.ascontiguousarray(decoder.decode(blob, i).to_ndarray(format="rgb24")[..., ::-1]) for i, blob in enumerate(frames)]
-    return ImageFrames(frames, source=path)
-
-
-def incremental_units(refs: list[ShardRef]) -> tuple[list, list[str]]:
-    """--incremental: one unit per TFRecord shard (its sequences share the shard's id prefix)."""
-    from formats.fingerprint import Unit
-
-    units = [(Unit(ref.path, (ref.path,), prefix=f"{ref.split}_{ref.position:05d}_"), ref) for ref in refs]
-    return units, ["features.json"]
+SOURCE = sources.register(RLDS())

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import uuid
 from typing import Any
 
 import numpy as np
@@ -38,6 +37,9 @@ __all__ = [
     "check_unique_columns",
     "safe_sequence_id",
     "rebased_timestamps",
+    "episode_field_columns",
+    "episode_field_values",
+    "check_span",
     "RESERVED_COLUMNS",
 ]
 
@@ -269,12 +271,31 @@ def rebased_timestamps(raw: np.ndarray, fps: float | None, *, units_per_second: 
     return rebased
 
 
+def episode_field_columns(types: dict[str, pa.DataType], source_prefix: str = "") -> list[ColumnSpec]:
+    """One scalar column per episode-level field a format does not interpret itself (name -> Arrow
+    type, in order): every source carries them into the row rather than dropping them."""
+    return [ColumnSpec(column_name(name), SCALAR, kind, {"source": f"{source_prefix}{name}"}) for name, kind in types.items()]
+
+
+def episode_field_values(row: Any, names: list[str], convert: Any = None) -> tuple[tuple[str, Any], ...]:
+    """(column, value) of those fields for one episode's row (`convert`: e.g. numpy -> Python)."""
+    return tuple((column_name(name), convert(row[name]) if convert else row[name]) for name in names)
+
+
+def check_span(start: int, end: int, length: int, names: tuple[str, str]) -> None:
+    """An episode's [start, end) address in its file must span exactly its declared length: one
+    wrong offset would read another episode's rows. Callers add file and sequence to the error."""
+    if int(end) - int(start) != length:
+        raise FormatError(f"{names[0]} {start} / {names[1]} {end} do not span its length {length}")
+
+
 @dataclasses.dataclass
 class DatasetMeta:
     """What `plan` learns from a source's metadata: the output schema and source metadata.
 
     `columns` is ordered as the Parquet schema will be (sequence_id first). `source` becomes
-    mixtrain.json's "source" object (format, uri and format-specific metadata).
+    mixtrain.json's "source" object (format, uri and format-specific metadata); `private` is
+    what the source's reader needs and nobody else reads.
     """
 
     format: str
@@ -282,14 +303,9 @@ class DatasetMeta:
     fps: float | None
     columns: list[ColumnSpec]
     source: dict = dataclasses.field(default_factory=dict)
-    # Average bytes per step of columns whose size the specs cannot tell (nested per-step
-    # records such as L5Kit agents); sizes the shards.
-    extra_bytes_per_step: float = 0.0
-    # Total bytes of the source when refs do not know their lengths (RLDS shards): sizes the shards.
-    estimated_bytes: float = 0.0
-    # Identifies this plan on the workers (per-worker caches of source readers are keyed by it,
-    # so a dataset rewritten in place is never served from an earlier plan's cache).
-    plan_id: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
+    # The source's planning data for its own reader (formats/source.py): pickled to the workers
+    # with the plan, never written to mixtrain.json (that is `source`).
+    private: dict = dataclasses.field(default_factory=dict)
 
     def column(self, name: str) -> ColumnSpec:
         for spec in self.columns:

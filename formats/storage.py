@@ -6,11 +6,11 @@ Inner code only ever sees an fsspec filesystem and a root path inside it (zarr's
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import posixpath
 import stat
+from collections.abc import Callable
 from typing import Any
 
 import fsspec
@@ -21,7 +21,7 @@ from fsspec.implementations.local import LocalFileSystem
 from formats.errors import FormatError
 
 __all__ = ["open_root", "join", "url_for", "resolve_inside", "check_regular", "local_path", "is_local", "open_input", "read_json",
-           "parquet_footer", "parquet_file", "read_parquet"]
+           "ParquetFooters", "footer_signature", "parquet_file", "read_parquet"]
 
 
 def open_root(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -126,12 +126,42 @@ def read_json(fs: fsspec.AbstractFileSystem, path: str, *, missing: str | None =
     return value
 
 
-@functools.lru_cache(maxsize=64)
-def parquet_footer(fs: fsspec.AbstractFileSystem, path: str, plan_id: str) -> pq.FileMetaData:
-    """A Parquet file's footer, read once per worker, file and plan: many episodes share one data
-    file, and a dataset rewritten in place gets a new plan (so never an earlier plan's footer)."""
-    with open_input(fs, path) as handle:
-        return parquet_file(handle).metadata
+def footer_signature(metadata: pq.FileMetaData) -> str:
+    """A short identity of a Parquet footer: a file rewritten in place gets another one."""
+    return f"{metadata.serialized_size}:{metadata.num_rows}:{metadata.num_row_groups}:{metadata.num_columns}"
+
+
+class ParquetFooters:
+    """Parquet footers (and what is derived from them), each read once per holder: a source's
+    reader on a worker, where many episodes share one data file, or one plan. A holder lives no
+    longer than its plan, so a dataset rewritten in place is never read through an old footer."""
+
+    LIMIT = 64  # files remembered; the oldest is forgotten first
+
+    def __init__(self, fs: fsspec.AbstractFileSystem):
+        self._fs = fs
+        self._memo: dict = {}
+        self.signatures: dict[str, str] = {}  # path -> `footer_signature` of every footer read (kept)
+
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """compute(), once per key."""
+        if key not in self._memo:
+            if len(self._memo) >= self.LIMIT:
+                del self._memo[next(iter(self._memo))]
+            self._memo[key] = compute()
+        return self._memo[key]
+
+    def footer(self, path: str) -> pq.FileMetaData:
+        def read():
+            with open_input(self._fs, path) as handle:
+                metadata = parquet_file(handle).metadata
+            self.signatures[path] = footer_signature(metadata)
+            return metadata
+        return self.memo(("footer", path), read)
+
+    def schema(self, path: str) -> Any:
+        """The file's Arrow schema (pa.Schema)."""
+        return self.memo(("schema", path), lambda: self.footer(path).schema.to_arrow_schema())
 
 
 def parquet_file(source: Any, **options: Any) -> pq.ParquetFile:

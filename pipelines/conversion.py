@@ -9,16 +9,13 @@ converted with --on_error=skip but some sequences were skipped; 130 / 143 interr
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import datetime
 import logging
-import math
 import os
 import signal
 import sys
 import time
-from typing import NamedTuple, TextIO
+from typing import TextIO
 
 # Before Arrow is imported: its jemalloc pool returns freed memory to the system, where mimalloc
 # (the default) kept ~80 MB more at peak on long episodes (bench workload d). Set it to override.
@@ -28,11 +25,10 @@ if sys.platform.startswith("linux"):
 import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 
-import formats
-from formats import errors, fingerprint, mixtrain, publish, sources, storage, video_policy
-from formats.sequence import TRAJECTORY, VIDEO, DatasetMeta
+from formats import errors, mixtrain, publish, sources, storage
 from pipelines import cli, failures, local_workers
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
+from pipelines.plan import ConversionPlan, blame, make_plan, requested_encoding
 from pipelines.progress import Progress
 from pipelines.session import Interrupted
 from transforms.errors import ERRORS
@@ -41,7 +37,7 @@ from transforms.reuse import ReusePrevious
 from transforms.video import WriteVideos
 from transforms.write import WriteMixtrain
 
-__all__ = ["ConvertOptions", "Plan", "build_pipeline", "run"]
+__all__ = ["ConvertOptions", "build_pipeline", "run"]
 
 # Runner names that mean "run here": served by Beam's FnApiRunner directly, because Beam's
 # DirectRunner first tries Prism, which downloads a binary (NOTES.md) and ignores
@@ -56,26 +52,6 @@ class ConvertOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser):
         cli.add_arguments(parser)
-
-
-class Plan(NamedTuple):
-    """What the launcher decided: the metadata, every ref, the shard count, the refs converted now."""
-
-    meta: DatasetMeta
-    refs: list
-    num_shards: int
-    to_convert: list
-
-
-def estimate_num_shards(meta: DatasetMeta, refs: list, target_mb: float) -> int:
-    """Shards from the planned size of the rows (trajectories + timestamps), at least one."""
-    bytes_per_step = 8 + meta.extra_bytes_per_step
-    for spec in meta.columns:
-        if spec.kind == TRAJECTORY:
-            bytes_per_step += spec.meta["dim"] * spec.arrow_type.value_type.value_type.bit_width // 8
-    total = sum(getattr(ref, "length", 0) for ref in refs) * bytes_per_step or meta.estimated_bytes
-    limit = len(refs) if all(hasattr(ref, "length") for ref in refs) else max(len(refs), 1) * 1000
-    return max(1, min(limit or 1, math.ceil(total / (target_mb * 1e6))))
 
 
 def _runner(options: PipelineOptions, zygote: local_workers.Zygote | None):
@@ -124,124 +100,34 @@ def prepare_output(output_url: str, overwrite: bool) -> None:
                                      "would delete (the whole folder is replaced); move them out or choose another --output")
 
 
-def source_options(options: ConvertOptions) -> dict:
-    """What `plan` may use of the command line (each source reads what concerns it)."""
-    return {
-        "splits": [s for s in options.split.split(",") if s],
-        "fps": options.fps or None,
-        "bgr_cameras": [c for c in options.bgr_cameras.split(",") if c],
-    }
-
-
-def requested_encoding(options: ConvertOptions) -> video_policy.EncodeOptions:
-    """The --video_* flags as checked EncodeOptions (raises ConversionError on a bad combination)."""
-    return video_policy.EncodeOptions(options.video_codec or "h264", options.video_crf, options.video_gop,
-                               options.video_preset, options.video_pix_fmt or "yuv420p").resolved()
-
-
-def given(options: ConvertOptions, name: str) -> bool:
-    """The user set this option to something other than its default."""
-    return getattr(options, name) != cli.DEFAULTS[name]
-
-
-def check_effective(options: ConvertOptions, source: str, meta: DatasetMeta, encode: dict) -> None:
-    """Refuse an option that would change nothing for this source and mode: the user meant something."""
-    for name, owner in cli.SOURCE_OPTIONS.items():
-        if given(options, name) and owner != source:
-            raise UsageError(f"--{name} is an option of --source={owner}; it has no effect on this {source} dataset")
-    cameras = [spec.name for spec in meta.columns if spec.kind == VIDEO]
-    if not cameras:
-        for name in ("video", "video_stats", "verify_copies", *cli.ENCODING_OPTIONS):
-            if given(options, name):
-                raise UsageError(f"--{name} has no effect: this {source} dataset has no cameras")
-        return
-    if given(options, "verify_copies") and all(encode.values()):
-        raise UsageError(f"--verify_copies has no effect: every camera of this dataset ({', '.join(cameras)}) is encoded, none copied")
-    if not any(encode.values()):
-        for name in cli.ENCODING_OPTIONS:
-            if given(options, name):
-                raise UsageError(f"--{name} has no effect: --video={options.video} copies every camera of this dataset "
-                                 f"({', '.join(cameras)}) without encoding", hint="pass --video=reencode to encode them")
-
-
-def copied_columns(meta: DatasetMeta) -> frozenset:
-    """The video columns planned as packet copies (`plan_videos` has written their entries)."""
-    return frozenset(spec.name for spec in meta.columns if spec.kind == VIDEO and spec.meta.get("written_as") == "copy")
-
-
-def plan_videos(meta: DatasetMeta, mode: str, requested: video_policy.EncodeOptions) -> tuple[dict, dict]:
-    """Decide copy or encode per video column; rewrite meta.columns' entries to describe the output.
-
-    Returns (column -> EncodeOptions or None for copy, column -> declared source (width, height)).
-    """
-    encode, sizes = {}, {}
-    for position, spec in enumerate(meta.columns):
-        if spec.kind == VIDEO:
-            encode[spec.name], entry = video_policy.plan_column(spec.meta, mode=mode, requested=requested)
-            sizes[spec.name] = video_policy.declared_size(entry)
-            meta.columns[position] = dataclasses.replace(spec, meta=entry)
-    return encode, sizes
-
-
-def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str, *, write_assets: bool = True) -> Plan:
-    """Plan on the launcher and add the conversion to `pipeline`.
-
-    Raises UsageError for an option that has no effect on this dataset. `write_assets=False` (dry
-    runs, templates) leaves the output untouched: nothing is staged on the launcher.
-    """
-    with _blame(options.input, "cannot read the input"):
-        fs, root = storage.open_root(options.input)
-        source = sources.detect(fs, root) if options.source == "auto" else options.source
-        module = sources.get(source)
-        meta, refs = module.plan(fs, root, source_options(options))
-    if not refs or sources.sequence_count(refs) == 0:
-        raise errors.ConversionError(f"{storage.url_for(fs, root)}: the {source} dataset holds no sequences; nothing to convert "
-                                     "(an existing dataset at the output is left as it was)")
-    requested = requested_encoding(options)
-    encode, sizes = plan_videos(meta, options.video, requested)
-    check_effective(options, source, meta, encode)
-    num_shards = options.num_shards or estimate_num_shards(meta, refs, options.target_shard_mb or cli.DEFAULT_SHARD_MB)
+def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str, *, write_assets: bool = True) -> ConversionPlan:
+    """Plan on the launcher (`pipelines.plan.make_plan`) and add the conversion it describes to
+    `pipeline`. `write_assets=False` (dry runs, templates) leaves the output untouched: nothing is
+    staged on the launcher."""
     out_fs, out_root = storage.open_root(options.output)
     output_url = storage.url_for(out_fs, out_root)
+    plan = make_plan(options, output_url=output_url,
+                     created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     staging = publish.staging_root(out_fs, out_root, run_id)
     staging_url = storage.url_for(out_fs, staging)
-    source_url = storage.url_for(fs, root)
-    sidecar_extra = {
-        "converter_version": formats.__version__,
-        "options": {"source": source, "source_options": source_options(options), "video": options.video, "num_shards": num_shards,
-                    "on_error": options.on_error,
-                    **({"max_skipped": errors.describe_skip_limit(options.max_skipped)} if options.on_error == "skip" else {}),
-                    "video_encoding": dataclasses.asdict(requested), "video_stats": options.video_stats},
-        "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
+    meta = plan.meta
     if write_assets:
-        publish.copy_assets(fs, root, out_fs, staging, meta)
-    units, shared = module.incremental_units(refs)
-    # What changes the output of a unit; not the shard count or the error policy.
-    recorded = {k: v for k, v in sidecar_extra["options"].items() if k not in ("num_shards", "on_error", "max_skipped")}
-    context = fingerprint.context_hash(formats.__version__, {**recorded, "fps": meta.fps}, meta.columns)
-    current = fingerprint.fingerprints(units, fingerprint.signatures(fs, root), shared, context)
-    to_convert, reused = refs, None
-    if options.incremental:
-        reused = fingerprint.reusable(out_fs, out_root, units, current)
-        if reused is not None:
-            changed = {unit.key for unit, _ in units} - reused["units"]
-            to_convert = [ref for unit, ref in units if unit.key in changed]
-            sidecar_extra["incremental"] = {"reused_sequences": len(reused["ids"]), "converted_units": len(to_convert),
-                                            "previous_created_at": reused["created_at"]}
-    read = pipeline | "Read" >> ReadSequences(source, source_url, meta, to_convert, options.on_error)
-    videos = read["sequences"] | "Videos" >> WriteVideos(source_url, staging_url, meta.fps or 30.0, encode, sizes,
+        fs, root = storage.open_root(plan.source_url)
+        publish.copy_assets(fs, root, out_fs, staging, list(plan.assets))
+    read = pipeline | "Read" >> ReadSequences(plan.source, plan.source_url, meta, list(plan.to_convert), options.on_error)
+    videos = read["sequences"] | "Videos" >> WriteVideos(plan.source_url, staging_url, meta.fps or 30.0, plan.encode, plan.sizes,
                                                          options.video_stats, options.on_error, options.verify_copies,
-                                                         copied_columns(meta))
+                                                         plan.copied)
     sequences = videos["sequences"]
+    reused = plan.reused
     if reused is not None and reused["ids"]:
         kept = pipeline | "Reuse" >> ReusePrevious(reused["root_url"], staging_url, meta.columns, reused["shards"], reused["ids"])
         sequences = (sequences, kept) | "AllSequences" >> beam.Flatten()
     bad = read[ERRORS] + videos[ERRORS] | "BadSequences" >> beam.Flatten()
     _ = {"sequences": sequences, ERRORS: bad} | "Write" >> WriteMixtrain(
-        staging_url, output_url, meta, num_shards, sidecar_extra, options.on_error, {"context": context, "units": current},
+        staging_url, output_url, meta, plan.num_shards, plan.sidecar_extra, options.on_error, plan.fingerprints,
         tuple(options.max_skipped))
-    return Plan(meta, refs, num_shards, to_convert)
+    return plan
 
 
 def _add_beam_options(parser, *, ours: bool):
@@ -347,7 +233,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
     try:
         try:
             if not launch_only:
-                with _blame(options.output, "cannot write the output"):
+                with blame(options.output, "cannot write the output"):
                     prepare_output(options.output, options.overwrite or options.incremental)
                     publish.claim_staging(out_fs, staging)
             pipeline = beam.Pipeline(runner=_runner(all_options, zygote), options=all_options)
@@ -423,19 +309,6 @@ def _summary(fs, root: str, output_url: str, seconds: float) -> tuple[str, int]:
                                               units and f"{units} unreadable source unit(s) whose sequences could not be counted") if part)
         line += f"; skipped {what}, listed in {storage.join(root, mixtrain.ERRORS_FILE)}"
     return line, skipped + units
-
-
-@contextlib.contextmanager
-def _blame(url: str, what: str):
-    """A failure that is not our ConversionError (storage unreachable, no credentials, permissions)
-    becomes one naming the URL it concerns; the original stays the cause, for the log."""
-    try:
-        yield
-    except errors.ConversionError:
-        raise
-    except Exception as error:  # noqa: BLE001 - filesystems raise many kinds
-        first = (str(error).strip().splitlines() or [""])[0]
-        raise errors.ConversionError(f"{url}: {what}: {type(error).__name__}: {first}") from error
 
 
 def new_run_id() -> str:

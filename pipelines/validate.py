@@ -254,17 +254,17 @@ def _source_loader(url: str | None, source_format: str | None, plan_options: dic
         fs, root = storage.open_root(url)
         if not fs.exists(root):
             return None
-        module = sources.get(source_format)
-        meta, refs = module.plan(fs, root, plan_options)
-        if hasattr(module, "expand_ref"):
-            refs = [record for ref in refs for record in module.expand_ref(fs, root, ref, meta)]
+        source = sources.get(source_format)
+        meta, refs = source.plan(fs, root, plan_options)
+        reader = source.open(fs, root, meta)
+        refs = [record for ref in refs for record in reader.expand(ref)]
     except (OSError, ConversionError):
         return None
     by_id = {ref.sequence_id: ref for ref in refs}
 
     def load(sequence_id: str):
         ref = by_id.get(sequence_id)
-        return None if ref is None else module.load(fs, root, ref, meta)
+        return None if ref is None else reader.load(ref)
 
     load.fs, load.root = fs, root
     return load

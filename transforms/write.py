@@ -232,7 +232,7 @@ def _failed(key: str, unit: dict, records: list[dict]) -> bool:
         if sequence is not None and (sequence == key or (prefix and sequence.startswith(prefix))):
             return True
         source = record.get("source_file") or ""
-        if sequence is None and (source == key or source.endswith("/" + key)):  # a whole unit (an RLDS shard) failed
+        if sequence is None and (source == key or source.endswith("/" + key)):  # a whole unit (planned as one ref) failed
             return True
     return False
 

@@ -10,7 +10,7 @@ import pytest
 
 from formats import l5kit, storage
 from formats.errors import FormatError
-from formats.l5kit_writer import SyntheticL5Kit, write_dataset
+from formats.samples.l5kit import SyntheticL5Kit, write_dataset
 from formats.zarr_v2 import ZarrArray, parse_dtype
 
 FIXTURE = pathlib.Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "l5kit" / "single_scene.zarr"
@@ -111,6 +111,7 @@ def test_plan_reads_scenes_only_and_load_reads_only_its_chunks(tmp_path, monkeyp
     assert sorted(p for p in read if not p.endswith((".zarray", ".zattrs"))) == ["scenes/0", "scenes/1"]
     read.clear()
     l5kit.load(fs, root, refs[1], meta)
+    read = [p for p in read if not p.endswith((".zarray", ".zattrs"))]  # a reader opens its arrays once (metadata)
     frames = truth["frames"][40:80]
     first, last = frames["agent_index_interval"][0, 0], frames["agent_index_interval"][-1, 1]
     agent_chunks = sorted(int(p.split("/")[1]) for p in read if p.startswith("agents/"))
@@ -271,7 +272,7 @@ def test_face_intervals_without_a_faces_array_are_an_error(tmp_path):
 
 
 def test_extra_fields_are_carried_not_dropped(tmp_path):
-    from formats.l5kit_writer import FRAME_DTYPE, SCENE_DTYPE
+    from formats.samples.l5kit import FRAME_DTYPE, SCENE_DTYPE
     from formats.zarr_v2 import write_array
 
     path, truth = _written(tmp_path, scene_lengths=(4, 3))

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from formats.lerobot_v3_writer import SyntheticLeRobot, write_dataset
+from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
 from pipelines import convert
 
 SPEC = SyntheticLeRobot(lengths=(5, 4, 6), cameras=(), episodes_per_meta_file=1, episodes_per_data_file=2)

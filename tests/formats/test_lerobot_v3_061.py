@@ -9,9 +9,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from formats import lerobot_v3, storage, video
+from formats import arrow_types, lerobot_v3, storage, video
 from formats.errors import FormatError
-from formats.lerobot_v3_writer import SAY_TOOL, SyntheticLeRobot, write_dataset
+from formats.samples.lerobot_v3 import SAY_TOOL, SyntheticLeRobot, write_dataset
 
 EDITED = SyntheticLeRobot(
     lengths=(7, 9, 6, 8), fps=15, lerobot_version="0.6.1", cameras=(), episodes_per_data_file=2,
@@ -117,17 +117,17 @@ def test_real_conflicts_name_both_files(tmp_path, kind, shown):
 def test_merge_and_conform_types():
     persistent = pa.struct([("role", pa.string()), ("camera", pa.null()), ("tool_calls", pa.null())])
     other = pa.struct([("role", pa.string()), ("camera", pa.string()), ("tool_calls", pa.list_(pa.struct([("name", pa.string())])))])
-    merged = lerobot_v3._merge_types(pa.list_(pa.null()), pa.list_(persistent))
-    merged = lerobot_v3._merge_types(merged, pa.list_(other))
+    merged = arrow_types.merge_types(pa.list_(pa.null()), pa.list_(persistent))
+    merged = arrow_types.merge_types(merged, pa.list_(other))
     assert merged == pa.list_(other)
     with pytest.raises(TypeError):
-        lerobot_v3._merge_types(pa.list_(pa.float32(), 6), pa.list_(pa.float32(), 7))
+        arrow_types.merge_types(pa.list_(pa.float32(), 6), pa.list_(pa.float32(), 7))
     with pytest.raises(TypeError):
-        lerobot_v3._merge_types(pa.float32(), pa.int64())
+        arrow_types.merge_types(pa.float32(), pa.int64())
     rows = [[{"role": "user", "camera": None, "tool_calls": None}], [], None]
-    conformed = lerobot_v3._conform(pa.array(rows, pa.list_(persistent)).slice(0, 3), merged)
+    conformed = arrow_types.conform(pa.array(rows, pa.list_(persistent)).slice(0, 3), merged)
     assert conformed.type == merged and conformed.to_pylist() == rows
-    empty = lerobot_v3._conform(pa.array([[], []], pa.list_(pa.null())), merged)
+    empty = arrow_types.conform(pa.array([[], []], pa.list_(pa.null())), merged)
     assert empty.type == merged and empty.to_pylist() == [[], []]
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from formats import mp4, video, video_copy
-from formats.lerobot_v3_writer import SyntheticLeRobot, write_dataset
+from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
 from tests.formats.segments import camera_segments
 
 

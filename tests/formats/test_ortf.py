@@ -10,7 +10,7 @@ import pytest
 
 from formats import ortf, storage
 from formats.errors import ColumnNameError, FormatError
-from formats.ortf_writer import STATE_COMPONENTS, SyntheticORTF, write_dataset
+from formats.samples.ortf import STATE_COMPONENTS, SyntheticORTF, write_dataset
 from formats.sequence import FileRef, VideoSegment
 
 EXACT = SyntheticORTF(slow_camera=None)

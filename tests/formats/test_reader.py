@@ -16,14 +16,14 @@ import pytest
 
 from formats import mixtrain, reader, video
 from formats.errors import FormatError
-from formats.l5kit_writer import SyntheticL5Kit
-from formats.l5kit_writer import write_dataset as write_l5kit
-from formats.lerobot_v3_writer import SyntheticLeRobot
-from formats.lerobot_v3_writer import write_dataset as write_lerobot
-from formats.ortf_writer import SyntheticORTF
-from formats.ortf_writer import write_dataset as write_ortf
-from formats.rlds_writer import SyntheticRLDS
-from formats.rlds_writer import write_dataset as write_rlds
+from formats.samples.l5kit import SyntheticL5Kit
+from formats.samples.l5kit import write_dataset as write_l5kit
+from formats.samples.lerobot_v3 import SyntheticLeRobot
+from formats.samples.lerobot_v3 import write_dataset as write_lerobot
+from formats.samples.ortf import SyntheticORTF
+from formats.samples.ortf import write_dataset as write_ortf
+from formats.samples.rlds import SyntheticRLDS
+from formats.samples.rlds import write_dataset as write_rlds
 from formats.sequence import ImageFrames
 from pipelines import convert, validate
 from tests.conftest import SHARED_FIXTURES

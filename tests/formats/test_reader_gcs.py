@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from formats import reader, storage
-from formats.lerobot_v3_writer import SyntheticLeRobot, write_dataset
+from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
 from pipelines import convert
 from tests.pipelines.test_gcs import gcs  # noqa: F401  (the emulator fixture; skips when gcp-storage-emulator is absent)
 

@@ -8,9 +8,9 @@ import shutil
 import numpy as np
 import pytest
 
-from formats import rlds, storage, tfrecord
+from formats import rlds, rlds_records, storage, tfrecord
 from formats.errors import FormatError
-from formats.rlds_writer import SyntheticRLDS, write_dataset
+from formats.samples.rlds import SyntheticRLDS, write_dataset
 from formats.sequence import ImageFrames
 
 BRIDGE = pathlib.Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "rlds" / "bridge_dataset" / "1.0.0"
@@ -222,7 +222,7 @@ def test_malformed_metadata(written, tmp_path):
 
 def _custom(tmp_path, features, steps_of, metadata=None, name="custom_rlds"):
     """A one-split dataset of two episodes with the given TFDS features."""
-    from formats.rlds_writer import write_episodes
+    from formats.samples.rlds import write_episodes
 
     path = tmp_path / name / "1.0.0"
     episodes = [{"steps": steps_of(number), **({"episode_metadata": metadata(number)} if metadata else {})} for number in range(2)]
@@ -302,9 +302,9 @@ def test_a_zlib_tensor_that_inflates_past_its_shape_is_refused_unexpanded():
     entry = {"path": "joint_torques", "dtype": "float32", "shape": [2, 3], "encoding": "zlib"}
     ref = rlds.RecordRef("train", 0, 4, "shard", 0, 0, "train_00000_000004")
     good = zlib.compress(np.arange(6, dtype=np.float32).tobytes())
-    assert rlds._numeric([good], entry, 1, ref).tolist() == [np.arange(6, dtype=np.float32).tolist()]
+    assert rlds_records._numeric([good], entry, 1, ref).tolist() == [np.arange(6, dtype=np.float32).tolist()]
     bomb = zlib.compress(bytes(100_000_000))  # 100 MB of zeros in 97 kB
     with pytest.raises(FormatError, match=r"^record 4: steps/joint_torques step 1 inflates to more than the 24 bytes its shape needs$"):
-        rlds._numeric([good, bomb], entry, 2, ref)
+        rlds_records._numeric([good, bomb], entry, 2, ref)
     with pytest.raises(FormatError, match=r"^record 4: steps/joint_torques step 0: zlib stream ends early \(24 bytes\)$"):
-        rlds._numeric([good[:-4]], entry, 1, ref)
+        rlds_records._numeric([good[:-4]], entry, 1, ref)

@@ -8,7 +8,7 @@ import pytest
 
 from formats import lerobot_v3, storage, verify, video, video_copy, video_policy
 from formats.errors import ConversionError, VideoError
-from formats.lerobot_v3_writer import encode_image, synthetic_frames
+from formats.samples.lerobot_v3 import encode_image, synthetic_frames
 from formats.stats import ImageStats, sample_indices
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from formats import l5kit, storage
 from formats.errors import FormatError
-from formats.l5kit_writer import SyntheticL5Kit, write_dataset
+from formats.samples.l5kit import SyntheticL5Kit, write_dataset
 from formats.zarr_v2 import ZarrArray, write_array
 
 CODECS = {

@@ -1,22 +1,14 @@
 """What can be proven of the Dataflow path offline: the job graph builds with DataflowRunner's
 dry run, nothing a worker reads is a launcher-only path, and the deploy files match the code."""
 
-import dataclasses
 import json
 import pathlib
 
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from formats import sources, storage
-from formats.l5kit_writer import SyntheticL5Kit
-from formats.l5kit_writer import write_dataset as write_l5kit
-from formats.lerobot_v3_writer import SyntheticLeRobot
-from formats.lerobot_v3_writer import write_dataset as write_lerobot
-from formats.ortf_writer import SyntheticORTF
-from formats.ortf_writer import write_dataset as write_ortf
-from formats.rlds_writer import SyntheticRLDS
-from formats.rlds_writer import write_dataset as write_rlds
+from formats.samples.lerobot_v3 import SyntheticLeRobot
+from formats.samples.lerobot_v3 import write_dataset as write_lerobot
 from pipelines import conversion, convert
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -43,41 +35,6 @@ def test_dataflow_job_graph_builds_offline(tmp_path, monkeypatch):
 def test_remote_runner_refuses_launcher_paths(tmp_path, capsys):
     assert convert.run([f"--input={tmp_path}", "--output=gs://bucket/out", *DATAFLOW]) == convert.EXIT_USAGE
     assert f"--input={tmp_path} is on this machine's disk, which DataflowRunner workers cannot read" in capsys.readouterr().err
-
-
-def _strings(value, found):
-    if isinstance(value, str):
-        found.append(value)
-    elif dataclasses.is_dataclass(value):
-        for field in dataclasses.fields(value):
-            _strings(getattr(value, field.name), found)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            _strings(item, found)
-    return found
-
-
-WRITERS = {
-    "lerobot_v3": lambda path: write_lerobot(str(path), SyntheticLeRobot(lengths=(4, 3), image_cameras=("observation.image",))),
-    "rlds": lambda path: write_rlds(str(path), SyntheticRLDS(splits={"train": (3, 2)}, shards={"train": 2})),
-    "l5kit": lambda path: write_l5kit(str(path), SyntheticL5Kit(scene_lengths=(5, 4))),
-    "ortf": lambda path: write_ortf(str(path), SyntheticORTF(lengths=(4, 3), depth_format="npz")),
-}
-
-
-@pytest.mark.parametrize("source", sorted(WRITERS))
-def test_planned_refs_hold_only_paths_relative_to_the_source_root(tmp_path, source):
-    """Workers get the root as a URL and each ref's paths relative to it: no launcher path leaks."""
-    path = tmp_path / source
-    WRITERS[source](path)
-    fs, root = storage.open_root(str(path))
-    module = sources.get(source)
-    meta, refs = module.plan(fs, root, {"fps": 10})
-    if hasattr(module, "expand_ref"):
-        refs = [record for ref in refs for record in module.expand_ref(fs, root, ref, meta)]
-    leaked = [text for ref in refs for text in _strings(ref, []) if str(tmp_path) in text or text.startswith("/")]
-    assert leaked == []
-    assert meta.uri.startswith("file://")  # the root itself travels as a URL
 
 
 def test_flex_template_parameters_are_the_pipeline_options():

@@ -10,14 +10,14 @@ import pathlib
 import subprocess
 import sys
 
-from formats.l5kit_writer import SyntheticL5Kit
-from formats.l5kit_writer import write_dataset as write_l5kit
-from formats.lerobot_v3_writer import SyntheticLeRobot
-from formats.lerobot_v3_writer import write_dataset as write_lerobot
-from formats.ortf_writer import SyntheticORTF
-from formats.ortf_writer import write_dataset as write_ortf
-from formats.rlds_writer import SyntheticRLDS
-from formats.rlds_writer import write_dataset as write_rlds
+from formats.samples.l5kit import SyntheticL5Kit
+from formats.samples.l5kit import write_dataset as write_l5kit
+from formats.samples.lerobot_v3 import SyntheticLeRobot
+from formats.samples.lerobot_v3 import write_dataset as write_lerobot
+from formats.samples.ortf import SyntheticORTF
+from formats.samples.ortf import write_dataset as write_ortf
+from formats.samples.rlds import SyntheticRLDS
+from formats.samples.rlds import write_dataset as write_rlds
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SOURCES = {

@@ -10,15 +10,7 @@ import sys
 
 import pytest
 
-from formats import storage
-from formats.l5kit_writer import SyntheticL5Kit
-from formats.l5kit_writer import write_dataset as write_l5kit
-from formats.lerobot_v3_writer import SyntheticLeRobot
-from formats.lerobot_v3_writer import write_dataset as write_lerobot
-from formats.ortf_writer import SyntheticORTF
-from formats.ortf_writer import write_dataset as write_ortf
-from formats.rlds_writer import SyntheticRLDS
-from formats.rlds_writer import write_dataset as write_rlds
+from formats import samples, storage
 from pipelines import convert, validate
 
 emulator = pytest.importorskip("gcp_storage_emulator.server", reason="gcp-storage-emulator is a test dependency (pip install -e .[test])")
@@ -55,22 +47,13 @@ def _upload(local, url):
     return url
 
 
-WRITERS = {
-    "lerobot_v3": lambda path: write_lerobot(str(path), SyntheticLeRobot(lengths=(12, 9, 15), codec="h264", gop=None,
-                                                                          episodes_per_video_file=2, episodes_per_data_file=2)),
-    "rlds": lambda path: write_rlds(str(path), SyntheticRLDS(splits={"train": (6, 4, 5)}, shards={"train": 2})),
-    "l5kit": lambda path: write_l5kit(str(path), SyntheticL5Kit(scene_lengths=(10, 14))),
-    "ortf": lambda path: write_ortf(str(path), SyntheticORTF(lengths=(6, 5, 7))),
-}
-
-
-@pytest.mark.parametrize("source", sorted(WRITERS))
+@pytest.mark.parametrize("source", sorted(samples.SAMPLES))
 def test_gs_to_gs_conversion_validates_read_back_from_gs(gcs, source):
     local = gcs / source
-    WRITERS[source](local)
+    samples.get(source).small(str(local))
     src = _upload(local, f"gs://bucket/sources/{source}")
     dst = f"gs://bucket/mixtrain/{source}"
-    extra = ["--fps=10"] if source == "rlds" else []
+    extra = list(samples.get(source).convert_args)
     assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", *extra]) == 0
     assert validate.validate(dst) == []
     findings, summary = validate.deep_check(dst)
@@ -82,7 +65,7 @@ def test_gs_to_gs_conversion_validates_read_back_from_gs(gcs, source):
 
 def test_gs_output_already_holding_a_dataset_needs_overwrite(gcs):
     local = gcs / "again"
-    WRITERS["l5kit"](local)
+    samples.get("l5kit").small(str(local))
     src = _upload(local, "gs://bucket/sources/again")
     dst = "gs://bucket/mixtrain/again"
     assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off"]) == 0
@@ -93,7 +76,7 @@ def test_gs_output_already_holding_a_dataset_needs_overwrite(gcs):
 
 def test_gs_incremental_rerun_reuses_everything_unchanged(gcs):
     local = gcs / "nightly"
-    WRITERS["ortf"](local)
+    samples.get("ortf").small(str(local))
     src = _upload(local, "gs://bucket/sources/nightly")
     dst = "gs://bucket/mixtrain/nightly"
     assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off"]) == 0
@@ -108,7 +91,7 @@ def test_dataflow_dry_run_prints_the_job_and_never_touches_the_output(gcs):
     """A launch that does not wait for the job (here a dry run) reports what it built and reads no output."""
     pytest.importorskip("apache_beam.runners.dataflow.internal.apiclient", reason="apache-beam[gcp] is a dependency")
     local = gcs / "dry"
-    WRITERS["lerobot_v3"](local)
+    samples.get("lerobot_v3").small(str(local))
     src = _upload(local, "gs://bucket/sources/dry")
     dst = "gs://bucket/mixtrain/dry"
     root = pathlib.Path(__file__).resolve().parents[2]

@@ -15,12 +15,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from formats.l5kit_writer import SyntheticL5Kit
-from formats.l5kit_writer import write_dataset as write_l5kit
-from formats.ortf_writer import SyntheticORTF
-from formats.ortf_writer import write_dataset as write_ortf
-from formats.rlds_writer import SyntheticRLDS
-from formats.rlds_writer import write_dataset as write_rlds
+from formats.samples.l5kit import SyntheticL5Kit
+from formats.samples.l5kit import write_dataset as write_l5kit
+from formats.samples.ortf import SyntheticORTF
+from formats.samples.ortf import write_dataset as write_ortf
+from formats.samples.rlds import SyntheticRLDS
+from formats.samples.rlds import write_dataset as write_rlds
 from formats.zarr_v2 import write_array
 from pipelines import convert
 

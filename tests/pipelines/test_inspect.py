@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from formats import reader, report
-from formats.lerobot_v3_writer import SyntheticLeRobot
-from formats.lerobot_v3_writer import write_dataset as write_lerobot
-from formats.ortf_writer import SyntheticORTF
-from formats.ortf_writer import write_dataset as write_ortf
+from formats.samples.lerobot_v3 import SyntheticLeRobot
+from formats.samples.lerobot_v3 import write_dataset as write_lerobot
+from formats.samples.ortf import SyntheticORTF
+from formats.samples.ortf import write_dataset as write_ortf
 from pipelines import convert, inspect
 
 SPEC = SyntheticLeRobot(lengths=(8, 6, 9, 7, 5), codec="h264", gop=None, episodes_per_video_file=2, episodes_per_data_file=3)

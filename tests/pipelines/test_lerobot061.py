@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from formats import storage, video, video_copy
-from formats.lerobot_v3_writer import SyntheticLeRobot, write_dataset
+from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
 from pipelines import convert, validate
 from tests.conftest import shared_lerobot
 

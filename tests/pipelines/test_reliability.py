@@ -12,15 +12,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from formats import samples
 from formats.errors import ConversionError
-from formats.l5kit_writer import SyntheticL5Kit
-from formats.l5kit_writer import write_dataset as write_l5kit
-from formats.lerobot_v3_writer import SyntheticLeRobot
-from formats.lerobot_v3_writer import write_dataset as write_lerobot
-from formats.ortf_writer import SyntheticORTF
-from formats.ortf_writer import write_dataset as write_ortf
-from formats.rlds_writer import SyntheticRLDS
-from formats.rlds_writer import write_dataset as write_rlds
+from formats.samples.l5kit import SyntheticL5Kit
+from formats.samples.l5kit import write_dataset as write_l5kit
+from formats.samples.lerobot_v3 import SyntheticLeRobot
+from formats.samples.lerobot_v3 import write_dataset as write_lerobot
+from formats.samples.ortf import SyntheticORTF
+from formats.samples.ortf import write_dataset as write_ortf
+from formats.samples.rlds import SyntheticRLDS
+from formats.samples.rlds import write_dataset as write_rlds
 from pipelines import convert, validate
 
 
@@ -169,20 +170,16 @@ def test_truncated_parquet_schema_drift_and_absurd_lengths(tmp_path, capsys):
     assert _last_error_line(capsys).endswith("episode_000000: length 1000000000000 is not plausible (more than 1e+09 frames)")
 
 
-SOURCES = {
-    "lerobot_v3": (lambda p: write_lerobot(str(p), MULTI), []),
-    "lerobot_v3_reencode": (lambda p: write_lerobot(str(p), MULTI), ["--video=reencode", "--video_stats"]),
-    "rlds": (lambda p: write_rlds(str(p), SyntheticRLDS(splits={"train": (4, 5)}, shards={"train": 2})), ["--fps=10"]),
-    "l5kit": (lambda p: write_l5kit(str(p), SyntheticL5Kit()), []),
-    "ortf": (lambda p: write_ortf(str(p), SyntheticORTF(lengths=(5, 4, 6))), []),
-}
+# Every registered source's sample, and the multi-file LeRobot dataset re-encoded with image statistics.
+SOURCES = {name: (sample.small, list(sample.convert_args)) for name, sample in samples.SAMPLES.items()}
+SOURCES["lerobot_v3_reencode"] = (lambda p: write_lerobot(str(p), MULTI), ["--video=reencode", "--video_stats"])
 
 
 @pytest.mark.parametrize("name", sorted(SOURCES))
 def test_same_input_and_options_give_identical_outputs(tmp_path, name):
     write, extra = SOURCES[name]
     src = tmp_path / "src"
-    write(src)
+    write(str(src))
     outputs = [tmp_path / "one", tmp_path / "two"]
     for dst in outputs:
         assert _convert(src, dst, "--num_shards=2", "--direct_num_workers=2", *extra) == convert.EXIT_OK
@@ -257,7 +254,7 @@ def _published(dst):
 
 
 def test_incremental_reuses_unchanged_episodes_and_equals_a_full_conversion(tmp_path):
-    from formats.lerobot_v3_writer import synthetic_frames
+    from formats.samples.lerobot_v3 import synthetic_frames
     from formats.video import encode_frames
     from formats.video_policy import EncodeOptions
 

@@ -7,8 +7,8 @@ import shutil
 import pyarrow.parquet as pq
 
 from formats import tfrecord
-from formats.rlds_writer import SyntheticRLDS
-from formats.rlds_writer import write_dataset as write_rlds
+from formats.samples.rlds import SyntheticRLDS
+from formats.samples.rlds import write_dataset as write_rlds
 from pipelines import convert
 
 SHARD0 = "synthetic_rlds-train.tfrecord-00000-of-00002"

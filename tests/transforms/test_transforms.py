@@ -5,7 +5,7 @@ import numpy as np
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from formats import lerobot_v3, storage
+from formats import lerobot_v3, sources, storage
 from formats.stats import ColumnStats, summarise
 from transforms.read import ReadSequences
 from transforms.stats import MergeShardStatsFn
@@ -16,7 +16,7 @@ def test_read_sequences_one_per_ref(multi_file_dataset):
     fs, root = storage.open_root(str(path))
     meta, refs = lerobot_v3.plan(fs, root)
     with TestPipeline(runner="FnApiRunner") as pipeline:
-        loaded = (pipeline | ReadSequences("lerobot_v3", storage.url_for(fs, root), meta, refs))["sequences"]
+        loaded = (pipeline | ReadSequences(sources.get("lerobot_v3"), storage.url_for(fs, root), meta, refs))["sequences"]
         summary = loaded | beam.Map(lambda s: (s.sequence_id, s.length, float(s.trajectories["action"].sum())))
         expected = [(f"episode_{i:06d}", len(a), float(a.sum())) for i, a in enumerate(truth["action"])]
         assert_that(summary, equal_to(expected))

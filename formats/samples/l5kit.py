@@ -14,7 +14,7 @@ from collections.abc import Sequence as Seq
 
 import numpy as np
 
-from formats import storage
+from formats import samples, storage
 from formats.zarr_v2 import write_array, write_group
 
 __all__ = ["SyntheticL5Kit", "write_dataset", "SCENE_DTYPE", "FRAME_DTYPE", "AGENT_DTYPE", "TL_FACE_DTYPE", "LABELS"]
@@ -110,3 +110,16 @@ def write_dataset(url: str, spec: SyntheticL5Kit | None = None) -> dict:
     if spec.with_faces:
         write_array(fs, storage.join(root, "traffic_light_faces"), faces, spec.faces_chunk)
     return {"scenes": scenes, "frames": frames, "agents": agents, "traffic_light_faces": faces, "yaw": yaws}
+
+
+def _small(path: str) -> dict:
+    return write_dataset(path, SyntheticL5Kit(scene_lengths=(10, 14)))
+
+
+def _bundled(path: str, episodes: int) -> str:
+    lengths = tuple(40 + (13 * i) % 37 for i in range(episodes))
+    write_dataset(path, SyntheticL5Kit(scene_lengths=lengths, scenes_chunk=5))
+    return f"an l5kit sample with {episodes} scenes ({sum(lengths)} frames)"
+
+
+samples.register(samples.Sample("l5kit", _small, _bundled))

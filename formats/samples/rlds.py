@@ -16,8 +16,8 @@ from collections.abc import Sequence as Seq
 
 import numpy as np
 
-from formats import storage, tfrecord
-from formats.lerobot_v3_writer import encode_image, synthetic_frames
+from formats import samples, storage, tfrecord
+from formats.samples.lerobot_v3 import encode_image, synthetic_frames
 
 __all__ = ["SyntheticRLDS", "write_dataset", "write_episodes"]
 
@@ -173,3 +173,17 @@ def write_episodes(url: str, name: str, features, episodes: dict, shards: dict |
     # What FeatureConnector.save_config writes: the feature proto as JSON.
     features_json = json_format.MessageToDict(features.to_proto())
     fs.pipe_file(storage.join(root, "features.json"), json.dumps(features_json, indent=4, sort_keys=True).encode())
+
+
+def _small(path: str) -> dict:
+    return write_dataset(path, SyntheticRLDS(splits={"train": (6, 4, 5)}, shards={"train": 2}))
+
+
+def _bundled(path: str, episodes: int) -> str:
+    lengths = tuple(8 + (5 * i) % 9 for i in range(episodes))
+    write_dataset(path, SyntheticRLDS(splits={"train": lengths}, shards={"train": max(1, episodes // 5)}))
+    return f"an rlds sample with {episodes} episodes ({sum(lengths)} steps; convert it with --fps)"
+
+
+# Synthetic RLDS has no known control rate: a conversion needs --fps.
+samples.register(samples.Sample("rlds", _small, _bundled, convert_args=("--fps=10",)))

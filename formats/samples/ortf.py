@@ -23,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from formats import storage
-from formats.lerobot_v3_writer import encode_image, synthetic_frames
+from formats import samples, storage
+from formats.samples.lerobot_v3 import encode_image, synthetic_frames
 from formats.video import encode_frames
 from formats.video_policy import EncodeOptions
 
@@ -236,3 +236,16 @@ def write_dataset(url: str, spec: SyntheticORTF | None = None) -> dict:
     truth["tasks"] = tasks
     truth["episode_rows"] = episode_rows
     return truth
+
+
+def _small(path: str) -> dict:
+    return write_dataset(path, SyntheticORTF(lengths=(6, 5, 7)))
+
+
+def _bundled(path: str, episodes: int) -> str:
+    lengths = tuple(20 + (11 * i) % 17 for i in range(episodes))
+    write_dataset(path, SyntheticORTF(lengths=lengths, episodes_per_chunk=5))
+    return f"an ortf sample with {episodes} episodes ({sum(lengths)} steps)"
+
+
+samples.register(samples.Sample("ortf", _small, _bundled))

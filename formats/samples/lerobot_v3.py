@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from formats import storage
+from formats import samples, storage
 from formats.video import encode_frames
 from formats.video_policy import EncodeOptions, padded_size
 
@@ -503,3 +503,18 @@ def _write_json(fs, path: str, value: dict) -> None:
 def _encode_options(spec: SyntheticLeRobot) -> EncodeOptions:
     preset = spec.preset or ("12" if spec.codec == "av1" else None)
     return EncodeOptions(spec.codec, spec.crf, spec.gop, preset)
+
+
+def _small(path: str) -> dict:
+    return write_dataset(path, SyntheticLeRobot(lengths=(12, 9, 15), codec="h264", gop=None, episodes_per_video_file=2,
+                                                episodes_per_data_file=2))
+
+
+def _bundled(path: str, episodes: int) -> str:
+    lengths = tuple(30 + (7 * i) % 23 for i in range(episodes))
+    write_dataset(path, SyntheticLeRobot(lengths=lengths, episodes_per_data_file=5, episodes_per_video_file=4,
+                                         episodes_per_meta_file=6, chunks_size=2, multi_task_episodes=(3,)))
+    return f"a lerobot_v3 sample with {episodes} episodes ({sum(lengths)} frames)"
+
+
+samples.register(samples.Sample("lerobot_v3", _small, _bundled))

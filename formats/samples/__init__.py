@@ -1,0 +1,55 @@
+"""Synthetic datasets written the way each format's own tools write them, apart from the readers:
+for the tests, the benches and `python -m pipelines.make_sample`. Never imported by a conversion.
+
+One registry, keyed by source id: `SAMPLES[id]` is a `Sample` (how to write a small dataset of
+that format, and what converting it needs). The contract tests (tests/contract.py) run over every registered source with its sample; a new
+source registers its sample with `register` beside its reader (or from a test).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["Sample", "SAMPLES", "register", "unregister", "get"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Sample:
+    """How to write datasets of one source format.
+
+    `small(path)` writes a few short sequences with every kind of column the format has (the
+    contract tests' input) and returns the writer's truth or None; `bundled(path, episodes)` writes
+    the `make_sample` dataset and returns what it wrote in words ("an ortf sample with 12 episodes
+    (337 steps)"); `convert_args` are command-line options converting either needs.
+    """
+
+    source: str
+    small: Callable[[str], Any]
+    bundled: Callable[[str, int], str]
+    convert_args: tuple[str, ...] = ()
+
+
+SAMPLES: dict[str, Sample] = {}
+BUILTIN = ("formats.samples.lerobot_v3", "formats.samples.ortf", "formats.samples.l5kit", "formats.samples.rlds")
+
+
+def register(sample: Sample) -> Sample:
+    SAMPLES[sample.source] = sample
+    return sample
+
+
+def unregister(source: str) -> None:
+    SAMPLES.pop(source, None)
+
+
+def get(source: str) -> Sample:
+    if source not in SAMPLES:
+        raise KeyError(f"no sample writer for source {source!r}; known: {', '.join(sorted(SAMPLES))}")
+    return SAMPLES[source]
+
+
+for _module in BUILTIN:
+    importlib.import_module(_module)

@@ -1,0 +1,169 @@
+"""The conversion plan: the command line's options in, one frozen ConversionPlan out.
+
+Everything the launcher decides before any worker runs is decided here, without Beam (tests call
+`make_plan` directly): the source and its refs, the metadata exactly as mixtrain.json will carry
+it (video columns as they will be written, dataset assets at their output paths), the copy or
+encode decision per camera, the shard count, and what an --incremental run reuses.
+`pipelines.conversion.build_pipeline` only wires transforms from the plan.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from typing import Any
+
+import formats
+from formats import errors, fingerprint, mixtrain, sources, storage, video_policy
+from formats.sequence import TRAJECTORY, VIDEO, DatasetMeta
+from formats.source import Source, SourceRef
+from pipelines import cli
+from pipelines.cli import UsageError
+
+__all__ = ["ConversionPlan", "make_plan", "estimate_num_shards", "requested_encoding", "source_options"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ConversionPlan:
+    """What the launcher decided. `meta` is the metadata as written; nothing mutates it later."""
+
+    source: Source
+    source_url: str
+    meta: DatasetMeta
+    refs: tuple[SourceRef, ...]
+    to_convert: tuple[SourceRef, ...]  # all refs, or under --incremental the changed units' refs
+    encode: dict  # video column -> EncodeOptions, or None for a packet copy
+    sizes: dict  # video column -> the source's declared (width, height)
+    copied: frozenset  # video columns planned as packet copies
+    num_shards: int
+    assets: tuple[str, ...]  # dataset-level files (relative to the source root) copied to files/_dataset/
+    sidecar_extra: dict  # converter, options, created_at, incremental: mixtrain.json beside the metadata
+    fingerprints: dict  # {"context": hash, "units": unit key -> fingerprint}: written for the next --incremental
+    reused: dict | None  # what --incremental keeps from the previous output (fingerprint.reusable), or None
+
+
+def source_options(source: Source, options: Any) -> dict:
+    """What the source's `plan` reads of the command line: its own declared options only."""
+    return source.plan_options({option.flag: getattr(options, option.flag) for option in source.options})
+
+
+def requested_encoding(options: Any) -> video_policy.EncodeOptions:
+    """The --video_* flags as checked EncodeOptions (raises ConversionError on a bad combination)."""
+    return video_policy.EncodeOptions(options.video_codec or "h264", options.video_crf, options.video_gop,
+                               options.video_preset, options.video_pix_fmt or "yuv420p").resolved()
+
+
+def given(options: Any, name: str) -> bool:
+    """The user set this option to something other than its default."""
+    return getattr(options, name) != cli.DEFAULTS[name]
+
+
+def check_effective(options: Any, source: Source, meta: DatasetMeta, encode: dict) -> None:
+    """Refuse an option that would change nothing for this source and mode: the user meant something."""
+    own = {option.flag for option in source.options}
+    for name, owner in cli.SOURCE_OPTIONS.items():
+        if given(options, name) and name not in own:
+            raise UsageError(f"--{name} is an option of --source={owner}; it has no effect on this {source.id} dataset")
+    cameras = [spec.name for spec in meta.columns if spec.kind == VIDEO]
+    if not cameras:
+        for name in ("video", "video_stats", "verify_copies", *cli.ENCODING_OPTIONS):
+            if given(options, name):
+                raise UsageError(f"--{name} has no effect: this {source.id} dataset has no cameras")
+        return
+    if given(options, "verify_copies") and all(encode.values()):
+        raise UsageError(f"--verify_copies has no effect: every camera of this dataset ({', '.join(cameras)}) is encoded, none copied")
+    if not any(encode.values()):
+        for name in cli.ENCODING_OPTIONS:
+            if given(options, name):
+                raise UsageError(f"--{name} has no effect: --video={options.video} copies every camera of this dataset "
+                                 f"({', '.join(cameras)}) without encoding", hint="pass --video=reencode to encode them")
+
+
+def plan_videos(meta: DatasetMeta, mode: str, requested: video_policy.EncodeOptions) -> tuple[DatasetMeta, dict, dict]:
+    """Decide copy or encode per video column. Returns the metadata whose video entries describe
+    the output (a new DatasetMeta), column -> EncodeOptions or None for copy, and column ->
+    declared source (width, height)."""
+    encode, sizes, columns = {}, {}, []
+    for spec in meta.columns:
+        if spec.kind == VIDEO:
+            encode[spec.name], entry = video_policy.plan_column(spec.meta, mode=mode, requested=requested)
+            sizes[spec.name] = video_policy.declared_size(entry)
+            spec = dataclasses.replace(spec, meta=entry)
+        columns.append(spec)
+    return dataclasses.replace(meta, columns=columns), encode, sizes
+
+
+def estimate_num_shards(meta: DatasetMeta, refs: list[SourceRef], target_mb: float) -> int:
+    """Shards from the planned size of the rows (trajectories + timestamps, plus what each ref
+    knows it holds beyond them), at least one; at most one per ref when every ref knows its steps."""
+    bytes_per_step = 8
+    for spec in meta.columns:
+        if spec.kind == TRAJECTORY:
+            bytes_per_step += spec.meta["dim"] * spec.arrow_type.value_type.value_type.bit_width // 8
+    total = sum((ref.estimated_steps or 0) * bytes_per_step + ref.estimated_bytes for ref in refs)
+    limit = len(refs) if all(ref.estimated_steps is not None for ref in refs) else max(len(refs), 1) * 1000
+    return max(1, min(limit or 1, math.ceil(total / (target_mb * 1e6))))
+
+
+def make_plan(options: Any, *, output_url: str, created_at: str) -> ConversionPlan:
+    """The whole plan from the command line's options (a ConvertOptions view, or any object with
+    the same attributes). Reads the source's metadata and, under --incremental, the previous
+    output's fingerprints; writes nothing.
+
+    Raises UsageError for an option that has no effect on this dataset, ConversionError for a
+    source that cannot be converted.
+    """
+    with blame(options.input, "cannot read the input"):
+        fs, root = storage.open_root(options.input)
+        source = sources.get(sources.detect(fs, root) if options.source == "auto" else options.source)
+        plan_options = source_options(source, options)
+        meta, refs = source.plan(fs, root, plan_options)
+    if not refs or sources.sequence_count(refs) == 0:
+        raise errors.ConversionError(f"{storage.url_for(fs, root)}: the {source.id} dataset holds no sequences; nothing to convert "
+                                     "(an existing dataset at the output is left as it was)")
+    requested = requested_encoding(options)
+    meta, encode, sizes = plan_videos(meta, options.video, requested)
+    check_effective(options, source, meta, encode)
+    num_shards = options.num_shards or estimate_num_shards(meta, refs, options.target_shard_mb or cli.DEFAULT_SHARD_MB)
+    assets = tuple(meta.source.get("assets") or ())
+    if assets:  # published where the launcher copies them
+        meta = dataclasses.replace(meta, source={**meta.source, "assets": [f"{mixtrain.FILES_DIR}/_dataset/{relative}" for relative in assets]})
+    sidecar_extra = {
+        "converter_version": formats.__version__,
+        "options": {"source": source.id, "source_options": plan_options, "video": options.video, "num_shards": num_shards,
+                    "on_error": options.on_error,
+                    **({"max_skipped": errors.describe_skip_limit(options.max_skipped)} if options.on_error == "skip" else {}),
+                    "video_encoding": dataclasses.asdict(requested), "video_stats": options.video_stats},
+        "created_at": created_at,
+    }
+    units, shared = source.incremental_units(refs)
+    # What changes the output of a unit; not the shard count or the error policy.
+    recorded = {k: v for k, v in sidecar_extra["options"].items() if k not in ("num_shards", "on_error", "max_skipped")}
+    context = fingerprint.context_hash(formats.__version__, {**recorded, "fps": meta.fps}, meta.columns)
+    current = fingerprint.fingerprints(units, fingerprint.signatures(fs, root), shared, context)
+    to_convert, reused = refs, None
+    if options.incremental:
+        out_fs, out_root = storage.open_root(output_url)
+        reused = fingerprint.reusable(out_fs, out_root, units, current)
+        if reused is not None:
+            changed = {unit.key for unit, _ in units} - reused["units"]
+            to_convert = [ref for unit, ref in units if unit.key in changed]
+            sidecar_extra["incremental"] = {"reused_sequences": len(reused["ids"]), "converted_units": len(to_convert),
+                                            "previous_created_at": reused["created_at"]}
+    copied = frozenset(spec.name for spec in meta.columns if spec.kind == VIDEO and spec.meta.get("written_as") == "copy")
+    return ConversionPlan(source, storage.url_for(fs, root), meta, tuple(refs), tuple(to_convert), encode, sizes, copied,
+                          num_shards, assets, sidecar_extra, {"context": context, "units": current}, reused)
+
+
+@contextlib.contextmanager
+def blame(url: str, what: str):
+    """A failure that is not our ConversionError (storage unreachable, no credentials, permissions)
+    becomes one naming the URL it concerns; the original stays the cause, for the log."""
+    try:
+        yield
+    except errors.ConversionError:
+        raise
+    except Exception as error:  # noqa: BLE001 - filesystems raise many kinds
+        first = (str(error).strip().splitlines() or [""])[0]
+        raise errors.ConversionError(f"{url}: {what}: {type(error).__name__}: {first}") from error
