@@ -19,7 +19,7 @@ import json
 import math
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 import av
 import fsspec
@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from formats import mixtrain, storage, video
+from formats import array_layout, mixtrain, storage, video
 from formats.errors import FormatError
 
 __all__ = ["open_dataset", "Dataset", "Filter", "torch_windows", "torch_sequences"]
@@ -208,6 +208,9 @@ class Dataset:
     def _cell(self, name: str, cell: pa.Array) -> Any:
         """One cell (a length-1 Arrow array) as numpy or Python."""
         kind = self.kind(name)
+        entry = self.column_types.get(name) or {}
+        if kind == TRAJECTORY and array_layout.is_bytes(entry):  # a read-only view of the row's buffer
+            return array_layout.decode(cell, 0, entry["dtype"], int(entry["dim"]))
         if kind in PER_STEP and pa.types.is_list(cell.type):
             if cell.null_count:
                 return None
@@ -219,6 +222,31 @@ class Dataset:
                 return values.to_numpy(zero_copy_only=False)
             return values.to_pylist()
         return cell[0].as_py()
+
+    def trajectories(self, sequence_id: str, columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """One sequence's trajectories (default: every trajectory column) as numpy [T, D] arrays in
+        their stored dtype, for training loops. Zero-copy views of the read buffers where the layout
+        allows it: always for `--array_layout=bytes`, and for `lists` when the
+        cell has no nulls (Arrow's fixed-size-list values are contiguous)."""
+        wanted = list(self.columns(TRAJECTORY) if columns is None else columns)
+        for name in wanted:
+            if self.kind(name) != TRAJECTORY:
+                raise KeyError(f"{name!r} is not a trajectory column of {self.root}; trajectory columns: "
+                               f"{', '.join(self.columns(TRAJECTORY)) or 'none'}")
+        row = self.sequence(sequence_id, ["sequence_id", *wanted])
+        return {name: row[name] for name in wanted}
+
+    def video_file(self, sequence_id: str, column: str) -> BinaryIO:
+        """One sequence's video in `column` as a binary file-like object (seekable; hand it to PyAV,
+        torchcodec or `open` it yourself): the MP4 file itself, opened read-only. Close it after use."""
+        relative = self._video_cell(sequence_id, column)
+        if relative is None:
+            raise KeyError(f"sequence {sequence_id!r} has no video in column {column!r}")
+        fs, path = storage.open_root(relative) if "://" in relative else (self.fs, self._resolve(relative))
+        try:
+            return storage.open_input(fs, path)
+        except FileNotFoundError:
+            raise FormatError(f"{storage.url_for(fs, path)}: video file not found") from None
 
     def rows(self, columns: Sequence[str] | None = None, where: Filter | None = None) -> Iterator[dict[str, Any]]:
         """Every matching sequence as `sequence()` gives it, one shard read at a time."""

@@ -23,6 +23,7 @@ SOURCE_IDS = ("l5kit", "lerobot_v3", "ortf", "rlds")
 VIDEO_CODECS = ("av1", "h264", "hevc")
 VIDEO_MODES = ("copy", "reencode")
 ERROR_MODES = ("fail", "skip")
+ARRAY_LAYOUTS = ("lists", "bytes")  # formats/array_layout.py LAYOUTS
 PROGRESS_MODES = ("auto", "bar", "lines", "off")
 # Options that only one source reads: given for another source they would change nothing.
 SOURCE_OPTIONS = {"split": "rlds", "fps": "rlds", "bgr_cameras": "rlds"}
@@ -129,6 +130,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="number of Parquet shards (default 0: derived from --target_shard_mb)")
     group.add_argument("--target_shard_mb", default=None, type=_number(float, 0, above=True), metavar="MB",
                        help="approximate uncompressed MB of rows per shard (default 256)")
+    group.add_argument("--array_layout", default="lists", choices=ARRAY_LAYOUTS,
+                       help="trajectory cells: lists (default): list<fixed_size_list<dtype, D>>, readable as nested "
+                            "lists by every Parquet tool; bytes: the [T, D] array's raw little-endian values in one binary "
+                            "cell, dtype and D in mixtrain.json column_types (2x+ faster to numpy, docs/array_layouts.md)")
 
     group = parser.add_argument_group("progress and logs")
     group.add_argument("--progress", default="auto", choices=PROGRESS_MODES,

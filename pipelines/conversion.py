@@ -30,7 +30,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 
 import formats
-from formats import errors, fingerprint, mixtrain, sources, storage, video
+from formats import array_layout, errors, fingerprint, mixtrain, sources, storage, video
 from formats.sequence import TRAJECTORY, VIDEO, DatasetMeta
 from pipelines import cli, local_workers
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
@@ -202,6 +202,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     encode, sizes = plan_videos(meta, options.video, requested)
     check_effective(options, source, meta, encode)
     num_shards = options.num_shards or estimate_num_shards(meta, refs, options.target_shard_mb or cli.DEFAULT_SHARD_MB)
+    meta.columns = array_layout.with_layout(meta.columns, options.array_layout)  # after the size estimate: it reads list types
     out_fs, out_root = storage.open_root(options.output)
     output_url = storage.url_for(out_fs, out_root)
     staging = mixtrain.staging_root(out_fs, out_root, run_id)
@@ -212,14 +213,16 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
         "options": {"source": source, "source_options": source_options(options), "video": options.video, "num_shards": num_shards,
                     "on_error": options.on_error,
                     **({"max_skipped": errors.describe_skip_limit(options.max_skipped)} if options.on_error == "skip" else {}),
-                    "video_encoding": dataclasses.asdict(requested), "video_stats": options.video_stats},
+                    "video_encoding": dataclasses.asdict(requested), "video_stats": options.video_stats,
+                    "array_layout": options.array_layout},
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     if write_assets:
         mixtrain.copy_assets(fs, root, out_fs, staging, meta)
     units, shared = module.incremental_units(refs)
     # What changes the output of a unit; not the shard count or the error policy.
-    recorded = {k: v for k, v in sidecar_extra["options"].items() if k not in ("num_shards", "on_error", "max_skipped")}
+    # (array_layout changes the columns' types, which the context hashes already.)
+    recorded = {k: v for k, v in sidecar_extra["options"].items() if k not in ("num_shards", "on_error", "max_skipped", "array_layout")}
     context = fingerprint.context_hash(formats.__version__, {**recorded, "fps": meta.fps}, meta.columns)
     current = fingerprint.fingerprints(units, fingerprint.signatures(fs, root), shared, context)
     to_convert, reused = refs, None

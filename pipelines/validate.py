@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from formats import mixtrain, sources, storage, verify, video
+from formats import array_layout, mixtrain, sources, storage, verify, video
 from formats.errors import ConversionError
 from formats.sequence import ImageFrames
 from pipelines import exit_without_teardown
@@ -42,7 +42,7 @@ def _expected_type(entry: dict) -> pa.DataType | None:
     if kind == "timestamps":
         return pa.list_(pa.float64())
     if kind == "trajectory":
-        return pa.list_(pa.list_(pa.from_numpy_dtype(entry["dtype"]), int(entry["dim"])))
+        return array_layout.cell_type(entry)
     if kind == "video":
         return pa.string()
     return None
@@ -129,9 +129,9 @@ def _check_lengths(path: str, table: pa.Table, column_types: dict) -> list[str]:
     for name, entry in column_types.items():
         # Every list column column_types describes is per step (trajectories, flags, agents...).
         if (entry.get("type") == "video" or entry.get("file_reference") or name not in table.column_names
-                or not pa.types.is_list(table.schema.field(name).type)):
+                or not (pa.types.is_list(table.schema.field(name).type) or array_layout.is_bytes(entry))):
             continue
-        cells = pc.list_value_length(table.column(name).combine_chunks())
+        cells = array_layout.cell_steps(table.column(name).combine_chunks(), entry)
         mismatch = pc.not_equal(cells, lengths)
         if pc.any(mismatch).as_py():
             row = pc.index(mismatch, True).as_py()
