@@ -115,7 +115,7 @@ def duckdb_connection():
 
 def read_duckdb(path: pathlib.Path) -> pa.Table:
     connection = duckdb_connection()
-    table = connection.execute(f"SELECT {', '.join(COLUMNS)} FROM read_parquet('{path}')").to_arrow_table()
+    table = connection.sql(f"SELECT {', '.join(COLUMNS)} FROM read_parquet('{path}')").to_arrow_table()
     connection.close()
     return table
 
@@ -134,7 +134,7 @@ def read_duckdb_lance(path: pathlib.Path) -> pa.Table:
     import lance
     dataset = lance.dataset(str(path))  # noqa: F841 (DuckDB's replacement scan finds it by name)
     connection = duckdb_connection()
-    table = connection.execute(f"SELECT {', '.join(COLUMNS)} FROM dataset").to_arrow_table()
+    table = connection.sql(f"SELECT {', '.join(COLUMNS)} FROM dataset").to_arrow_table()
     connection.close()
     return table
 

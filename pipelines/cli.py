@@ -24,6 +24,8 @@ VIDEO_CODECS = ("av1", "h264", "hevc")
 VIDEO_MODES = ("copy", "reencode")
 ERROR_MODES = ("fail", "skip")
 ARRAY_LAYOUTS = ("lists", "bytes")  # formats/array_layout.py LAYOUTS
+TABLE_FORMATS = ("parquet", "lance")
+LANCE_VIDEOS = ("blob", "reference")  # formats/lance_table.py VIDEO_STORAGE
 PROGRESS_MODES = ("auto", "bar", "lines", "off")
 # Options that only one source reads: given for another source they would change nothing.
 SOURCE_OPTIONS = {"split": "rlds", "fps": "rlds", "bgr_cameras": "rlds"}
@@ -130,6 +132,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="number of Parquet shards (default 0: derived from --target_shard_mb)")
     group.add_argument("--target_shard_mb", default=None, type=_number(float, 0, above=True), metavar="MB",
                        help="approximate uncompressed MB of rows per shard (default 256)")
+    group.add_argument("--table_format", default="parquet", choices=TABLE_FORMATS,
+                       help="parquet (default): Parquet shards under data/, videos as files; lance: one Lance dataset at "
+                            "--output, videos inside it, every run a new version (docs/lance.md)")
+    group.add_argument("--lance_videos", default="blob", choices=LANCE_VIDEOS,
+                       help="with --table_format=lance: blob (default): each MP4's bytes verbatim in a blob column; "
+                            "reference: paths to files under files/ as in the Parquet layout")
     group.add_argument("--array_layout", default="lists", choices=ARRAY_LAYOUTS,
                        help="trajectory cells: lists (default): list<fixed_size_list<dtype, D>>, readable as nested "
                             "lists by every Parquet tool; bytes: the [T, D] array's raw little-endian values in one binary "
@@ -216,6 +224,8 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if typed(argv, "max_skipped") and args.on_error != "skip":
         raise UsageError("--max_skipped has no effect with --on_error=fail (the first bad sequence stops the run)",
                          hint="pass --on_error=skip to convert what can be converted")
+    if typed(argv, "lance_videos") and args.table_format != "lance":
+        raise UsageError("--lance_videos has no effect without --table_format=lance")
     if typed(argv, "progress_interval") and args.progress in ("off", "bar"):
         raise UsageError(f"--progress_interval has no effect with --progress={args.progress} (it spaces plain progress lines)")
     return args, rest

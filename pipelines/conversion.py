@@ -30,7 +30,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 
 import formats
-from formats import array_layout, errors, fingerprint, mixtrain, sources, storage, video
+from formats import array_layout, errors, fingerprint, lance_table, mixtrain, sources, storage, video
 from formats.sequence import TRAJECTORY, VIDEO, DatasetMeta
 from pipelines import cli, local_workers
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
@@ -110,6 +110,11 @@ def prepare_output(output_url: str, overwrite: bool) -> None:
         return
     if not fs.isdir(root):
         raise errors.ConversionError(f"{root}: output exists and is not a directory")
+    if lance_table.is_dataset(fs, root):  # each run publishes a new version of it
+        if not overwrite:
+            raise errors.ConversionError(f"{root}: output already holds a Lance dataset; pass --overwrite (or --incremental) "
+                                         "to publish a new version of it")
+        return
     names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(root, detail=False)}
     foreign = mixtrain.foreign_entries(fs, root)
     ours = names - set(foreign) - {mixtrain.STAGING_DIR}
@@ -214,7 +219,8 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
                     "on_error": options.on_error,
                     **({"max_skipped": errors.describe_skip_limit(options.max_skipped)} if options.on_error == "skip" else {}),
                     "video_encoding": dataclasses.asdict(requested), "video_stats": options.video_stats,
-                    "array_layout": options.array_layout},
+                    "array_layout": options.array_layout, "table_format": options.table_format,
+                    **({"lance_videos": options.lance_videos} if options.table_format == "lance" else {})},
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     if write_assets:
@@ -222,7 +228,8 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     units, shared = module.incremental_units(refs)
     # What changes the output of a unit; not the shard count or the error policy.
     # (array_layout changes the columns' types, which the context hashes already.)
-    recorded = {k: v for k, v in sidecar_extra["options"].items() if k not in ("num_shards", "on_error", "max_skipped", "array_layout")}
+    recorded = {k: v for k, v in sidecar_extra["options"].items() if k not in ("num_shards", "on_error", "max_skipped", "array_layout",
+                                                                                       "table_format", "lance_videos")}
     context = fingerprint.context_hash(formats.__version__, {**recorded, "fps": meta.fps}, meta.columns)
     current = fingerprint.fingerprints(units, fingerprint.signatures(fs, root), shared, context)
     to_convert, reused = refs, None
@@ -446,7 +453,7 @@ def _discard(fs, staging: str, out_root: str) -> None:
 
 def _summary(fs, root: str, output_url: str, seconds: float) -> tuple[str, int]:
     """The success line (root resolved before the run: `--output=.` names a folder that publication replaced)."""
-    sidecar = mixtrain.read_sidecar(fs, root)
+    sidecar = (lance_table.read_sidecar if lance_table.is_dataset(fs, root) else mixtrain.read_sidecar)(fs, root)
     total_bytes = sum(info["size"] for info in fs.find(mixtrain.published_root(fs, root), detail=True).values())
     skipped = int(sidecar.get("num_skipped", 0))
     units = int(sidecar.get("num_skipped_units", 0))

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
-from formats import mixtrain, storage
+from formats import lance_table, mixtrain, storage
 from formats.errors import ConversionError, FormatError, describe_skip_limit, error_record, skipped_counts
 from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec, DatasetMeta, Sequence
 from formats.stats import ColumnStats, sketch_level_for
@@ -371,7 +371,11 @@ class _PublishFn(beam.DoFn):
         spilled = storage.join(staging, SPILL_DIR)
         if fs.exists(spilled):
             fs.rm(spilled, recursive=True)
-        mixtrain.publish(fs, staging, output, sidecar)
+        chosen = self._sidecar_extra.get("options", {})
+        if chosen.get("table_format") == "lance":
+            lance_table.publish(fs, staging, output, sidecar, videos=chosen.get("lance_videos", lance_table.BLOB))
+        else:
+            mixtrain.publish(fs, staging, output, sidecar)
         yield {"sequences": sidecar["num_sequences"], "timesteps": sidecar["num_timesteps"]}
 
 

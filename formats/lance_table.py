@@ -1,0 +1,142 @@
+"""Mixtrain v1.0 as one Lance dataset (`--table_format=lance`): the standalone rows with the videos inside.
+
+The dataset at the output has one row per sequence with the same columns, Arrow types and
+column_types as the Parquet shards (fixed-size lists kept; `bytes` cells kept), and in its schema
+metadata the Mixtrain JSON (`mixtrain.json`), `stats.json` and `_errors.jsonl`. A video column is,
+by default, a Lance blob column holding each MP4 file's bytes verbatim (`Dataset.take_blobs`
+gives them back as a file-like object, byte for byte the standalone file); with
+`--lance_videos=reference` it stays the relative path of the standalone layout, and the files are
+published under `files/` beside the dataset's own folders. Files that are not videos (audio,
+URDF assets...) are always published under `files/`.
+
+Publication: the run stages the finished standalone layout as usual; `publish` writes one Lance
+fragment per staged shard (rows streamed a few at a time, videos read as they go) and commits
+all of them as ONE new version with `LanceDataset.commit`: a reader sees the previous version or
+the new one. Every run adds a version; earlier ones stay readable (time travel) until cleaned up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from formats import mixtrain, storage
+from formats.errors import ConversionError, FormatError
+
+__all__ = ["BLOB", "REFERENCE", "VIDEO_STORAGE", "SIDECAR_KEY", "STATS_KEY", "ERRORS_KEY", "is_dataset", "publish",
+           "read_metadata", "read_sidecar", "lance_schema"]
+
+BLOB, REFERENCE = "blob", "reference"
+VIDEO_STORAGE = (BLOB, REFERENCE)
+SIDECAR_KEY, STATS_KEY, ERRORS_KEY = mixtrain.SIDECAR, mixtrain.STATS_FILE, mixtrain.ERRORS_FILE
+BLOB_METADATA = {"lance-encoding:blob": "true"}
+VERSIONS = "_versions"
+BATCH_ROWS = 16  # rows (and their videos) held in memory while a fragment is written
+
+
+def is_dataset(fs, root: str) -> bool:
+    """Whether `root` holds a Lance dataset (a `_versions/` folder of manifests)."""
+    return bool(fs.exists(storage.join(root, VERSIONS)) and fs.glob(storage.join(root, VERSIONS, "*.manifest")))
+
+
+def _video_columns(sidecar: dict) -> list[str]:
+    return [name for name, entry in sidecar["column_types"].items() if entry.get("type") == "video"]
+
+
+def lance_schema(schema: pa.Schema, sidecar: dict, videos: str) -> pa.Schema:
+    """The Parquet schema with every video column a blob column (large_binary, Lance's blob
+    encoding) in `blob` mode, and the sidecar, stats and errors in the metadata (set by publish)."""
+    if videos == REFERENCE:
+        return schema
+    blobs = set(_video_columns(sidecar))
+    return pa.schema([pa.field(f.name, pa.large_binary(), nullable=True, metadata=BLOB_METADATA) if f.name in blobs else f
+                      for f in schema])
+
+
+def _batches(fs, staging: str, shard: str, schema: pa.Schema, blobs: list[str]) -> Iterator[pa.RecordBatch]:
+    """A staged shard's rows, BATCH_ROWS at a time, video paths replaced by the files' bytes."""
+    with storage.open_input(fs, storage.join(staging, shard)) as handle:
+        for batch in pq.ParquetFile(handle).iter_batches(batch_size=BATCH_ROWS):
+            arrays = []
+            for field in schema:
+                column = batch.column(field.name)
+                if field.name in blobs:
+                    column = pa.array([None if path is None else fs.cat_file(storage.join(staging, path))
+                                       for path in column.to_pylist()], pa.large_binary())
+                arrays.append(column)
+            yield pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def publish(fs, staging: str, output: str, sidecar: dict, *, videos: str = BLOB) -> None:
+    """Commit the standalone layout staged at `staging` as a new version of the Lance dataset at
+    `output` (created if absent), then remove the staging folder."""
+    os.environ.setdefault("LANCE_LOG", "error")  # not a warning on stderr for "no dataset yet, creating it"
+    import lance  # pylance: only this output format needs it
+    from lance import LanceOperation
+
+    if videos not in VIDEO_STORAGE:
+        raise ValueError(f"unknown video storage {videos!r}")
+    if not storage.is_local(fs) and fs.protocol not in ("gs", "gcs", "s3", "s3a", "file"):
+        raise ConversionError(f"{output}: a Lance dataset can be written to a local disk, gs:// or s3://, not {fs.protocol}://")
+    if fs.exists(storage.join(output, mixtrain.SIDECAR)):  # a standalone dataset is replaced by a Lance one
+        for name in mixtrain.PUBLISHED:
+            if fs.exists(storage.join(output, name)):
+                fs.rm(storage.join(output, name), recursive=True)
+    shards = list(sidecar.get("shards") or [])
+    with storage.open_input(fs, storage.join(staging, shards[0])) as handle:
+        parquet_schema = pq.ParquetFile(handle).schema_arrow
+    sidecar = dict(sidecar, table_format="lance", num_shards=0, shards=[])
+    sidecar["column_types"] = {name: dict(entry, **({"stored_as": "blob"} if entry.get("type") == "video" and videos == BLOB else {}))
+                               for name, entry in sidecar["column_types"].items()}
+    metadata = {SIDECAR_KEY: mixtrain.dumps(sidecar), STATS_KEY: _text(fs, staging, mixtrain.STATS_FILE) or "{}",
+                ERRORS_KEY: _text(fs, staging, mixtrain.ERRORS_FILE)}
+    schema = lance_schema(parquet_schema, sidecar, videos).with_metadata(metadata)
+    blobs = _video_columns(sidecar) if videos == BLOB else []
+    uri = storage.url_for(fs, output) if not storage.is_local(fs) else os.path.realpath(output)
+    # All shards in one stream: fragments of up to max_rows_per_file rows, none visible until the
+    # commit (one fragment per small shard cost 20 kB each on the fixtures, more than their rows).
+    rows = (batch for shard in shards for batch in _batches(fs, staging, shard, schema, blobs))
+    written = lance.fragment.write_fragments(pa.RecordBatchReader.from_batches(schema, rows), uri, schema, mode="overwrite",
+                                             return_transaction=True)
+    previous = lance.dataset(uri).version if is_dataset(fs, output) else None
+    # Lance's own schema (blob columns as Lance stores them); the fragments become ONE new version.
+    lance.LanceDataset.commit(uri, LanceOperation.Overwrite(written.operation.new_schema, written.operation.fragments),
+                              read_version=previous, commit_message=f"mixtrain-convert {sidecar.get('created_at', '')}")
+    # Files the rows reference by path (never the videos in blob mode) are the current version's.
+    staged_files = storage.join(staging, mixtrain.FILES_DIR)
+    published_files = storage.join(output, mixtrain.FILES_DIR)
+    if fs.exists(published_files):
+        fs.rm(published_files, recursive=True)
+    if fs.exists(staged_files):
+        keep = [entry for entry in fs.ls(staged_files, detail=False)
+                if entry.rstrip("/").rsplit("/", 1)[-1] not in blobs]
+        for entry in keep:
+            fs.makedirs(published_files, exist_ok=True)
+            fs.mv(entry, storage.join(published_files, entry.rstrip("/").rsplit("/", 1)[-1]), recursive=True)
+    mixtrain.discard_staging(fs, staging, output)
+
+
+def _text(fs, root: str, name: str) -> str:
+    path = storage.join(root, name)
+    return fs.cat_file(path).decode() if fs.exists(path) else ""
+
+
+def read_sidecar(fs, root: str) -> dict:
+    """The Mixtrain JSON of the Lance dataset at `root`."""
+    os.environ.setdefault("LANCE_LOG", "error")
+    import lance
+    return read_metadata(lance.dataset(storage.url_for(fs, root) if not storage.is_local(fs) else os.path.realpath(root)))[0]
+
+
+def read_metadata(dataset) -> tuple[dict, dict, str]:
+    """(mixtrain.json, stats.json, _errors.jsonl text) of an opened lance.LanceDataset."""
+    metadata = dataset.schema.metadata or {}
+    if SIDECAR_KEY.encode() not in metadata:
+        raise FormatError(f"{dataset.uri}: a Lance dataset without Mixtrain metadata (no {SIDECAR_KEY} in its schema metadata)")
+    sidecar = json.loads(metadata[SIDECAR_KEY.encode()])
+    stats = json.loads(metadata.get(STATS_KEY.encode(), b"{}") or b"{}")
+    return sidecar, stats, metadata.get(ERRORS_KEY.encode(), b"").decode()
