@@ -22,13 +22,14 @@ import os
 from collections.abc import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from formats import mixtrain, storage
 from formats.errors import ConversionError, FormatError
 
-__all__ = ["BLOB", "REFERENCE", "VIDEO_STORAGE", "SIDECAR_KEY", "STATS_KEY", "ERRORS_KEY", "is_dataset", "publish",
-           "read_metadata", "read_sidecar", "lance_schema"]
+__all__ = ["BLOB", "REFERENCE", "VIDEO_STORAGE", "SIDECAR_KEY", "STATS_KEY", "ERRORS_KEY", "is_dataset", "publish", "publish_table",
+           "read_metadata", "read_sidecar", "lance_schema", "open_rows", "BLOB_CELL"]
 
 BLOB, REFERENCE = "blob", "reference"
 VIDEO_STORAGE = (BLOB, REFERENCE)
@@ -120,6 +121,12 @@ def publish(fs, staging: str, output: str, sidecar: dict, *, videos: str = BLOB)
     mixtrain.discard_staging(fs, staging, output)
 
 
+def publish_table(fs, staging: str, output: str, sidecar: dict, settings) -> None:
+    """The `lance` entry of formats.tables: `--lance_videos` is read from the recorded options."""
+    videos = ((sidecar.get("converter") or {}).get("options") or {}).get("lance_videos", BLOB)
+    publish(fs, staging, output, sidecar, videos=videos)
+
+
 def _text(fs, root: str, name: str) -> str:
     path = storage.join(root, name)
     return fs.cat_file(path).decode() if fs.exists(path) else ""
@@ -140,3 +147,76 @@ def read_metadata(dataset) -> tuple[dict, dict, str]:
     sidecar = json.loads(metadata[SIDECAR_KEY.encode()])
     stats = json.loads(metadata.get(STATS_KEY.encode(), b"{}") or b"{}")
     return sidecar, stats, metadata.get(ERRORS_KEY.encode(), b"").decode()
+
+
+# --- reading ------------------------------------------------------------------------------------
+
+BLOB_CELL = "lance-blob://"  # what a blob video cell reads as: lance-blob://<column>/<row address>
+
+
+def _lance_uri(fs, root: str) -> str:
+    return os.path.realpath(root) if storage.is_local(fs) else storage.url_for(fs, root)
+
+
+def open_rows(fs, root: str, version: int | None = None):
+    """formats.reader's Dataset over the Lance dataset at `root` (see `LanceRows`)."""
+    os.environ.setdefault("LANCE_LOG", "error")
+    import lance
+    try:
+        dataset = lance.dataset(_lance_uri(fs, root), version=version)
+    except (ValueError, OSError) as error:
+        raise FormatError(f"{storage.url_for(fs, root)}: {str(error).splitlines()[0]}") from error
+    from formats.reader import Dataset  # the reader imports this module lazily: no cycle
+
+    class LanceRows(Dataset):
+        """The reader on a Lance dataset: one pseudo-shard (the dataset), rows read with Lance's
+        scanner (filters pushed down), blob videos read with `take_blobs`."""
+
+        def __init__(self) -> None:
+            sidecar, self._stats, self._errors = read_metadata(dataset)
+            super().__init__(fs, root, sidecar)
+            self.lance = dataset
+            self.version: int = dataset.version
+            self.shards = [""]
+            self._by_hash = False
+            self._blobs = {name for name, entry in self.column_types.items() if entry.get("stored_as") == "blob"}
+
+        @property
+        def schema(self) -> pa.Schema:
+            fields = [pa.field(f.name, pa.string()) if f.name in self._blobs else f for f in dataset.schema]
+            return pa.schema(fields)
+
+        def stats(self) -> dict:
+            return self._stats
+
+        def errors(self) -> list[dict]:
+            return [json.loads(line) for line in self._errors.splitlines() if line.strip()]
+
+        def _read(self, shard: str, columns: list[str], where, *, coalesce: bool = True) -> pa.Table:
+            blobs = [name for name in columns if name in self._blobs]
+            plain = [name for name in columns if name not in self._blobs]
+            if where is not None and not isinstance(where, pc.Expression):
+                where = pq.filters_to_expression(where)
+            try:
+                table = dataset.to_table(columns=plain + blobs, filter=where, with_row_address=bool(blobs))  # blobs: descriptors only
+            except (ValueError, OSError, pa.ArrowException) as error:
+                raise FormatError(f"{storage.url_for(fs, root)}: {str(error).splitlines()[0]}") from error
+            if blobs:
+                addresses = table.column("_rowaddr").to_pylist()
+                for name in blobs:  # a token per row with a video, opened by _video_source
+                    present = table.column(name).is_valid().to_pylist()
+                    tokens = pa.array([f"{BLOB_CELL}{name}/{a}" if ok else None for a, ok in zip(addresses, present)], pa.string())
+                    table = table.set_column(table.schema.get_field_index(name), name, tokens)
+                table = table.drop_columns(["_rowaddr"])
+            return table.select(columns)
+
+        def _video_source(self, relative: str, column: str):
+            if not relative.startswith(BLOB_CELL):
+                return super()._video_source(relative, column)
+            name, address = relative[len(BLOB_CELL):].rsplit("/", 1)
+            blob = dataset.take_blobs(name, addresses=[int(address)])[0]
+            if blob is None:
+                raise FileNotFoundError(relative)
+            return blob, f"{storage.url_for(fs, root)} ({name}, row address {address})"
+
+    return LanceRows()

@@ -42,10 +42,17 @@ TIMESTAMPS, TRAJECTORY, STEPS, VIDEO = "timestamps", "trajectory", "steps", "vid
 PER_STEP = (TIMESTAMPS, TRAJECTORY, STEPS)
 
 
-def open_dataset(url: str) -> Dataset:
-    """Open the dataset at a local path or fsspec URL (reads mixtrain.json only)."""
+def open_dataset(url: str, *, version: int | None = None) -> Dataset:
+    """Open the dataset at a local path or fsspec URL (reads mixtrain.json only; a Lance dataset's
+    metadata for `--table_format=lance`, its latest version unless `version` names an earlier one)."""
     fs, root = storage.open_root(url)
     path = storage.join(root, mixtrain.SIDECAR)
+    if not fs.exists(path) and fs.exists(storage.join(root, "_versions")):  # --table_format=lance
+        from formats import lance_table
+        if lance_table.is_dataset(fs, root):
+            return lance_table.open_rows(fs, root, version)
+    if version is not None:
+        raise ValueError(f"{url}: versions are a Lance dataset's (--table_format=lance); this is a standalone dataset")
     sidecar = storage.read_json(fs, path, missing="not found: not a finished Mixtrain dataset (no mixtrain.json)")
     if sidecar.get("mixtrain") != mixtrain.VERSION:
         raise FormatError(f"{path}: format version {sidecar.get('mixtrain')!r} is not one this reader knows ({mixtrain.VERSION!r})")
@@ -242,11 +249,11 @@ class Dataset:
         relative = self._video_cell(sequence_id, column)
         if relative is None:
             raise KeyError(f"sequence {sequence_id!r} has no video in column {column!r}")
-        fs, path = storage.open_root(relative) if "://" in relative else (self.fs, self._resolve(relative))
         try:
-            return storage.open_input(fs, path)
+            source, where = self._video_source(relative, column)
         except FileNotFoundError:
-            raise FormatError(f"{storage.url_for(fs, path)}: video file not found") from None
+            raise FormatError(f"{relative}: video file not found") from None
+        return open(source, "rb") if isinstance(source, str) else source
 
     def rows(self, columns: Sequence[str] | None = None, where: Filter | None = None) -> Iterator[dict[str, Any]]:
         """Every matching sequence as `sequence()` gives it, one shard read at a time."""
@@ -291,17 +298,11 @@ class Dataset:
             raise ValueError(f"frames [{start}, {stop}) is not a range of timesteps")
         depth = bool(entry.get("is_depth_map"))
         crop = entry.get("source_resolution")  # an encode padded odd sizes: give back the source's
-        path = self._resolve(relative)
-        if "://" in relative:
-            fs, path = storage.open_root(relative)
-        else:
-            fs = self.fs
+        where = relative
         source: Any = None
         out = []
         try:
-            source = storage.local_path(fs, path) or storage.open_input(fs, path)
-            if isinstance(source, str) and not os.path.isfile(source):
-                raise FileNotFoundError(source)
+            source, where = self._video_source(relative, column)
             for frame in video.iter_frames(source, start=start / fps if start else None,
                                            end=None if stop is None else stop / fps, fps=fps):
                 array = video.image_array(frame) if depth else frame.to_ndarray(format="rgb24")
@@ -311,15 +312,24 @@ class Dataset:
                     array = array[: int(crop["height"]), : int(crop["width"])]
                 out.append(array)
         except FileNotFoundError:
-            raise FormatError(f"{storage.url_for(fs, path)}: video file not found") from None
+            raise FormatError(f"{where}: video file not found") from None
         except (video.VideoError, av.FFmpegError, OSError) as error:
-            raise FormatError(f"{storage.url_for(fs, path)}: {error}") from error
+            raise FormatError(f"{where}: {error}") from error
         finally:
             if source is not None and not isinstance(source, str):
                 source.close()
         if stop is not None and len(out) != stop - start:
-            raise FormatError(f"{storage.url_for(fs, path)}: timesteps [{start}, {stop}) asked, {len(out)} frames decoded")
+            raise FormatError(f"{where}: timesteps [{start}, {stop}) asked, {len(out)} frames decoded")
         return np.stack(out) if out else np.zeros((0, 0, 0, 3), np.uint8)
+
+    def _video_source(self, relative: str, column: str) -> tuple[str | BinaryIO, str]:
+        """A video cell's file for decoding (a local path, or an open file to close) and its URL for messages."""
+        fs, path = storage.open_root(relative) if "://" in relative else (self.fs, self._resolve(relative))
+        where = storage.url_for(fs, path)
+        local = storage.local_path(fs, path)
+        if local is not None and not os.path.isfile(local):
+            raise FileNotFoundError(local)
+        return local or storage.open_input(fs, path), where
 
     # --- training windows -----------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 
 import formats
-from formats import array_layout, errors, fingerprint, lance_table, mixtrain, sources, storage, video
+from formats import array_layout, errors, fingerprint, lance_table, mixtrain, sources, storage, tables, video
 from formats.sequence import TRAJECTORY, VIDEO, DatasetMeta
 from pipelines import cli, local_workers
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
@@ -128,6 +128,11 @@ def prepare_output(output_url: str, overwrite: bool) -> None:
     if foreign and storage.is_local(fs) and mixtrain.replaces_whole_folder(root):
         raise errors.ConversionError(f"{root}: the output folder also holds {', '.join(foreign)}, which replacing the dataset "
                                      "would delete (the whole folder is replaced); move them out or choose another --output")
+
+
+def table_settings(options: ConvertOptions, run_id: str) -> tables.TableSettings:
+    """The --table_format and its options, for the publish step."""
+    return tables.TableSettings(format=options.table_format, run_id=run_id, incremental=bool(options.incremental))
 
 
 def source_options(options: ConvertOptions) -> dict:
@@ -251,7 +256,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     bad = read[ERRORS] + videos[ERRORS] | "BadSequences" >> beam.Flatten()
     _ = {"sequences": sequences, ERRORS: bad} | "Write" >> WriteMixtrain(
         staging_url, output_url, meta, num_shards, sidecar_extra, options.on_error, {"context": context, "units": current},
-        tuple(options.max_skipped))
+        tuple(options.max_skipped), table_settings(options, run_id))
     return Plan(meta, refs, num_shards, to_convert)
 
 
@@ -346,6 +351,8 @@ def _check_command_line(argv: list[str], options: ConvertOptions, all_options: P
     if options.incremental and options.video_stats:
         raise UsageError("--video_stats cannot be combined with --incremental (image statistics of reused sequences are not "
                          "kept); run without --incremental to refresh them")
+    if options.table_format not in tables.names():
+        raise UsageError(f"--table_format={options.table_format} is not available in this build (available: {', '.join(tables.names())})")
     if options.detach and all_options.view_as(StandardOptions).runner in LOCAL_RUNNERS:
         raise UsageError("--detach has no effect on a local runner (the run is this process); it is for --runner=DataflowRunner")
     roots = {}

@@ -26,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
-from formats import lance_table, mixtrain, storage
+from formats import mixtrain, storage, tables
 from formats.errors import ConversionError, FormatError, describe_skip_limit, error_record, skipped_counts
 from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec, DatasetMeta, Sequence
 from formats.stats import ColumnStats, sketch_level_for
@@ -327,8 +327,10 @@ def _check_publishable(output: str, converted: int, records: list[dict], limit: 
 
 class _PublishFn(beam.DoFn):
     def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
-                 fingerprints: dict | None = None, max_skipped: tuple[str, float] = ("count", 0)):
+                 fingerprints: dict | None = None, max_skipped: tuple[str, float] = ("count", 0),
+                 table: tables.TableSettings | None = None):
         self._max_skipped = max_skipped
+        self._table = table or tables.TableSettings()
         self._staging_url = staging_url
         self._output_url = output_url
         self._meta = meta
@@ -371,11 +373,7 @@ class _PublishFn(beam.DoFn):
         spilled = storage.join(staging, SPILL_DIR)
         if fs.exists(spilled):
             fs.rm(spilled, recursive=True)
-        chosen = self._sidecar_extra.get("options", {})
-        if chosen.get("table_format") == "lance":
-            lance_table.publish(fs, staging, output, sidecar, videos=chosen.get("lance_videos", lance_table.BLOB))
-        else:
-            mixtrain.publish(fs, staging, output, sidecar)
+        tables.publish(fs, staging, output, sidecar, self._table)
         yield {"sequences": sidecar["num_sequences"], "timesteps": sidecar["num_timesteps"]}
 
 
@@ -391,14 +389,17 @@ class WriteMixtrain(beam.PTransform):
       on_error: FAIL or SKIP (duplicate ids are then skipped, every copy, and reported).
       max_skipped: ("count", n) or ("fraction", f): under SKIP, more skipped sequences than this
         and nothing is published (nor is a dataset without sequences, ever).
+      table: how the staged dataset is published (formats.tables; default: standalone Parquet).
 
     The input is {"sequences": PCollection, "errors": PCollection of error records}; the error
     records end in DST/_errors.jsonl.
     """
 
     def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
-                 on_error: str = FAIL, fingerprints: dict | None = None, max_skipped: tuple[str, float] = ("count", 0)):
+                 on_error: str = FAIL, fingerprints: dict | None = None, max_skipped: tuple[str, float] = ("count", 0),
+                 table: tables.TableSettings | None = None):
         super().__init__()
+        self._table = table
         self._max_skipped = max_skipped
         self._staging_url = staging_url
         self._output_url = output_url
@@ -426,7 +427,7 @@ class WriteMixtrain(beam.PTransform):
             | "PublishTrigger" >> beam.Create([None])
             | "Publish" >> beam.ParDo(
                 _PublishFn(self._staging_url, self._output_url, self._meta, self._num_shards, self._sidecar_extra, self._fingerprints,
-                           self._max_skipped),
+                           self._max_skipped, self._table),
                 beam.pvalue.AsSingleton(results),
                 beam.pvalue.AsSingleton(stats),
                 beam.pvalue.AsList(errors),
