@@ -1,0 +1,160 @@
+"""--array_layout=bytes and --table_format=lance on every source's fixtures: the same values, files and frames
+as the standalone lists output, read back through formats.reader."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from formats import lance_table
+from formats.reader import open_dataset
+from pipelines import convert, validate
+
+lance = pytest.importorskip("lance", reason="pylance is installed by setup.py's lance and test extras")
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FIXTURES = ROOT.parent / "shared" / "fixtures"
+SOURCES = {
+    "lerobot_v3": FIXTURES / "lerobot_v3" / "so100_tiny",
+    "rlds": FIXTURES / "rlds" / "bridge_dataset" / "1.0.0",
+    "l5kit": FIXTURES / "l5kit" / "single_scene.zarr",
+    "ortf": None,  # written by formats.ortf_writer
+}
+
+
+def _convert(src, dst, *extra) -> None:
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--num_shards=2", *extra]) == 0
+
+
+@pytest.fixture(scope="module", params=sorted(SOURCES))
+def outputs(request, tmp_path_factory):
+    """(standalone lists, standalone bytes, lance) outputs of one source."""
+    work = tmp_path_factory.mktemp(request.param)
+    src = SOURCES[request.param]
+    if src is None:
+        from formats.ortf_writer import write_dataset
+        src = work / "source"
+        write_dataset(str(src))
+    elif not src.exists():
+        pytest.skip(f"real fixture not found at {src} (../shared/fixtures is absent in a plain clone)")
+    _convert(src, work / "lists")
+    _convert(src, work / "bytes", "--array_layout=bytes")
+    _convert(src, work / "lance", "--table_format=lance")
+    return work / "lists", work / "bytes", work / "lance"
+
+
+def _same(left, right) -> bool:
+    if isinstance(left, np.ndarray):
+        return isinstance(right, np.ndarray) and left.dtype == right.dtype and left.shape == right.shape and left.tobytes() == right.tobytes()
+    return left == right
+
+
+def test_bytes_layout_round_trips_every_trajectory_bit_for_bit_and_keeps_validate_and_stats(outputs):
+    lists, raw, _ = outputs
+    a, b = open_dataset(str(lists)), open_dataset(str(raw))
+    trajectories = a.columns("trajectory")
+    assert trajectories and b.columns("trajectory") == trajectories
+    for name in trajectories:
+        entry = b.column_types[name]
+        assert entry["layout"] == "bytes" and entry["byte_order"] == "little" and entry["shape"] == [-1, entry["dim"]]
+        assert pq.read_schema(next((raw / "data").glob("*.parquet"))).field(name).type == "binary"
+    ids = a.sequence_ids()
+    assert ids == b.sequence_ids()
+    for sequence_id in ids:
+        left, right = a.trajectories(sequence_id), b.trajectories(sequence_id)
+        assert list(left) == list(right) == trajectories
+        for name in trajectories:
+            assert _same(left[name], right[name]), (sequence_id, name)
+            assert right[name].shape[1] == a.column_types[name]["dim"]
+        full_left, full_right = a.sequence(sequence_id), b.sequence(sequence_id)  # every other column too
+        assert all(_same(full_left[k], full_right[k]) for k in full_left)
+    assert validate.validate(str(lists)) == [] and validate.validate(str(raw)) == []
+    assert json.loads((lists / "stats.json").read_text()) == json.loads((raw / "stats.json").read_text())
+
+
+def test_bytes_layout_cell_is_a_view_of_the_read_buffer(outputs):
+    _, raw, _ = outputs
+    dataset = open_dataset(str(raw))
+    array = dataset.trajectories(dataset.sequence_ids()[0])[dataset.columns("trajectory")[0]]
+    assert array.base is not None and not array.flags.owndata  # np.frombuffer over Arrow's buffer, no copy
+
+
+def test_validate_finds_a_bytes_cell_that_does_not_match_length(outputs, tmp_path):
+    _, raw, _ = outputs
+    import shutil
+
+    import pyarrow as pa
+    broken = tmp_path / "broken"
+    shutil.copytree(raw, broken)
+    shard = next(p for p in sorted((broken / "data").glob("*.parquet")) if pq.read_metadata(p).num_rows)
+    table = pq.read_table(shard)
+    name = open_dataset(str(raw)).columns("trajectory")[0]
+    cells = table.column(name).to_pylist()
+    cells[0] = cells[0][:-1]  # one byte short: not a whole number of steps
+    table = table.set_column(table.schema.get_field_index(name), name, pa.array(cells, pa.binary()))
+    pq.write_table(table, shard)
+    findings = validate.validate(str(broken))
+    sequence_id = table.column("sequence_id")[0].as_py()
+    assert any(f"{sequence_id}: column {name!r} has -1 steps" in finding for finding in findings), findings
+
+
+def test_lance_rows_equal_the_standalone_output_and_blobs_are_the_mp4_files(outputs):
+    lists, _, lance_root = outputs
+    a, b = open_dataset(str(lists)), open_dataset(str(lance_root))
+    assert not (lance_root / "mixtrain.json").exists() and lance_table.is_dataset(b.fs, b.root)
+    assert b.metadata["table_format"] == "lance" and b.metadata["num_sequences"] == a.metadata["num_sequences"]
+    assert {k: {x: y for x, y in v.items() if x != "stored_as"} for k, v in b.column_types.items()} == a.column_types
+    assert b.stats() == json.loads((lists / "stats.json").read_text())
+    assert b.schema.names == a.schema.names
+    ids = a.sequence_ids()
+    assert b.sequence_ids() == ids
+    dataset = lance.dataset(str(lance_root))
+    ids_in_rows = dataset.to_table(columns=["sequence_id"]).column(0).to_pylist()
+    for sequence_id in ids:
+        left, right = a.sequence(sequence_id), b.sequence(sequence_id)
+        for name in left:
+            if name in a.video_columns:
+                continue
+            assert _same(left[name], right[name]), (sequence_id, name)
+        for column in a.video_columns:
+            relative = left[column]
+            if relative is None:
+                assert right[column] is None
+                continue
+            standalone = (lists / relative).read_bytes()
+            blob = dataset.take_blobs(column, indices=[ids_in_rows.index(sequence_id)])[0]
+            assert blob.read() == standalone  # verbatim, through Lance's own API
+            with b.video_file(sequence_id, column) as handle:
+                assert handle.read() == standalone
+    if a.video_columns:  # decoding the blob gives the standalone file's frames
+        sequence_id, column = ids[0], a.video_columns[0]
+        assert np.array_equal(a.frames(sequence_id, column), b.frames(sequence_id, column))
+
+
+def test_lance_files_that_are_not_videos_stay_files_beside_the_dataset(outputs):
+    lists, _, lance_root = outputs
+    standalone = {p.relative_to(lists) for p in (lists / "files").rglob("*") if p.is_file()}
+    videos = set(open_dataset(str(lists)).video_columns)
+    kept = {p.relative_to(lance_root) for p in (lance_root / "files").rglob("*") if p.is_file()} if (lance_root / "files").exists() else set()
+    assert kept == {p for p in standalone if p.parts[1] not in videos}
+
+
+def test_every_lance_run_is_a_new_version_and_old_versions_stay_readable(tmp_path):
+    from formats.ortf_writer import SyntheticORTF, write_dataset
+    first, second, dst = tmp_path / "a", tmp_path / "b", tmp_path / "out"
+    write_dataset(str(first), SyntheticORTF(lengths=(12, 9), failed_episodes=()))
+    write_dataset(str(second), SyntheticORTF(lengths=(12, 9, 15), failed_episodes=()))
+    _convert(first, dst, "--table_format=lance")
+    assert convert.run([f"--input={second}", f"--output={dst}", "--progress=off", "--table_format=lance"]) == 1  # not without --overwrite
+    _convert(second, dst, "--table_format=lance", "--overwrite")
+    assert len(open_dataset(str(dst))) == 3 and open_dataset(str(dst)).version == 2
+    old = open_dataset(str(dst), version=1)
+    assert len(old) == 2 and len(old.sequence_ids()) == 2
+    sequence_id, column = old.sequence_ids()[0], old.video_columns[0]
+    assert old.frames(sequence_id, column).shape[0] == old.sequence(sequence_id)["length"]
+    lance.dataset(str(dst), version=1).restore()  # rollback: version 1's rows become version 3
+    assert open_dataset(str(dst)).version == 3 and len(open_dataset(str(dst))) == 2
