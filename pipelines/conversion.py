@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime
+import importlib.util
 import logging
 import math
 import os
@@ -351,6 +352,8 @@ def _check_command_line(argv: list[str], options: ConvertOptions, all_options: P
     if options.incremental and options.video_stats:
         raise UsageError("--video_stats cannot be combined with --incremental (image statistics of reused sequences are not "
                          "kept); run without --incremental to refresh them")
+    if options.table_format == "lance" and importlib.util.find_spec("lance") is None:
+        raise UsageError("--table_format=lance needs pylance, which is not installed: pip install 'mixtrain-convert[lance]'")
     if options.table_format not in tables.names():
         raise UsageError(f"--table_format={options.table_format} is not available in this build (available: {', '.join(tables.names())})")
     if options.detach and all_options.view_as(StandardOptions).runner in LOCAL_RUNNERS:
