@@ -81,8 +81,10 @@ def publish(fs, staging: str, output: str, sidecar: dict, *, videos: str = BLOB)
 
     if videos not in VIDEO_STORAGE:
         raise ValueError(f"unknown video storage {videos!r}")
-    if not storage.is_local(fs) and fs.protocol not in ("gs", "gcs", "s3", "s3a", "file"):
-        raise ConversionError(f"{output}: a Lance dataset can be written to a local disk, gs:// or s3://, not {fs.protocol}://")
+    scheme = storage.url_for(fs, output).split("://", 1)[0]
+    if scheme not in ("file", "gs", "s3"):  # where Lance itself can write
+        raise ConversionError(f"{storage.url_for(fs, output)}: a Lance dataset can be written to a local disk, gs:// or s3://, "
+                              f"not {scheme}://")
     if fs.exists(storage.join(output, mixtrain.SIDECAR)):  # a standalone dataset is replaced by a Lance one
         for name in mixtrain.PUBLISHED:
             if fs.exists(storage.join(output, name)):

@@ -150,7 +150,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--array_layout", default="lists", choices=ARRAY_LAYOUTS,
                        help="trajectory cells: lists (default): list<fixed_size_list<dtype, D>>, readable as nested "
                             "lists by every Parquet tool; bytes: the [T, D] array's raw little-endian values in one binary "
-                            "cell, dtype and D in mixtrain.json column_types (2x+ faster to numpy, docs/array_layouts.md)")
+                            "cell, dtype and D in mixtrain.json column_types (2x+ faster to numpy, docs/lance.md)")
 
     group = parser.add_argument_group("progress and logs")
     group.add_argument("--progress", default="auto", choices=PROGRESS_MODES,
