@@ -216,9 +216,10 @@ def open_rows(fs, root: str, version: int | None = None):
             if not relative.startswith(BLOB_CELL):
                 return super()._video_source(relative, column)
             name, address = relative[len(BLOB_CELL):].rsplit("/", 1)
+            where = f"{storage.url_for(fs, root)} ({name}, row address {address})"
             blob = dataset.take_blobs(name, addresses=[int(address)])[0]
             if blob is None:
-                raise FileNotFoundError(relative)
-            return blob, f"{storage.url_for(fs, root)} ({name}, row address {address})"
+                raise FormatError(f"{where}: no video blob there")
+            return blob, where
 
     return LanceRows()

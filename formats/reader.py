@@ -249,10 +249,7 @@ class Dataset:
         relative = self._video_cell(sequence_id, column)
         if relative is None:
             raise KeyError(f"sequence {sequence_id!r} has no video in column {column!r}")
-        try:
-            source, where = self._video_source(relative, column)
-        except FileNotFoundError:
-            raise FormatError(f"{relative}: video file not found") from None
+        source, _ = self._video_source(relative, column)
         return open(source, "rb") if isinstance(source, str) else source
 
     def rows(self, columns: Sequence[str] | None = None, where: Filter | None = None) -> Iterator[dict[str, Any]]:
@@ -327,9 +324,12 @@ class Dataset:
         fs, path = storage.open_root(relative) if "://" in relative else (self.fs, self._resolve(relative))
         where = storage.url_for(fs, path)
         local = storage.local_path(fs, path)
-        if local is not None and not os.path.isfile(local):
-            raise FileNotFoundError(local)
-        return local or storage.open_input(fs, path), where
+        try:
+            if local is not None and not os.path.isfile(local):
+                raise FileNotFoundError(local)
+            return local or storage.open_input(fs, path), where
+        except FileNotFoundError:
+            raise FormatError(f"{where}: video file not found") from None
 
     # --- training windows -----------------------------------------------------------------------
 
