@@ -158,3 +158,31 @@ def test_every_lance_run_is_a_new_version_and_old_versions_stay_readable(tmp_pat
     assert old.frames(sequence_id, column).shape[0] == old.sequence(sequence_id)["length"]
     lance.dataset(str(dst), version=1).restore()  # rollback: version 1's rows become version 3
     assert open_dataset(str(dst)).version == 3 and len(open_dataset(str(dst))) == 2
+
+
+def test_validate_checks_a_lance_dataset_and_finds_a_video_of_the_wrong_length(outputs, tmp_path):
+    lists, _, lance_root = outputs
+    assert validate.validate(str(lance_root)) == []
+    dataset = open_dataset(str(lance_root))
+    if not dataset.video_columns:
+        pytest.skip("no cameras in this fixture (L5Kit)")
+    column = dataset.video_columns[0]
+    rows = lance.dataset(str(lance_root))
+    plain = [f.name for f in rows.schema if f.name not in dataset.video_columns]
+    table = rows.to_table(columns=plain)
+    lengths = table.column("length").to_pylist()
+    others = [i for i, n in enumerate(lengths) if n != lengths[0]]
+    if not others:
+        pytest.skip("every sequence of this fixture has the same length: no other video can be of the wrong length")
+    first, other = 0, others[0]
+    blobs = [None if b is None else b.read() for b in rows.take_blobs(column, indices=list(range(len(lengths))))]
+    blobs[first] = blobs[other]  # another sequence's video: its frame count is not this row's length
+    import pyarrow as pa
+    for name in dataset.video_columns:
+        cells = blobs if name == column else [None if b is None else b.read() for b in rows.take_blobs(name, indices=list(range(len(lengths))))]
+        table = table.append_column(pa.field(name, pa.large_binary(), metadata=lance_table.BLOB_METADATA), pa.array(cells, pa.large_binary()))
+    table = table.replace_schema_metadata(rows.schema.metadata)
+    broken = tmp_path / "broken"
+    lance.write_dataset(table, str(broken))
+    sequence_id = table.column("sequence_id")[first].as_py()
+    assert f"{sequence_id}: {column} has {lengths[other]} frames, length is {lengths[first]}" in "\n".join(validate.validate(str(broken)))
