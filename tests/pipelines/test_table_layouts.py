@@ -186,3 +186,22 @@ def test_validate_checks_a_lance_dataset_and_finds_a_video_of_the_wrong_length(o
     lance.write_dataset(table, str(broken))
     sequence_id = table.column("sequence_id")[first].as_py()
     assert f"{sequence_id}: {column} has {lengths[other]} frames, length is {lengths[first]}" in "\n".join(validate.validate(str(broken)))
+
+
+def test_lance_with_video_references_keeps_the_files_and_reads_the_same_frames(tmp_path):
+    from formats.ortf_writer import SyntheticORTF, write_dataset
+    src = tmp_path / "src"
+    write_dataset(str(src), SyntheticORTF(lengths=(12, 9), failed_episodes=()))
+    _convert(src, tmp_path / "lists")
+    _convert(src, tmp_path / "ref", "--table_format=lance", "--lance_videos=reference")
+    a, b = open_dataset(str(tmp_path / "lists")), open_dataset(str(tmp_path / "ref"))
+    assert "stored_as" not in b.column_types[a.video_columns[0]]
+    assert lance.dataset(str(tmp_path / "ref")).schema.field(a.video_columns[0]).type == "string"
+    for sequence_id in a.sequence_ids():
+        for column in a.video_columns:
+            relative = a.sequence(sequence_id)[column]
+            assert b.sequence(sequence_id)[column] == relative
+            assert (tmp_path / "ref" / relative).read_bytes() == (tmp_path / "lists" / relative).read_bytes()
+    assert np.array_equal(a.frames(a.sequence_ids()[0], a.video_columns[0]), b.frames(a.sequence_ids()[0], a.video_columns[0]))
+    assert validate.validate(str(tmp_path / "ref")) == []
+    assert convert.run([f"--input={src}", f"--output={tmp_path / 'x'}", "--progress=off", "--lance_videos=blob"]) == convert.EXIT_USAGE
