@@ -6,7 +6,7 @@ value and Arrow an offsets array per sequence; a binary cell is one length and o
 run of values, which a reader turns into a numpy [T, D] view without copying (bench/bench_read.py
 measured 2x+ faster reads to numpy with pyarrow and DuckDB). What it costs: the Parquet schema no
 longer says the dtype and D, so column_types does: `layout: "bytes"`, `dtype`, `dim`,
-`byte_order: "little"` and `shape: [-1, D]` (-1: the row's `length`). A column_types entry
+`byte_order: "little"` and `cell_shape: [-1, D]` (-1: the row's `length`). A column_types entry
 without `layout` is the `lists` layout.
 """
 
@@ -31,7 +31,7 @@ def with_layout(columns: list[ColumnSpec], layout: str) -> list[ColumnSpec]:
     if layout == LISTS:
         return list(columns)
     return [ColumnSpec(spec.name, TRAJECTORY, pa.binary(),
-                       {**spec.meta, "layout": BYTES, "byte_order": "little", "shape": [-1, int(spec.meta["dim"])]})
+                       {**spec.meta, "layout": BYTES, "byte_order": "little", "cell_shape": [-1, int(spec.meta["dim"])]})
             if spec.kind == TRAJECTORY else spec for spec in columns]
 
 

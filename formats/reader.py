@@ -216,7 +216,7 @@ class Dataset:
         """One cell (a length-1 Arrow array) as numpy or Python."""
         kind = self.kind(name)
         entry = self.column_types.get(name) or {}
-        if kind == TRAJECTORY and array_layout.is_bytes(entry):  # a read-only view of the row's buffer
+        if kind == TRAJECTORY and array_layout.is_bytes(entry):  # a view of the row's buffer, no copy
             return array_layout.decode(cell, 0, entry["dtype"], int(entry["dim"]))
         if kind in PER_STEP and pa.types.is_list(cell.type):
             if cell.null_count:

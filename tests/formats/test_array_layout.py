@@ -47,7 +47,7 @@ def test_with_layout_changes_only_trajectories_and_records_dtype_shape_and_layou
     assert raw[0] == columns[0] and raw[2] == columns[2]
     assert raw[1].arrow_type == pa.binary() and array_layout.cell_type(mixtrain.column_types(raw)["action"]) == pa.binary()
     assert mixtrain.column_types(raw)["action"] == {"type": "trajectory", "dim": 7, "dtype": "float32", "layout": "bytes",
-                                                    "byte_order": "little", "shape": [-1, 7]}
+                                                    "byte_order": "little", "cell_shape": [-1, 7]}
     assert array_layout.cell_type(mixtrain.column_types(columns)["action"]) == pa.list_(pa.list_(pa.float32(), 7))
     with pytest.raises(ValueError, match="unknown array layout 'rows'"):
         array_layout.with_layout(columns, "rows")

@@ -60,7 +60,8 @@ def test_bytes_layout_round_trips_every_trajectory_bit_for_bit_and_keeps_validat
     assert trajectories and b.columns("trajectory") == trajectories
     for name in trajectories:
         entry = b.column_types[name]
-        assert entry["layout"] == "bytes" and entry["byte_order"] == "little" and entry["shape"] == [-1, entry["dim"]]
+        assert entry["layout"] == "bytes" and entry["byte_order"] == "little" and entry["cell_shape"] == [-1, entry["dim"]]
+        assert {k: v for k, v in entry.items() if k not in ("layout", "byte_order", "cell_shape")} == a.column_types[name]  # shape, names kept
         assert pq.read_schema(next((raw / "data").glob("*.parquet"))).field(name).type == "binary"
     ids = a.sequence_ids()
     assert ids == b.sequence_ids()
