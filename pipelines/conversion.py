@@ -102,7 +102,7 @@ def check_reachable_by_workers(options: PipelineOptions) -> None:
                                          "workers cannot read; use a gs:// (or other shared storage) URL")
 
 
-def prepare_output(output_url: str, overwrite: bool) -> None:
+def prepare_output(output_url: str, overwrite: bool, table_format: str = tables.DEFAULT) -> None:
     """Refuse to touch an output that holds something we did not write, or a dataset without
     --overwrite; and, where publication replaces the whole folder, one that holds anything else."""
     fs, root = storage.open_root(output_url)
@@ -112,6 +112,9 @@ def prepare_output(output_url: str, overwrite: bool) -> None:
     if not fs.isdir(root):
         raise errors.ConversionError(f"{root}: output exists and is not a directory")
     if lance_table.is_dataset(fs, root):  # each run publishes a new version of it
+        if table_format != "lance":
+            raise errors.ConversionError(f"{root}: output holds a Lance dataset; pass --table_format=lance to publish a new "
+                                         "version of it, or choose another --output")
         if not overwrite:
             raise errors.ConversionError(f"{root}: output already holds a Lance dataset; pass --overwrite (or --incremental) "
                                          "to publish a new version of it")
@@ -404,7 +407,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         try:
             if not launch_only:
                 with _blame(options.output, "cannot write the output"):
-                    prepare_output(options.output, options.overwrite or options.incremental)
+                    prepare_output(options.output, options.overwrite or options.incremental, options.table_format)
                     mixtrain.claim_staging(out_fs, staging)
             pipeline = beam.Pipeline(runner=_runner(all_options, zygote), options=all_options)
             plan = build_pipeline(pipeline, options, run_id, write_assets=not launch_only)

@@ -151,6 +151,7 @@ def test_every_lance_run_is_a_new_version_and_old_versions_stay_readable(tmp_pat
     write_dataset(str(second), SyntheticORTF(lengths=(12, 9, 15), failed_episodes=()))
     _convert(first, dst, "--table_format=lance")
     assert convert.run([f"--input={second}", f"--output={dst}", "--progress=off", "--table_format=lance"]) == 1  # not without --overwrite
+    assert convert.run([f"--input={second}", f"--output={dst}", "--progress=off", "--overwrite"]) == 1  # not as Parquet over it
     _convert(second, dst, "--table_format=lance", "--overwrite")
     assert len(open_dataset(str(dst))) == 3 and open_dataset(str(dst)).version == 2
     old = open_dataset(str(dst), version=1)
