@@ -17,6 +17,7 @@ the new one. Every run adds a version; earlier ones stay readable (time travel) 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import Iterator
@@ -36,6 +37,7 @@ VIDEO_STORAGE = (BLOB, REFERENCE)
 SIDECAR_KEY, STATS_KEY, ERRORS_KEY = mixtrain.SIDECAR, mixtrain.STATS_FILE, mixtrain.ERRORS_FILE
 BLOB_METADATA = {"lance-encoding:blob": "true"}
 VERSIONS = "_versions"
+LANCE_STAGING = "_lance"  # in a run's staging folder: the workers' fragments until publication
 BATCH_ROWS = 16  # rows (and their videos) held in memory while a fragment is written
 
 
@@ -48,12 +50,9 @@ def _video_columns(sidecar: dict) -> list[str]:
     return [name for name, entry in sidecar["column_types"].items() if entry.get("type") == "video"]
 
 
-def lance_schema(schema: pa.Schema, sidecar: dict, videos: str) -> pa.Schema:
-    """The Parquet schema with every video column a blob column (large_binary, Lance's blob
-    encoding) in `blob` mode, and the sidecar, stats and errors in the metadata (set by publish)."""
-    if videos == REFERENCE:
-        return schema
-    blobs = set(_video_columns(sidecar))
+def lance_schema(schema: pa.Schema, blobs: list[str]) -> pa.Schema:
+    """The Parquet schema with the `blobs` video columns as blob columns (large_binary with Lance's
+    blob encoding: the MP4 bytes, not their paths)."""
     return pa.schema([pa.field(f.name, pa.large_binary(), nullable=True, metadata=BLOB_METADATA) if f.name in blobs else f
                       for f in schema])
 
@@ -72,12 +71,67 @@ def _batches(fs, staging: str, shard: str, schema: pa.Schema, blobs: list[str]) 
             yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def publish(fs, staging: str, output: str, sidecar: dict, *, videos: str = BLOB) -> None:
-    """Commit the standalone layout staged at `staging` as a new version of the Lance dataset at
-    `output` (created if absent), then remove the staging folder."""
+def _uri(fs, path: str) -> str:
+    return os.path.realpath(path) if storage.is_local(fs) else storage.url_for(fs, path)
+
+
+def _staged(staging: str, shard: str, *parts: str) -> str:
+    """Where a shard's Lance fragments (and, with ".json", their metadata) wait for publication."""
+    stem = shard.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+    return storage.join(staging, LANCE_STAGING, stem + "".join(parts))
+
+
+def _lance():
     os.environ.setdefault("LANCE_LOG", "error")  # not a warning on stderr for "no dataset yet, creating it"
     import lance  # pylance: only this output format needs it
+    return lance
+
+
+def _write_fragments(fs, staging: str, shard: str, blobs: list[str]) -> None:
+    """One staged shard's rows as Lance fragments under staging/_lance/<shard>/data/, their
+    metadata and Lance's schema in staging/_lance/<shard>.json (nothing for an empty shard)."""
+    lance = _lance()
+    with storage.open_input(fs, storage.join(staging, shard)) as handle:
+        info = pq.ParquetFile(handle)
+        parquet_schema, rows = info.schema_arrow, info.metadata.num_rows
+    if not rows:
+        return
+    schema = lance_schema(parquet_schema, blobs)
+    reader = pa.RecordBatchReader.from_batches(schema, _batches(fs, staging, shard, schema, blobs))
+    written = lance.fragment.write_fragments(reader, _uri(fs, _staged(staging, shard)), schema, mode="overwrite",
+                                             return_transaction=True)
+    record = {"fragments": [fragment.to_json() for fragment in written.operation.fragments],
+              # Lance's own schema (blob columns as Lance stores them): the one the commit must name.
+              "schema": base64.b64encode(written.operation.new_schema.to_pyarrow().serialize().to_pybytes()).decode()}
+    fs.pipe_file(_staged(staging, shard, ".json"), json.dumps(record).encode())
+
+
+def stage_shard(fs, staging: str, shard: str, video_columns: list[str], settings) -> None:
+    """The worker step of formats.tables for `lance`: the shard it just wrote becomes Lance fragments,
+    written in parallel with the other workers' and committed by `publish`."""
+    _write_fragments(fs, staging, shard, video_columns if (settings.video_storage or BLOB) == BLOB else [])
+
+
+def _move_tree(fs, source: str, target: str) -> None:
+    """Every file under `source` to the same relative path under `target` (renames on a local disk)."""
+    for path in fs.find(source):
+        destination = storage.join(target, path[len(source.rstrip("/")) + 1:])
+        fs.makedirs(destination.rsplit("/", 1)[0], exist_ok=True)
+        if storage.is_local(fs):
+            os.replace(path, destination)
+        else:
+            fs.copy(path, destination)
+    if not storage.is_local(fs):
+        fs.rm(source, recursive=True)
+
+
+def publish(fs, staging: str, output: str, sidecar: dict, *, videos: str = BLOB) -> None:
+    """Commit the standalone layout staged at `staging` as ONE new version of the Lance dataset at
+    `output` (created if absent), then remove the staging folder. The fragments the workers wrote
+    (`stage_shard`) are moved into the dataset's data/; a shard without them is written here."""
+    lance = _lance()
     from lance import LanceOperation
+    from lance.fragment import FragmentMetadata
 
     if videos not in VIDEO_STORAGE:
         raise ValueError(f"unknown video storage {videos!r}")
@@ -85,30 +139,33 @@ def publish(fs, staging: str, output: str, sidecar: dict, *, videos: str = BLOB)
     if scheme not in ("file", "gs", "s3"):  # where Lance itself can write
         raise ConversionError(f"{storage.url_for(fs, output)}: a Lance dataset can be written to a local disk, gs:// or s3://, "
                               f"not {scheme}://")
+    blobs = _video_columns(sidecar) if videos == BLOB else []
+    shards = list(sidecar.get("shards") or [])
+    sidecar = dict(sidecar, table_format="lance", num_shards=0, shards=[])
+    sidecar["column_types"] = {name: dict(entry, **({"stored_as": "blob"} if name in blobs else {}))
+                               for name, entry in sidecar["column_types"].items()}
+    metadata = {SIDECAR_KEY: mixtrain.dumps(sidecar), STATS_KEY: _text(fs, staging, mixtrain.STATS_FILE) or "{}",
+                ERRORS_KEY: _text(fs, staging, mixtrain.ERRORS_FILE)}
+    fragments, schema = [], None
+    for shard in shards:
+        if not fs.exists(_staged(staging, shard, ".json")):
+            _write_fragments(fs, staging, shard, blobs)
+        if not fs.exists(_staged(staging, shard, ".json")):
+            continue  # an empty shard
+        record = json.loads(fs.cat_file(_staged(staging, shard, ".json")))
+        fragments += [FragmentMetadata.from_json(json.dumps(fragment)) for fragment in record["fragments"]]
+        schema = schema or pa.ipc.read_schema(pa.py_buffer(base64.b64decode(record["schema"])))
     if fs.exists(storage.join(output, mixtrain.SIDECAR)):  # a standalone dataset is replaced by a Lance one
         for name in mixtrain.PUBLISHED:
             if fs.exists(storage.join(output, name)):
                 fs.rm(storage.join(output, name), recursive=True)
-    shards = list(sidecar.get("shards") or [])
-    with storage.open_input(fs, storage.join(staging, shards[0])) as handle:
-        parquet_schema = pq.ParquetFile(handle).schema_arrow
-    sidecar = dict(sidecar, table_format="lance", num_shards=0, shards=[])
-    sidecar["column_types"] = {name: dict(entry, **({"stored_as": "blob"} if entry.get("type") == "video" and videos == BLOB else {}))
-                               for name, entry in sidecar["column_types"].items()}
-    metadata = {SIDECAR_KEY: mixtrain.dumps(sidecar), STATS_KEY: _text(fs, staging, mixtrain.STATS_FILE) or "{}",
-                ERRORS_KEY: _text(fs, staging, mixtrain.ERRORS_FILE)}
-    schema = lance_schema(parquet_schema, sidecar, videos).with_metadata(metadata)
-    blobs = _video_columns(sidecar) if videos == BLOB else []
-    uri = storage.url_for(fs, output) if not storage.is_local(fs) else os.path.realpath(output)
-    # All shards in one stream: fragments of up to max_rows_per_file rows, none visible until the
-    # commit (one fragment per small shard cost 20 kB each on the fixtures, more than their rows).
-    rows = (batch for shard in shards for batch in _batches(fs, staging, shard, schema, blobs))
-    written = lance.fragment.write_fragments(pa.RecordBatchReader.from_batches(schema, rows), uri, schema, mode="overwrite",
-                                             return_transaction=True)
+    for shard in shards:
+        if fs.exists(_staged(staging, shard, "/data")):
+            _move_tree(fs, _staged(staging, shard, "/data"), storage.join(output, "data"))  # unique names: no clash
+    uri = _uri(fs, output)
     previous = lance.dataset(uri).version if is_dataset(fs, output) else None
-    # Lance's own schema (blob columns as Lance stores them); the fragments become ONE new version.
-    lance.LanceDataset.commit(uri, LanceOperation.Overwrite(written.operation.new_schema, written.operation.fragments),
-                              read_version=previous, commit_message=f"mixtrain-convert {sidecar.get('created_at', '')}")
+    lance.LanceDataset.commit(uri, LanceOperation.Overwrite(schema.with_metadata(metadata), fragments), read_version=previous,
+                              commit_message=f"mixtrain-convert {sidecar.get('created_at', '')}")
     # Files the rows reference by path (never the videos in blob mode) are the current version's.
     staged_files = storage.join(staging, mixtrain.FILES_DIR)
     published_files = storage.join(output, mixtrain.FILES_DIR)
@@ -124,9 +181,8 @@ def publish(fs, staging: str, output: str, sidecar: dict, *, videos: str = BLOB)
 
 
 def publish_table(fs, staging: str, output: str, sidecar: dict, settings) -> None:
-    """The `lance` entry of formats.tables: `--lance_videos` is read from the recorded options."""
-    videos = ((sidecar.get("converter") or {}).get("options") or {}).get("lance_videos", BLOB)
-    publish(fs, staging, output, sidecar, videos=videos)
+    """The `lance` entry of formats.tables (`--lance_videos` in settings.video_storage)."""
+    publish(fs, staging, output, sidecar, videos=settings.video_storage or BLOB)
 
 
 def _text(fs, root: str, name: str) -> str:

@@ -136,7 +136,8 @@ def prepare_output(output_url: str, overwrite: bool, table_format: str = tables.
 
 def table_settings(options: ConvertOptions, run_id: str) -> tables.TableSettings:
     """The --table_format and its options, for the publish step."""
-    return tables.TableSettings(format=options.table_format, run_id=run_id, incremental=bool(options.incremental))
+    return tables.TableSettings(format=options.table_format, run_id=run_id, incremental=bool(options.incremental),
+                                video_storage=options.lance_videos if options.table_format == "lance" else "")
 
 
 def source_options(options: ConvertOptions) -> dict:

@@ -28,7 +28,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from formats import mixtrain, storage, tables
 from formats.errors import ConversionError, FormatError, describe_skip_limit, error_record, skipped_counts
-from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec, DatasetMeta, Sequence
+from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, VIDEO, ColumnSpec, DatasetMeta, Sequence
 from formats.stats import ColumnStats, sketch_level_for
 from transforms.errors import ERRORS, FAIL, SKIP
 from transforms.progress import report
@@ -225,10 +225,11 @@ def non_finite_counts(sequences: list[Sequence], columns: list[ColumnSpec]) -> d
 class _WriteShardFn(beam.DoFn):
     """(shard, [SpilledRow]) -> the shard's Parquet file, streamed a row group at a time."""
 
-    def __init__(self, staging_url: str, columns: list[ColumnSpec], on_error: str = FAIL):
+    def __init__(self, staging_url: str, columns: list[ColumnSpec], on_error: str = FAIL, table: tables.TableSettings | None = None):
         self._staging_url = staging_url
         self._columns = columns
         self._on_error = on_error
+        self._table = table
 
     def setup(self):
         self._fs, self._root = storage.open_root(self._staging_url)
@@ -258,6 +259,9 @@ class _WriteShardFn(beam.DoFn):
         finally:
             reader.close()
         result.bytes = self._fs.size(path)
+        if ordered:  # the table format's own work on the shard, in parallel on the workers (lance: fragments)
+            tables.stage_shard(self._fs, self._root, mixtrain.shard_path(index), [c.name for c in self._columns if c.kind == VIDEO],
+                               self._table)
         report(shards=1, bytes=result.bytes)
         yield result
 
@@ -416,7 +420,7 @@ class WriteMixtrain(beam.PTransform):
             sequences
             | "SpillRows" >> beam.ParDo(_SpillRowsFn(self._staging_url, self._meta.columns, self._num_shards))
             | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShards" >> beam.ParDo(_WriteShardFn(self._staging_url, self._meta.columns, self._on_error))
+            | "WriteShards" >> beam.ParDo(_WriteShardFn(self._staging_url, self._meta.columns, self._on_error, self._table))
         )
         stats = shards | "ShardStats" >> beam.Map(_shard_partial) | "MergeStats" >> beam.CombineGlobally(MergeShardStatsFn())
         results = (shards

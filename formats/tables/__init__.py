@@ -18,7 +18,7 @@ from typing import Protocol
 
 from formats import mixtrain
 
-__all__ = ["DEFAULT", "TableSettings", "Publisher", "register", "publisher_for", "names", "publish"]
+__all__ = ["DEFAULT", "TableSettings", "Publisher", "register", "publisher_for", "names", "publish", "stage_shard"]
 
 DEFAULT = "parquet"
 
@@ -42,6 +42,7 @@ class TableSettings:
     catalog: str = ""
     table: str = ""
     partition_by: tuple[str, ...] = ()
+    video_storage: str = ""  # lance: "blob" (MP4 bytes in the table, the default) or "reference" (paths)
 
 
 class Publisher(Protocol):
@@ -58,6 +59,19 @@ def _publish_parquet(fs, staging: str, output: str, sidecar: dict, settings: Tab
 
 # name -> a Publisher, or "module:function" imported on first use (heavy lake libraries).
 _REGISTRY: dict[str, Publisher | str] = {DEFAULT: _publish_parquet, "lance": "formats.lance_table:publish_table"}
+
+
+# name -> a step the worker that wrote a shard runs on it (optional): a format whose rows can be
+# written in parallel prepares them there, and its publisher only commits (lance: fragments).
+_SHARD_STEPS: dict[str, str] = {"lance": "formats.lance_table:stage_shard"}
+
+
+def stage_shard(fs, staging: str, shard: str, video_columns: list[str], settings: TableSettings | None) -> None:
+    """Run the table format's per-shard step on a shard just written under `staging` (if it has one)."""
+    entry = _SHARD_STEPS.get((settings or TableSettings()).format)
+    if entry is not None:
+        module, function = entry.split(":")
+        getattr(importlib.import_module(module), function)(fs, staging, shard, video_columns, settings)
 
 
 def register(name: str, publisher: Publisher | str) -> None:
