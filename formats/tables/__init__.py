@@ -8,6 +8,9 @@ shards to a table whose `mixtrain` property holds the same JSON. One registry, o
 the publish step names no format and a new format is one `register` call.
 
 Lake modules (pyiceberg, deltalake) are imported only when their format is used.
+A format may also register a per-shard step (`stage_shard`), run by the worker that wrote a staged
+shard: lance writes that shard's rows as fragments there, in parallel, and its publisher only
+commits them.
 """
 
 from __future__ import annotations

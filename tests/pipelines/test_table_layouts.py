@@ -207,3 +207,24 @@ def test_lance_with_video_references_keeps_the_files_and_reads_the_same_frames(t
     assert np.array_equal(a.frames(a.sequence_ids()[0], a.video_columns[0]), b.frames(a.sequence_ids()[0], a.video_columns[0]))
     assert validate.validate(str(tmp_path / "ref")) == []
     assert convert.run([f"--input={src}", f"--output={tmp_path / 'x'}", "--progress=off", "--lance_videos=blob"]) == convert.EXIT_USAGE
+
+
+def test_lance_fragments_are_written_by_the_shard_writers_and_committed_as_one_version(tmp_path, monkeypatch):
+    from formats import tables
+    from formats.ortf_writer import SyntheticORTF, write_dataset
+    src = tmp_path / "src"
+    write_dataset(str(src), SyntheticORTF(lengths=(12, 9, 15, 7), failed_episodes=()))
+    callers = []
+    original = lance_table._write_fragments
+
+    def spy(fs, staging, shard, blobs):
+        import inspect
+        callers.append((inspect.stack()[1].function, shard))
+        return original(fs, staging, shard, blobs)
+
+    monkeypatch.setattr(lance_table, "_write_fragments", spy)
+    _convert(src, tmp_path / "out", "--table_format=lance")  # --num_shards=2
+    assert sorted(callers) == [("stage_shard", "data/part-00000.parquet"), ("stage_shard", "data/part-00001.parquet")]
+    dataset = lance.dataset(str(tmp_path / "out"))
+    assert dataset.version == 1 and len(dataset.get_fragments()) == 2 and dataset.count_rows() == 4
+    tables.stage_shard(None, "/nowhere", "data/part-00000.parquet", [], tables.TableSettings())  # parquet: no shard step
