@@ -228,3 +228,17 @@ def test_lance_fragments_are_written_by_the_shard_writers_and_committed_as_one_v
     dataset = lance.dataset(str(tmp_path / "out"))
     assert dataset.version == 1 and len(dataset.get_fragments()) == 2 and dataset.count_rows() == 4
     tables.stage_shard(None, "/nowhere", "data/part-00000.parquet", [], tables.TableSettings())  # parquet: no shard step
+
+
+def test_incremental_reuses_bytes_rows_unchanged_and_a_layout_change_converts_again(tmp_path):
+    from formats.ortf_writer import SyntheticORTF, write_dataset
+    src, dst = tmp_path / "src", tmp_path / "out"
+    write_dataset(str(src), SyntheticORTF(lengths=(12, 9, 15), failed_episodes=()))
+    _convert(src, dst, "--array_layout=bytes")
+    before = {p.name: p.read_bytes() for p in (dst / "data").glob("*.parquet")}
+    _convert(src, dst, "--array_layout=bytes", "--incremental")
+    assert json.loads((dst / "mixtrain.json").read_text())["incremental"]["reused_sequences"] == 3
+    assert {p.name: p.read_bytes() for p in (dst / "data").glob("*.parquet")} == before
+    _convert(src, dst, "--incremental")  # lists now: the rows' types changed, nothing is reused
+    sidecar = json.loads((dst / "mixtrain.json").read_text())
+    assert sidecar["incremental"]["reused_sequences"] == 0 and "layout" not in sidecar["column_types"]["action"]
