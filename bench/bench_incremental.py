@@ -25,7 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from formats.lerobot_v3_writer import synthetic_frames  # noqa: E402
 from formats.ortf_writer import SyntheticORTF, write_dataset  # noqa: E402
-from formats.video import EncodeOptions, encode_frames  # noqa: E402
+from formats.video import encode_frames  # noqa: E402
+from formats.video_policy import EncodeOptions  # noqa: E402
 
 
 def _convert(src: pathlib.Path, dst: pathlib.Path, *extra: str) -> float:

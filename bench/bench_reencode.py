@@ -35,10 +35,10 @@ BARE_LOOP = r"""
 import io, json, sys, time
 from fractions import Fraction
 import av
-from formats import lerobot_v3, storage, video
+from formats import lerobot_v3, storage, video_policy
 
 src, dst = sys.argv[1], sys.argv[2]
-options = video.EncodeOptions().resolved()
+options = video_policy.EncodeOptions().resolved()
 fs, root = storage.open_root(src)
 meta, refs = lerobot_v3.plan(fs, root)
 time_base = Fraction(1, int(meta.fps))

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from formats.sequence import TRAJECTORY, ColumnSpec
 
-__all__ = ["LISTS", "BYTES", "LAYOUTS", "with_layout", "is_bytes", "cell_type", "encode", "decode", "cell_steps"]
+__all__ = ["LISTS", "BYTES", "LAYOUTS", "with_layout", "is_bytes", "cell_type", "encode", "decode", "column_values", "cell_steps"]
 
 LISTS, BYTES = "lists", "bytes"
 LAYOUTS = (LISTS, BYTES)
@@ -75,6 +75,21 @@ def decode(array: pa.Array, index: int, dtype: str, dim: int) -> np.ndarray | No
     if (stop - start) % (little.itemsize * dim):
         raise ValueError(f"a trajectory cell of {stop - start} bytes is not a whole number of {dim} x {little} steps")
     values = np.frombuffer(array.buffers()[2], little, count=(stop - start) // little.itemsize, offset=start)
+    values = values.reshape(-1, dim)
+    return values if little == np.dtype(dtype).newbyteorder("=") else values.astype(np.dtype(dtype).newbyteorder("="))
+
+
+def column_values(array: pa.Array, dtype: str, dim: int) -> np.ndarray:
+    """Every step of every cell of a binary trajectory array, in row order: [steps, D] (a view;
+    what statistics read, the same numbers as the cells' arrays concatenated)."""
+    little = _little(dtype)
+    wide = not pa.types.is_binary(array.type)
+    offsets = np.frombuffer(array.buffers()[1], np.int64 if wide else np.int32, count=len(array) + 1,
+                            offset=array.offset * (8 if wide else 4))
+    start, stop = (int(offsets[0]), int(offsets[-1])) if len(array) else (0, 0)
+    data = array.buffers()[2]
+    values = np.frombuffer(data, little, count=(stop - start) // little.itemsize, offset=start) if data is not None and stop > start \
+        else np.zeros(0, little)
     values = values.reshape(-1, dim)
     return values if little == np.dtype(dtype).newbyteorder("=") else values.astype(np.dtype(dtype).newbyteorder("="))
 

@@ -20,7 +20,7 @@ from typing import Any
 import fsspec
 import pyarrow.parquet as pq
 
-from formats import mixtrain, storage
+from formats import mixtrain, publish, storage
 
 __all__ = ["Unit", "signatures", "fingerprints", "context_hash", "reusable"]
 
@@ -94,7 +94,7 @@ def reusable(fs: fsspec.AbstractFileSystem, root: str, units: list, current: dic
     previous = json.loads(text).get("units", {})
     sidecar = mixtrain.read_sidecar(fs, root)
     same = {key for key, value in current.items() if previous.get(key, {}).get("fingerprint") == value["fingerprint"]}
-    published = mixtrain.published_root(fs, root)
+    published = publish.published_root(fs, root)
     ids = set()
     owners = [unit for unit, _ in units if unit.key in same]
     exact = {unit.key for unit in owners if unit.prefix is None}

@@ -27,6 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from formats import mixtrain, storage
+from formats import publish as standalone  # this module's own `publish` commits a Lance version
 from formats.errors import ConversionError, FormatError
 
 __all__ = ["BLOB", "REFERENCE", "VIDEO_STORAGE", "SIDECAR_KEY", "STATS_KEY", "ERRORS_KEY", "is_dataset", "publish", "publish_table",
@@ -156,7 +157,7 @@ def publish(fs, staging: str, output: str, sidecar: dict, *, videos: str = BLOB)
         fragments += [FragmentMetadata.from_json(json.dumps(fragment)) for fragment in record["fragments"]]
         schema = schema or pa.ipc.read_schema(pa.py_buffer(base64.b64decode(record["schema"])))
     if fs.exists(storage.join(output, mixtrain.SIDECAR)):  # a standalone dataset is replaced by a Lance one
-        for name in mixtrain.PUBLISHED:
+        for name in standalone.PUBLISHED:
             if fs.exists(storage.join(output, name)):
                 fs.rm(storage.join(output, name), recursive=True)
     for shard in shards:
@@ -177,7 +178,7 @@ def publish(fs, staging: str, output: str, sidecar: dict, *, videos: str = BLOB)
         for entry in keep:
             fs.makedirs(published_files, exist_ok=True)
             fs.mv(entry, storage.join(published_files, entry.rstrip("/").rsplit("/", 1)[-1]), recursive=True)
-    mixtrain.discard_staging(fs, staging, output)
+    standalone.discard_staging(fs, staging, output)
 
 
 def publish_table(fs, staging: str, output: str, sidecar: dict, settings) -> None:

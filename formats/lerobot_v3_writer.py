@@ -31,7 +31,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from formats import storage
-from formats.video import EncodeOptions, encode_frames, padded_size
+from formats.video import encode_frames
+from formats.video_policy import EncodeOptions, padded_size
 
 __all__ = ["SyntheticLeRobot", "write_dataset", "synthetic_frames", "encode_image"]
 

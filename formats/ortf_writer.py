@@ -25,7 +25,8 @@ import pyarrow.parquet as pq
 
 from formats import storage
 from formats.lerobot_v3_writer import encode_image, synthetic_frames
-from formats.video import EncodeOptions, encode_frames
+from formats.video import encode_frames
+from formats.video_policy import EncodeOptions
 
 __all__ = ["SyntheticORTF", "write_dataset", "STATE_COMPONENTS"]
 

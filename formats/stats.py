@@ -9,6 +9,9 @@ order give the same numbers; the writer merges per-shard partials in shard order
 
 Output shapes follow LeRobot's stats.json: every stat is a list of D values, `count` is [N];
 image statistics (per channel, values in [0, 1]) are [C, 1, 1] as lerobot writes them.
+
+`table_stats` and `non_finite_counts` read the rows a shard writer has just written straight from
+their Arrow columns (one flat numpy view per column), never back through per-row Sequences.
 """
 
 from __future__ import annotations
@@ -16,10 +19,14 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pyarrow as pa
 
+from formats import array_layout
 from formats.errors import ConversionError
+from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec
 
-__all__ = ["ColumnStats", "ImageStats", "QUANTILES", "sample_indices", "sketch_level_for", "summarise"]
+__all__ = ["ColumnStats", "ImageStats", "QUANTILES", "sample_indices", "sketch_level_for", "summarise", "stats_columns",
+           "table_stats", "non_finite_counts"]
 
 QUANTILES = {"q01": 0.01, "q10": 0.10, "q50": 0.50, "q90": 0.90, "q99": 0.99}
 DEFAULT_CAPACITY = 4096
@@ -189,3 +196,82 @@ def summarise(partials: list[dict[str, ColumnStats]]) -> dict[str, dict]:
         for name, stats in partial.items():
             merged[name] = merged[name].merge(stats) if name in merged else stats
     return {name: merged[name].to_json() for name in sorted(merged)}
+
+
+def stats_columns(columns: list[ColumnSpec]) -> list[ColumnSpec]:
+    """Numeric per-step columns: trajectories, timestamps, numeric steps (not bool, not text)."""
+    chosen = []
+    for spec in columns:
+        if spec.meta.get("stats") is False:
+            continue
+        if spec.kind in (TRAJECTORY, TIMESTAMPS):
+            chosen.append(spec)
+        elif spec.kind == STEPS:
+            value_type = spec.arrow_type.value_type
+            if pa.types.is_integer(value_type) or pa.types.is_floating(value_type):
+                chosen.append(spec)
+    return chosen
+
+
+def _cell_values(column: pa.ChunkedArray) -> pa.Array:
+    """Every step of every non-null cell of a list column, in row order, as one array."""
+    return column.combine_chunks().flatten()
+
+
+def _step_values(table: pa.Table, spec: ColumnSpec) -> np.ndarray:
+    """A per-step column's values as numpy: [steps, dim] for trajectories, [steps] otherwise.
+    Null elements become NaN (integers then float64), as `pa.Array.to_numpy` makes them."""
+    if spec.kind == TRAJECTORY and array_layout.is_bytes(spec.meta):  # --array_layout=bytes: raw cells
+        return array_layout.column_values(table.column(spec.name).combine_chunks(), spec.meta["dtype"], int(spec.meta["dim"]))
+    values = _cell_values(table.column(spec.name))
+    if spec.kind == TRAJECTORY:
+        return values.flatten().to_numpy(zero_copy_only=False).reshape(-1, spec.arrow_type.value_type.list_size)
+    return values.to_numpy(zero_copy_only=False)
+
+
+def table_stats(table: pa.Table, columns: list[ColumnSpec]) -> dict[str, ColumnStats]:
+    """Statistics of a batch of written rows (a row group), per stats.json key.
+
+    The values are the same numbers in the same order as the rows' per-sequence arrays
+    concatenated, so the floating-point results are too.
+    """
+    stats = {}
+    for spec in stats_columns(columns):
+        column = table.column(spec.name)
+        if spec.kind == STEPS and column.null_count == len(column):  # only null cells: no values, no statistics
+            continue
+        stats[spec.name] = ColumnStats.of(_step_values(table, spec))
+    for spec in columns:  # per-step records (L5Kit agents): statistics of the named fields, over all records
+        fields = spec.meta.get("stats_fields") or ()
+        if not fields:
+            continue
+        records = _cell_values(table.column(spec.name)).flatten()
+        if not len(records):
+            continue
+        for field in fields:
+            values = records.field(field)
+            if pa.types.is_fixed_size_list(values.type):
+                values = values.flatten()
+            data = values.to_numpy(zero_copy_only=False).astype(np.float64).reshape(len(records), -1)
+            stats[f"{spec.name}.{field}"] = ColumnStats.of(data, sketch_level=sketch_level_for(len(data)))
+    return stats
+
+
+def non_finite_counts(table: pa.Table, columns: list[ColumnSpec]) -> dict[str, int]:
+    """NaN and inf values per float column of a batch of written rows: kept as they are, counted
+    for the summary."""
+    counts = {}
+    for spec in columns:
+        if spec.kind not in (TRAJECTORY, TIMESTAMPS, STEPS):
+            continue
+        if spec.kind == STEPS and not _is_primitive(spec.arrow_type.value_type):
+            continue  # nested or text steps: no float values to count
+        values = _step_values(table, spec)
+        total = int(np.count_nonzero(~np.isfinite(values))) if values.dtype.kind == "f" else 0
+        if total:
+            counts[spec.name] = total
+    return counts
+
+
+def _is_primitive(kind: pa.DataType) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind)

@@ -19,7 +19,7 @@ from typing import BinaryIO
 import av
 import numpy as np
 
-from formats import video
+from formats import video, video_policy
 
 __all__ = ["FrameReport", "compare_video", "psnr"]
 
@@ -61,7 +61,7 @@ def _luma(frame: av.VideoFrame, width: int, height: int, gray: bool) -> tuple[np
     height, and its peak value. When both sides are gray (`gray`), the gray values themselves."""
     name = frame.format.name
     if gray:
-        deep = video.is_high_bit_depth(name)
+        deep = video_policy.is_high_bit_depth(name)
         plane = frame.to_ndarray(format="gray16le" if deep else "gray")
         return plane[:height, :width], 65535.0 if deep else 255.0
     if name != "yuv420p":

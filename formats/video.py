@@ -1,37 +1,17 @@
-"""Video through PyAV: cut a time range out of an MP4 by packet copy, re-encode, encode image
-sequences, probe, decode.
-
-Copy mode: the packets of [start, end) are copied into a new MP4 whose timestamps start at 0, so
-the output decodes to the source's pixels bit for bit. Plain MP4s are cut on their sample tables
-(`formats.mp4`, no per-packet work); anything else is remuxed through PyAV. Packets can be copied
-alone only when they are one unbroken decode-order run starting on a keyframe that is shown first:
-lerobot's recorder writes each episode as its own GOP run, but convert_image_to_video_dataset
-encodes many episodes in one stream (episodes start inside GOPs, HEVC B-frames reference frames of
-the next episode). Such a segment is decoded and encoded losslessly in the source's pixel format
-(x264 lossless for 8-bit YUV, else FFV1), checked by decoding it again, so it still decodes to the
-source's pixels; `CopyResult.note()` says so for mixtrain.json. A remuxed or encoded segment's
-frame count is counted by decoding the written file.
+"""Video through PyAV: probe, decode, re-encode, encode image sequences.
 
 Encoding (re-encode mode, image sequences) takes decoded frames, encoded JPEG/PNG bytes or raw
 uint8/uint16 arrays and writes frame i at pts i in a 1/fps time base. 4:2:0 and 4:2:2 need even
 sizes: an odd frame is padded on the right/bottom by repeating its last column/row (nothing is
-cropped away; `EncodeResult.padded_from` says so). Depth and any source deeper than 8 bits are
-never squeezed through a lossy 8-bit codec: `options_for` routes them to lossless FFV1 (in MP4),
-keeping their pixel format.
-
-Facts from real files (see ../shared/NOTES.md): copying AV1 needs `opaque=True` on the template
-stream; lerobot's H.264 has B-frames (negative first dts, pts from 0).
+cropped away; `EncodeResult.padded_from` says so). Which options a column is encoded with is
+decided in formats/video_policy.py; copy mode's packet cuts are formats/video_copy.py.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import hashlib
 import io
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from fractions import Fraction
 from typing import BinaryIO
@@ -40,152 +20,39 @@ import av
 import numpy as np
 from av.video.reformatter import ColorRange, Colorspace
 
-from formats import mp4
-from formats.errors import ConversionError, VideoError
-from formats.sequence import FROM_IMAGES
+from formats.errors import VideoError
+from formats.video_policy import (
+    ENCODERS,
+    MIN_HEVC_WIDTH,
+    EncodeOptions,
+    is_high_bit_depth,
+    lossless_pix_fmt,
+    near_lossless_options,
+    padded_size,
+)
 
 # SVT-AV1 prints its whole configuration on every encode unless told errors only.
 os.environ.setdefault("SVT_LOG", "1")
 
 __all__ = [
     "VideoInfo",
-    "CopyResult",
-    "EncodeOptions",
     "EncodeResult",
     "ImageDecoder",
     "probe",
     "stream_info",
-    "copy_segment",
-    "verify_decodes",
     "first_time",
     "reencode_segment",
     "retime",
-    "near_lossless_options",
-    "lossless_options",
-    "LOSSLESS",
     "encode_frames",
     "decode_frames",
     "iter_frames",
-    "options_for",
-    "is_high_bit_depth",
-    "padded_size",
     "to_video_range",
-    "plan_column",
-    "declared_size",
-    "lossless_pix_fmt",
     "image_array",
     "array_format_of",
-    "COPY",
-    "REENCODE",
-    "ENCODERS",
 ]
 
-# Codec name as containers report it -> the encoder PyAV's wheels ship for it.
-ENCODERS = {"h264": "libx264", "hevc": "libx265", "av1": "libsvtav1", "ffv1": "ffv1"}
 # Decoder names PyAV reports for a stream -> the codec's canonical name.
 _CODEC_NAMES = {"libdav1d": "av1", "libaom-av1": "av1", "h264": "h264", "hevc": "hevc", "ffv1": "ffv1"}
-
-# Defaults chosen on measurements (README "Video"): luma PSNR >= 35 dB on real camera data at
-# yuv420p, a keyframe every 10 frames (random access decodes at most 9 extra frames, files
-# about half the size of lerobot's keyframe-every-2), the encoders' balanced presets.
-DEFAULT_CRF = {"h264": 16, "hevc": 16, "av1": 20}
-# libx265 (PyAV 18.1's wheel) wrote out of bounds under valgrind on widths 16-48 px and not from 50
-# px up; the process then aborted ("free(): invalid next size") after an unrelated allocation.
-# 64 is its largest coding-tree size: narrower frames are refused for hevc.
-MIN_HEVC_WIDTH = 64
-DEFAULT_GOP = 10
-DEFAULT_PRESET = {"h264": "medium", "hevc": "medium", "av1": "8"}
-CRF_RANGE = {"h264": (0, 51), "hevc": (0, 51), "av1": (0, 63)}
-# What each encoder accepts of --video_pix_fmt (AV1 through SVT: 4:2:0 only).
-PIX_FMTS = {
-    "h264": ("yuv420p", "yuv422p", "yuv444p"),
-    "hevc": ("yuv420p", "yuv422p", "yuv444p"),
-    "av1": ("yuv420p",),
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class EncodeOptions:
-    """How to encode: codec, quality (crf), keyframe interval (gop), preset, pixel format.
-
-    None means the codec's documented default (`resolved()` fills them in); `ffv1` is lossless
-    and ignores crf and preset.
-    """
-
-    codec: str = "h264"
-    crf: int | None = None
-    gop: int | None = None
-    preset: str | None = None
-    pix_fmt: str = "yuv420p"
-
-    def resolved(self) -> EncodeOptions:
-        """These options with every default filled in and checked; raises ConversionError."""
-        codec = self.codec.lower()
-        if codec not in ENCODERS:
-            raise ConversionError(f"video codec {self.codec!r} is not supported (choose from {', '.join(sorted(ENCODERS))})")
-        if codec == "ffv1":
-            return EncodeOptions(codec, None, 1 if self.gop is None else self.gop, None, self.pix_fmt)
-        if self.pix_fmt not in PIX_FMTS[codec]:
-            raise ConversionError(
-                f"pixel format {self.pix_fmt!r} is not available for {codec} (choose from {', '.join(PIX_FMTS[codec])})"
-            )
-        crf = DEFAULT_CRF[codec] if self.crf is None else int(self.crf)
-        low, high = CRF_RANGE[codec]
-        if not low <= crf <= high:
-            raise ConversionError(f"crf {crf} is outside {low}..{high} for {codec}")
-        gop = DEFAULT_GOP if self.gop is None else int(self.gop)
-        if gop < 1:
-            raise ConversionError(f"gop {gop} must be at least 1 (1: every frame a keyframe)")
-        return EncodeOptions(codec, crf, gop, self.preset or DEFAULT_PRESET[codec], self.pix_fmt)
-
-    def column_meta(self) -> dict:
-        """What mixtrain.json records of an encode (crf/preset only where they mean something)."""
-        meta = {"codec": self.codec, "pix_fmt": self.pix_fmt, "gop": self.gop}
-        if self.codec == "ffv1":
-            meta["lossless"] = True
-        else:
-            meta.update(crf=self.crf, preset=self.preset)
-        return meta
-
-
-def is_high_bit_depth(pix_fmt: str | None) -> bool:
-    """More than 8 bits per component (gray16le depth, 10-bit yuv...)."""
-    if not pix_fmt:
-        return False
-    try:
-        return any(component.bits > 8 for component in av.VideoFormat(pix_fmt).components)
-    except (ValueError, av.error.FFmpegError):
-        return False
-
-
-def options_for(requested: EncodeOptions, *, source_pix_fmt: str | None, is_depth: bool) -> EncodeOptions:
-    """The options a column is encoded with: depth and >8-bit sources go lossless (FFV1, their own
-    pixel format) whatever was requested, because a lossy 8-bit codec would destroy their values."""
-    if is_depth or is_high_bit_depth(source_pix_fmt):
-        return EncodeOptions("ffv1", None, None, None, lossless_pix_fmt(source_pix_fmt)).resolved()
-    return requested.resolved()
-
-
-def lossless_pix_fmt(source_pix_fmt: str | None) -> str | None:
-    """The FFV1 pixel format that holds `source_pix_fmt` without loss (None: decided by the first
-    frame); big-endian 16-bit gray (16-bit PNG) maps to its little-endian twin."""
-    if not source_pix_fmt:
-        return None
-    if source_pix_fmt.endswith("be"):
-        source_pix_fmt = source_pix_fmt[:-2] + "le"
-    if any(fmt.name == source_pix_fmt for fmt in av.Codec("ffv1", "w").video_formats or ()):
-        return source_pix_fmt
-    deep = is_high_bit_depth(source_pix_fmt)
-    if source_pix_fmt.startswith(("gray", "ya")):
-        return "gray16le" if deep else "gray"
-    return "yuv444p16le" if deep else "yuv444p"
-
-
-def padded_size(width: int, height: int, pix_fmt: str) -> tuple[int, int]:
-    """The encoded size: chroma-subsampled formats need even widths (4:2:x) and heights (4:2:0)."""
-    even_width = "420" in pix_fmt or "422" in pix_fmt or pix_fmt in ("nv12", "nv21", "nv16")
-    even_height = "420" in pix_fmt or pix_fmt in ("nv12", "nv21")
-    return width + (width % 2 if even_width else 0), height + (height % 2 if even_height else 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,27 +63,6 @@ class VideoInfo:
     pix_fmt: str | None
     fps: float | None
     frames: int
-
-
-@dataclasses.dataclass(frozen=True)
-class CopyResult:
-    """What `copy_segment` wrote: the frames the written file decodes to, and whether its packets
-    are the source's (`written_as` "copy") or a lossless encode of them ("lossless": `codec`,
-    `pix_fmt` and `reason` say which and why)."""
-
-    frames: int
-    reencoded: bool
-    info: VideoInfo
-    written_as: str = "copy"
-    codec: str | None = None
-    pix_fmt: str | None = None
-    reason: str | None = None
-
-    def note(self) -> dict | None:
-        """What mixtrain.json records for a sequence whose file is not a packet copy (None: it is)."""
-        if not self.reencoded:
-            return None
-        return {"written_as": self.written_as, "codec": self.codec, "pix_fmt": self.pix_fmt, "reason": self.reason}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,203 +162,9 @@ def _segment_frames(container, stream, low: int | None, high: int | None, *, ski
             yield frame
 
 
-def copy_segment(
-    source: BinaryIO | str,
-    destination: BinaryIO,
-    *,
-    start: float | None,
-    end: float | None,
-    frames: int,
-    fps: float,
-    verify: bool = True,
-) -> CopyResult:
-    """Remux the packets presented in [start, end) seconds into a new MP4 starting at t=0.
-
-    Args:
-      source: readable, seekable file object (or path) of the source MP4.
-      destination: writable, seekable file object; receives a complete MP4.
-      start, end: segment bounds in seconds of the source's presentation time; None = open end.
-      frames: the number of frames the segment must hold (the sequence length).
-      fps: frame rate used to place the half-frame tolerance around the bounds.
-      verify: decode the written file once (`verify_decodes`); the sample-table path otherwise
-        copies bytes it never looked at.
-
-    Raises:
-      VideoError: unreadable input, or a segment whose frame count is not `frames`.
-    """
-    copied = _copy_by_sample_table(source, destination, start=start, end=end, frames=frames, fps=fps)
-    if copied is not None:
-        if verify:
-            verify_decodes(destination, frames)
-        return copied
-    return _copy_by_remux(source, destination, start=start, end=end, frames=frames, fps=fps)
-
-
-def _copy_by_remux(source: BinaryIO | str, destination: BinaryIO | str, *, start: float | None, end: float | None,
-                   frames: int, fps: float) -> CopyResult:
-    """`copy_segment` through PyAV's demuxer and muxer: any container FFmpeg reads, and the cuts
-    whose packets cannot be copied as they are (those are encoded losslessly, see `_lossless_segment`)."""
-    container = _open_input(source)
-    try:
-        stream = _video_stream(container)
-        low, high = _bounds(stream.time_base, start, end, fps)
-        _seek(container, stream, low)
-        run = []  # decode order from the seek point; stops once decode time passed the segment
-        for packet in container.demux(stream):
-            if packet.size == 0 or packet.pts is None:
-                continue
-            if high is not None and packet.dts is not None and packet.dts >= high:
-                break  # decode order passed the segment: every later pts is later still
-            run.append(packet)
-        inside = [i for i, packet in enumerate(run) if (low is None or packet.pts >= low) and (high is None or packet.pts < high)]
-        if len(inside) != frames:
-            raise VideoError(f"segment [{_fmt(start)}, {_fmt(end)}) s holds {len(inside)} frames, expected {frames}")
-        reason = _not_copyable(run, inside)
-        if reason is not None:
-            return _lossless_segment(source, container, stream, destination, low, high, frames, fps, reason)
-        packets = [run[i] for i in inside]
-        origin = min(packet.pts for packet in packets)
-        output = av.open(destination, mode="w", format="mp4")
-        try:
-            out_stream = output.add_stream_from_template(stream, opaque=True)
-            out_stream.time_base = stream.time_base
-            for packet in packets:
-                packet.pts -= origin
-                if packet.dts is not None:
-                    packet.dts -= origin
-                packet.stream = out_stream
-                output.mux(packet)
-        finally:
-            output.close()
-        _rewind(destination)
-        decoded = _count_decoded(destination)
-        if decoded != frames:  # the structural checks missed a dependency: never publish a short file
-            return _lossless_segment(source, container, stream, destination, low, high, frames, fps,
-                                     f"the copied packets decode to {decoded} frames")
-        return CopyResult(frames=decoded, reencoded=False, info=_info_of(stream, frames))
-    except av.error.FFmpegError as error:
-        raise VideoError(f"cannot read video: {error}") from error
-    finally:
-        container.close()
-
-
-def _not_copyable(run: list, inside: list[int]) -> str | None:
-    """Why the packets at positions `inside` of a decode-order `run` cannot be copied alone, or None.
-
-    They can when they are one unbroken decode-order run (a frame of a neighbour between them means
-    a reference outside the segment: HEVC B-frames at the end that reference a later frame), that
-    starts on a keyframe shown first (not inside a GOP, not an open GOP's leading pictures)."""
-    first = run[inside[0]]
-    if inside[-1] - inside[0] + 1 != len(inside):
-        return "the segment's packets interleave with a neighbour's in decode order (references outside the segment)"
-    if not first.is_keyframe:
-        return "the segment starts inside a GOP"
-    if first.pts != min(run[i].pts for i in inside):
-        return "the segment starts on an open GOP (frames shown before its keyframe)"
-    return None
-
-
 def _rewind(destination: BinaryIO | str) -> None:
     if not isinstance(destination, str):
         destination.seek(0)
-
-
-def _count_decoded(destination: BinaryIO | str, on_frame: FrameCallback | None = None) -> int:
-    """How many frames a written file decodes to (what a reader gets, not what was muxed);
-    `on_frame` sees each of them (image statistics ride on this one decode)."""
-    container = _open_input(destination)
-    try:
-        stream = _video_stream(container)
-        stream.thread_type = "AUTO"
-        count = 0
-        for frame in container.decode(stream):
-            if on_frame is not None:
-                on_frame(count, frame)
-            count += 1
-        return count
-    finally:
-        container.close()
-        _rewind(destination)
-
-
-def verify_decodes(written: BinaryIO | str, frames: int, on_frame: FrameCallback | None = None) -> None:
-    """Decode a file of copied samples once: samples the decoder rejects (a damaged source), or a
-    frame count other than `frames`, are a VideoError instead of a published file no one can play.
-    `on_frame` sees every decoded frame."""
-    _rewind(written)
-    try:
-        decoded = _count_decoded(written, on_frame)
-    except av.error.FFmpegError as error:
-        raise VideoError(f"the copied samples do not decode ({error}); the source video is damaged") from error
-    if decoded != frames:
-        raise VideoError(f"the copied samples decode to {decoded} frames, expected {frames}")
-
-
-def _source_key(source: BinaryIO | str) -> tuple | None:
-    """What identifies a source file's content for this process's caches (None: not cacheable)."""
-    if isinstance(source, str):
-        stat = os.stat(source)
-        return source, stat.st_size, stat.st_mtime_ns
-    path, size = getattr(source, "path", None), getattr(source, "size", None)
-    return (path, size) if path and size is not None else None
-
-
-# Per worker: what a source file's moov says, and its stream header, kept while about 2M samples
-# (~100 MB of tables) fit: a source file holds many episodes, and is parsed once.
-_SOURCES: OrderedDict = OrderedDict()
-_SOURCES_LOCK = threading.Lock()
-_CACHED_SAMPLES = 2_000_000
-
-
-def _plain_source(source: BinaryIO | str, handle: BinaryIO) -> tuple[mp4.SampleTable, VideoInfo] | None:
-    """The source's sample table and stream header, or None when it is not a plain MP4."""
-    key = _source_key(source)
-    with _SOURCES_LOCK:
-        if key is not None and key in _SOURCES:
-            _SOURCES.move_to_end(key)
-            return _SOURCES[key]
-    table = mp4.read_sample_table(handle)
-    facts = None
-    if table is not None:
-        handle.seek(0)
-        facts = table, stream_info(handle)
-    if key is not None:
-        with _SOURCES_LOCK:
-            _SOURCES[key] = facts
-            while len(_SOURCES) > 1 and sum(len(f[0].pts) for f in _SOURCES.values() if f) > _CACHED_SAMPLES:
-                _SOURCES.popitem(last=False)
-    return facts
-
-
-def _copy_by_sample_table(source: BinaryIO | str, destination: BinaryIO | str, *, start: float | None, end: float | None,
-                          frames: int, fps: float) -> CopyResult | None:
-    """The fast path of `copy_segment` (see formats.mp4); None when the file or the cut is not the plain
-    case: then every error is left to the PyAV path, which words it."""
-    try:
-        handle = open(source, "rb") if isinstance(source, str) else source
-    except OSError:
-        return None  # missing file, permissions
-    try:
-        try:
-            facts = _plain_source(source, handle)
-            cut = None
-            if facts is not None:
-                cut = mp4.plan_cut(facts[0], *_bounds(Fraction(1, facts[0].timescale), start, end, fps))
-        except Exception:  # noqa: BLE001 - anything odd before writing: the PyAV path decides and words it
-            return None
-        if cut is None or cut.stop - cut.first != frames:
-            return None
-        try:
-            with open(destination, "wb") if isinstance(destination, str) else contextlib.nullcontext(destination) as out:
-                mp4.write_cut(cut, handle, out)
-        except (ValueError, OSError) as error:
-            raise VideoError(f"cannot copy video: {error}") from error
-        return CopyResult(frames=frames, reencoded=False, info=dataclasses.replace(facts[1], frames=frames))
-    finally:
-        if handle is not source:
-            handle.close()
-        else:
-            handle.seek(0)
 
 
 def _fmt(value: float | None) -> str:
@@ -529,93 +181,6 @@ def _info_of(stream, frames: int) -> VideoInfo:
         fps=float(rate) if rate else None,
         frames=frames,
     )
-
-
-LOSSLESS = "lossless"
-
-
-def _lossless_segment(source, container, stream, destination, low, high, frames: int, fps: float, reason: str) -> CopyResult:
-    """Copy mode's answer to a cut whose packets cannot be copied: the segment's decoded frames,
-    encoded losslessly in their own pixel format (`lossless_options`), then decoded again and
-    compared frame by frame (a digest of every plane) with what was encoded: a file that would
-    not give back the source's pixels is never written. Decoding starts at the keyframe before
-    the segment; when that is not enough (an open GOP's leading pictures need the GOP before),
-    from the file's start. The frame count is what the written file decodes to."""
-    info = _info_of(stream, frames)
-    candidates = lossless_options(stream.codec_context.pix_fmt)
-    found = 0
-    for options in candidates:
-        for attempt in ("seek", "start"):
-            if not isinstance(source, str):
-                source.seek(0)
-            wanted: list[bytes] = []
-            with _open_input(source) as fresh:  # the caller's container has been demuxed past the segment
-                decoder = _video_stream(fresh)
-                decoder.thread_type = "AUTO"
-                _truncate(destination)
-                encode_frames(_segment_frames(fresh, decoder, low if attempt == "seek" else None, high, skip_before=low),
-                              destination, fps=fps, options=options, lossless=True,
-                              on_frame=lambda _, frame, wanted=wanted: wanted.append(_digest(frame)))
-            _rewind(destination)
-            found = len(wanted)
-            if found != frames:
-                continue  # decoding from the keyframe before lost leading pictures: from the start
-            if _decoded_digests(destination) == wanted:
-                return CopyResult(frames=found, reencoded=True, info=info, written_as=LOSSLESS,
-                                  codec=options.codec, pix_fmt=options.pix_fmt, reason=reason)
-            break  # this encoder did not give the pixels back: the next one
-    raise VideoError(f"segment [{_fmt(None if low is None else float(low * stream.time_base))}, "
-                     f"{_fmt(None if high is None else float(high * stream.time_base))}) s decodes to {found} frames, "
-                     f"expected {frames}, or could not be written losslessly; cannot copy it")
-
-
-def _digest(frame: av.VideoFrame) -> bytes:
-    """Every sample of a frame at its bit depth (planes packed, no line padding)."""
-    return hashlib.blake2b(frame.to_ndarray().tobytes(), digest_size=16).digest()
-
-
-def _decoded_digests(destination: BinaryIO | str) -> list[bytes]:
-    container = _open_input(destination)
-    try:
-        stream = _video_stream(container)
-        stream.thread_type = "AUTO"
-        return [_digest(frame) for frame in container.decode(stream)]
-    finally:
-        container.close()
-        _rewind(destination)
-
-
-def _truncate(destination: BinaryIO | str) -> None:
-    if isinstance(destination, str):
-        open(destination, "wb").close()
-    else:
-        destination.seek(0)
-        destination.truncate()
-
-
-# 8-bit YUV: H.264 lossless (x264 crf 0, High 4:4:4 Predictive), which Chromium plays and which is
-# 18 % smaller than FFV1 on so100_tiny; anything else (gray, 10/12/16-bit, 12-bit depth): FFV1.
-_X264_LOSSLESS = ("yuv420p", "yuv422p", "yuv444p")
-
-
-def lossless_options(pix_fmt: str | None) -> list[EncodeOptions]:
-    """The encodes copy mode tries, in order, where packets cannot be copied (docs/lerobot_v3.md),
-    all keeping `pix_fmt`: x264 lossless for 8-bit YUV, then FFV1 for everything."""
-    ffv1 = EncodeOptions("ffv1", pix_fmt=lossless_pix_fmt(pix_fmt)).resolved()
-    if pix_fmt in _X264_LOSSLESS:
-        return [EncodeOptions("h264", 0, DEFAULT_GOP, "medium", pix_fmt).resolved(), ffv1]
-    return [ffv1]
-
-
-_NEAR_LOSSLESS_CRF = {"h264": 10, "hevc": 10, "av1": 8}
-
-
-def near_lossless_options(codec: str, pix_fmt: str | None) -> EncodeOptions:
-    """What re-timing encodes with by default: the source's codec at visually lossless quality,
-    or FFV1 (lossless) for what those encoders cannot hold."""
-    if codec in _NEAR_LOSSLESS_CRF and pix_fmt in PIX_FMTS[codec]:
-        return EncodeOptions(codec, _NEAR_LOSSLESS_CRF[codec], None, "12" if codec == "av1" else None, pix_fmt)
-    return EncodeOptions("ffv1", pix_fmt=lossless_pix_fmt(pix_fmt))
 
 
 def retime(
@@ -937,51 +502,6 @@ def decode_frames(source: BinaryIO | str | bytes, *, start: float | None = None,
     out = [frame.to_ndarray() if planar else frame.to_ndarray(format="rgb24")
            for frame in iter_frames(source, start=start, end=end, fps=fps)]
     return np.stack(out) if out else np.zeros((0,), np.uint8)
-
-
-COPY, REENCODE = "copy", "reencode"
-MODES = (COPY, REENCODE)
-
-
-def plan_column(meta: dict, *, mode: str, requested: EncodeOptions) -> tuple[EncodeOptions | None, dict]:
-    """How one video column is written, decided at plan time from its metadata.
-
-    `meta` is the column's plan-time entry (fps, codec, resolution, pix_fmt, is_depth_map, and
-    `encoded_from: images` for cameras stored as images, which are always encoded). Returns the
-    encode options (None: packet copy) and the column_types entry the output will carry.
-    """
-    if mode not in MODES:
-        raise ConversionError(f"video mode {mode!r} is not one of {', '.join(MODES)}")
-    entry = dict(meta)
-    from_images = meta.get("encoded_from") == FROM_IMAGES
-    if mode == COPY and not from_images:
-        # Packets of the source, pixels identical to it; a camera slower than the steps has its
-        # frames repeated by re-timing, encoded at near-lossless quality.
-        entry["written_as"] = "retime" if meta.get("retimed") else "copy"
-        return None, entry
-    options = options_for(requested, source_pix_fmt=meta.get("pix_fmt"), is_depth=bool(meta.get("is_depth_map")))
-    if meta.get("codec") and not from_images:
-        entry["source_codec"] = meta["codec"]
-    if meta.get("pix_fmt"):
-        entry["source_pix_fmt"] = meta["pix_fmt"]
-    entry.update(options.column_meta(), written_as="encode")
-    resolution = meta.get("resolution") or {}
-    width, height = resolution.get("width"), resolution.get("height")
-    if width and height:
-        padded = padded_size(int(width), int(height), options.pix_fmt or "")
-        entry["resolution"] = {"width": padded[0], "height": padded[1]}
-        if padded != (width, height):
-            entry["source_resolution"] = {"width": width, "height": height}
-            entry["padding"] = "edge: last column/row repeated on the right/bottom"
-    return options, entry
-
-
-def declared_size(entry: dict) -> tuple[int, int] | None:
-    """(width, height) the source frames of a planned column must have, if the metadata says."""
-    resolution = entry.get("source_resolution") or entry.get("resolution") or {}
-    if resolution.get("width") and resolution.get("height"):
-        return int(resolution["width"]), int(resolution["height"])
-    return None
 
 
 def image_array(frame: av.VideoFrame) -> np.ndarray:

@@ -16,7 +16,6 @@ import importlib.util
 import logging
 import math
 import os
-import re
 import signal
 import sys
 import time
@@ -31,9 +30,9 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 
 import formats
-from formats import array_layout, errors, fingerprint, lance_table, mixtrain, sources, storage, tables, video
+from formats import array_layout, errors, fingerprint, lance_table, mixtrain, publish, sources, storage, tables, video_policy
 from formats.sequence import TRAJECTORY, VIDEO, DatasetMeta
-from pipelines import cli, local_workers
+from pipelines import cli, failures, local_workers
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
 from pipelines.progress import Progress
 from pipelines.session import Interrupted
@@ -106,7 +105,7 @@ def prepare_output(output_url: str, overwrite: bool, table_format: str = tables.
     """Refuse to touch an output that holds something we did not write, or a dataset without
     --overwrite; and, where publication replaces the whole folder, one that holds anything else."""
     fs, root = storage.open_root(output_url)
-    mixtrain.check_no_live_run(fs, root)
+    publish.check_no_live_run(fs, root)
     if not fs.exists(root):
         return
     if not fs.isdir(root):
@@ -120,8 +119,8 @@ def prepare_output(output_url: str, overwrite: bool, table_format: str = tables.
                                          "to publish a new version of it")
         return
     names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(root, detail=False)}
-    foreign = mixtrain.foreign_entries(fs, root)
-    ours = names - set(foreign) - {mixtrain.STAGING_DIR}
+    foreign = publish.foreign_entries(fs, root)
+    ours = names - set(foreign) - {publish.STAGING_DIR}
     if not ours and not foreign:
         return
     if mixtrain.SIDECAR not in ours and not (ours and not foreign):
@@ -129,7 +128,7 @@ def prepare_output(output_url: str, overwrite: bool, table_format: str = tables.
                                      "choose another --output")
     if not overwrite:
         raise errors.ConversionError(f"{root}: output already holds a Mixtrain dataset; pass --overwrite to replace it")
-    if foreign and storage.is_local(fs) and mixtrain.replaces_whole_folder(root):
+    if foreign and storage.is_local(fs) and publish.replaces_whole_folder(root):
         raise errors.ConversionError(f"{root}: the output folder also holds {', '.join(foreign)}, which replacing the dataset "
                                      "would delete (the whole folder is replaced); move them out or choose another --output")
 
@@ -149,9 +148,9 @@ def source_options(options: ConvertOptions) -> dict:
     }
 
 
-def requested_encoding(options: ConvertOptions) -> video.EncodeOptions:
+def requested_encoding(options: ConvertOptions) -> video_policy.EncodeOptions:
     """The --video_* flags as checked EncodeOptions (raises ConversionError on a bad combination)."""
-    return video.EncodeOptions(options.video_codec or "h264", options.video_crf, options.video_gop,
+    return video_policy.EncodeOptions(options.video_codec or "h264", options.video_crf, options.video_gop,
                                options.video_preset, options.video_pix_fmt or "yuv420p").resolved()
 
 
@@ -185,7 +184,7 @@ def copied_columns(meta: DatasetMeta) -> frozenset:
     return frozenset(spec.name for spec in meta.columns if spec.kind == VIDEO and spec.meta.get("written_as") == "copy")
 
 
-def plan_videos(meta: DatasetMeta, mode: str, requested: video.EncodeOptions) -> tuple[dict, dict]:
+def plan_videos(meta: DatasetMeta, mode: str, requested: video_policy.EncodeOptions) -> tuple[dict, dict]:
     """Decide copy or encode per video column; rewrite meta.columns' entries to describe the output.
 
     Returns (column -> EncodeOptions or None for copy, column -> declared source (width, height)).
@@ -193,8 +192,8 @@ def plan_videos(meta: DatasetMeta, mode: str, requested: video.EncodeOptions) ->
     encode, sizes = {}, {}
     for position, spec in enumerate(meta.columns):
         if spec.kind == VIDEO:
-            encode[spec.name], entry = video.plan_column(spec.meta, mode=mode, requested=requested)
-            sizes[spec.name] = video.declared_size(entry)
+            encode[spec.name], entry = video_policy.plan_column(spec.meta, mode=mode, requested=requested)
+            sizes[spec.name] = video_policy.declared_size(entry)
             meta.columns[position] = dataclasses.replace(spec, meta=entry)
     return encode, sizes
 
@@ -220,7 +219,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     meta.columns = array_layout.with_layout(meta.columns, options.array_layout)  # after the size estimate: it reads list types
     out_fs, out_root = storage.open_root(options.output)
     output_url = storage.url_for(out_fs, out_root)
-    staging = mixtrain.staging_root(out_fs, out_root, run_id)
+    staging = publish.staging_root(out_fs, out_root, run_id)
     staging_url = storage.url_for(out_fs, staging)
     source_url = storage.url_for(fs, root)
     sidecar_extra = {
@@ -234,7 +233,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
         "created_at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     if write_assets:
-        mixtrain.copy_assets(fs, root, out_fs, staging, meta)
+        publish.copy_assets(fs, root, out_fs, staging, meta)
     units, shared = module.incremental_units(refs)
     # What changes the output of a unit; not the shard count or the error policy.
     # (array_layout changes the columns' types, which the context hashes already.)
@@ -263,41 +262,6 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
         staging_url, output_url, meta, num_shards, sidecar_extra, options.on_error, {"context": context, "units": current},
         tuple(options.max_skipped), table_settings(options, run_id))
     return Plan(meta, refs, num_shards, to_convert)
-
-
-_ERROR_LINE = re.compile(r"(?:^|\s|\.)(?:" + "|".join(n for n in errors.__all__ if n[0].isupper()) + r"): (.+)")
-
-
-_OUTPUT_ERRNO = re.compile(r"\[Errno (?:" + "|".join(str(n) for n in sorted(errors.OUTPUT_ERRNOS)) + r")\] ([^:'\]\n]+)")
-
-
-def _output_message(error: BaseException, output: str) -> str | None:
-    """A full, read-only or over-quota output, wherever in the run (and whichever worker) it
-    surfaced: the output is named, not the source file being copied at that moment."""
-    failure = errors.output_failure(error)
-    if failure is not None:
-        reason = failure.strerror
-        where = str(failure.filename or "")
-        real = os.path.realpath(output) if "://" not in output else output
-        staged = os.path.join(os.path.dirname(real), f".{os.path.basename(real)}{mixtrain.SIBLING_MARK}")
-        if where and not (where.startswith(real) or where.startswith(staged)):  # not the output: a temp or log disk
-            return f"{where}: cannot write: {reason}; nothing was published (the previous dataset, if any, is as it was)"
-    else:  # from another process, only the text is left
-        found = _OUTPUT_ERRNO.search(str(error))
-        if found is None:
-            return None
-        reason = found.group(1).strip()
-    return f"{output}: cannot write the output: {reason}; nothing was published (the previous dataset, if any, is as it was)"
-
-
-def user_message(error: BaseException) -> str | None:
-    """The one line for a user: our own error's message, found even inside Beam's wrapping."""
-    if isinstance(error, errors.ConversionError):
-        return re.sub(r" \[while running '.*'\]$", "", str(error).splitlines()[0])
-    matches = _ERROR_LINE.findall(str(error))
-    if matches:
-        return re.sub(r" \[while running '.*'\]$", "", matches[-1].strip())
-    return None
 
 
 def _add_beam_options(parser, *, ours: bool):
@@ -403,13 +367,13 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
     runner = all_options.view_as(StandardOptions).runner
     local = runner in LOCAL_RUNNERS
     out_fs, out_root = storage.open_root(options.output)
-    staging = mixtrain.staging_root(out_fs, out_root, run_id)
+    staging = publish.staging_root(out_fs, out_root, run_id)
     try:
         try:
             if not launch_only:
                 with _blame(options.output, "cannot write the output"):
                     prepare_output(options.output, options.overwrite or options.incremental, options.table_format)
-                    mixtrain.claim_staging(out_fs, staging)
+                    publish.claim_staging(out_fs, staging)
             pipeline = beam.Pipeline(runner=_runner(all_options, zygote), options=all_options)
             plan = build_pipeline(pipeline, options, run_id, write_assets=not launch_only)
             total = sources.sequence_count(plan.to_convert)
@@ -435,7 +399,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         print(f"error: interrupted ({interrupt}): the output was left as it was", file=console, flush=True)
         return interrupt.exit_code
     except Exception as error:  # noqa: BLE001 - every failure becomes one line and a clean output
-        message = _output_message(error, options.output) or user_message(error)
+        message = failures.output_message(error, options.output) or failures.user_message(error)
         if message is None:  # not bad input: a fault of ours or of the platform
             first = (str(error).strip().splitlines() or [""])[0]
             message = f"{options.output}: conversion failed: {type(error).__name__}: {first}"
@@ -458,7 +422,7 @@ def _discard(fs, staging: str, out_root: str) -> None:
     """Best effort after a failure: drop this run's staging (on object stores, where folders exist
     only through their objects, also an output folder left empty)."""
     try:
-        mixtrain.discard_staging(fs, staging, out_root)
+        publish.discard_staging(fs, staging, out_root)
         if not storage.is_local(fs) and fs.exists(out_root) and not fs.ls(out_root):
             fs.rm(out_root, recursive=True)
     except OSError:
@@ -468,7 +432,7 @@ def _discard(fs, staging: str, out_root: str) -> None:
 def _summary(fs, root: str, output_url: str, seconds: float) -> tuple[str, int]:
     """The success line (root resolved before the run: `--output=.` names a folder that publication replaced)."""
     sidecar = (lance_table.read_sidecar if lance_table.is_dataset(fs, root) else mixtrain.read_sidecar)(fs, root)
-    total_bytes = sum(info["size"] for info in fs.find(mixtrain.published_root(fs, root), detail=True).values())
+    total_bytes = sum(info["size"] for info in fs.find(publish.published_root(fs, root), detail=True).values())
     skipped = int(sidecar.get("num_skipped", 0))
     units = int(sidecar.get("num_skipped_units", 0))
     line = (

@@ -1,7 +1,7 @@
 """WriteVideos: each sequence's cameras become files/<column>/<sequence_id>.mp4.
 
 Runs in the same fused stage as the load, so video bytes never cross a shuffle: only the
-relative path travels on in the Sequence. Per column, the plan decided (`video.plan_column`)
+relative path travels on in the Sequence. Per column, the plan decided (`video_policy.plan_column`)
 whether segments are packet-copied or decoded and encoded; image sequences are always encoded.
 With image statistics on, sampled frames are summarised during the decode that encoding does
 anyway; copied segments are decoded once for them.
@@ -17,7 +17,7 @@ import apache_beam as beam
 import av
 from apache_beam.metrics import Metrics
 
-from formats import mixtrain, storage, video
+from formats import mixtrain, storage, video, video_copy, video_policy
 from formats.errors import ConversionError, FormatError, in_context
 from formats.sequence import FileRef, ImageFrames, Sequence, VideoSegment
 from formats.stats import ImageStats
@@ -86,7 +86,7 @@ class _WriteVideosFn(beam.DoFn):
                 path = item.source
                 if len(item) != sequence.length:
                     raise video.VideoError(f"camera {column!r} has {len(item)} images for {sequence.length} steps")
-                result = video.encode_frames(item.frames, destination, fps=self._fps, options=options or video.EncodeOptions(),
+                result = video.encode_frames(item.frames, destination, fps=self._fps, options=options or video_policy.EncodeOptions(),
                                              on_frame=on_frame, expected_size=size)
                 self._encoded.inc()
                 self._frames.inc(result.frames)
@@ -111,13 +111,13 @@ class _WriteVideosFn(beam.DoFn):
                         if item.start is None and item.end is None:
                             copied = self._copy_whole(source, destination, item, self._fps, verify)
                         else:
-                            copied = video.copy_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
+                            copied = video_copy.copy_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
                                                         fps=self._fps, verify=verify)
                         (self._reencoded if copied is not None and copied.reencoded else self._copied).inc()
                         if copied is not None and copied.note() is not None:
                             sequence.video_notes[column] = copied.note()
                         if on_frame is not None:
-                            video.verify_decodes(destination if local_target else io.BytesIO(destination.getvalue()), item.frames,
+                            video_copy.verify_decodes(destination if local_target else io.BytesIO(destination.getvalue()), item.frames,
                                                  on_frame=on_frame)
                     else:
                         result = video.reencode_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
@@ -152,7 +152,7 @@ class _WriteVideosFn(beam.DoFn):
                 self._out_fs.rm(target)
 
     @staticmethod
-    def _copy_whole(source, destination, item: VideoSegment, fps: float, verify: bool) -> video.CopyResult | None:
+    def _copy_whole(source, destination, item: VideoSegment, fps: float, verify: bool) -> video_copy.CopyResult | None:
         """A file that is exactly the episode: copied byte for byte (checked to hold its frames;
         None). A longer one is cut to its first frames (`copy_segment`'s result, which says whether
         the cut had to be encoded losslessly)."""
@@ -164,12 +164,12 @@ class _WriteVideosFn(beam.DoFn):
         frames = video.probe(io.BytesIO(data)).frames
         first = video.first_time(io.BytesIO(data))
         if frames > item.frames or first:  # the episode is the file's first frames, or its clock starts later: cut, from 0
-            return video.copy_segment(io.BytesIO(data), destination, start=first, end=first + item.frames / fps, frames=item.frames,
+            return video_copy.copy_segment(io.BytesIO(data), destination, start=first, end=first + item.frames / fps, frames=item.frames,
                                       fps=fps, verify=verify)
         if frames != item.frames:
             raise video.VideoError(f"video holds {frames} frames, the episode has {item.frames} steps")
         if verify:
-            video.verify_decodes(io.BytesIO(data), item.frames)
+            video_copy.verify_decodes(io.BytesIO(data), item.frames)
         if isinstance(destination, str):
             with open(destination, "wb") as handle:
                 handle.write(data)
@@ -208,7 +208,7 @@ class WriteVideos(beam.PTransform):
       source_url: the source dataset root (video paths in segments are relative to it).
       staging_url: where this run writes before it publishes.
       fps: the dataset frame rate (frame timing of encodes, tolerance around segment bounds).
-      encode: column -> EncodeOptions, or None to packet-copy that column (from `video.plan_column`).
+      encode: column -> EncodeOptions, or None to packet-copy that column (from `video_policy.plan_column`).
       sizes: column -> (width, height) the metadata declares for the source frames (checked on encode).
       video_stats: summarise sampled frames per channel into `Sequence.extra_stats`.
       on_error: FAIL stops at the first bad sequence; SKIP drops it (and its files) into the errors output.

@@ -22,14 +22,13 @@ import uuid
 from collections import OrderedDict
 
 import apache_beam as beam
-import numpy as np
 import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
 from formats import mixtrain, storage, tables
 from formats.errors import ConversionError, FormatError, describe_skip_limit, error_record, skipped_counts
-from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, VIDEO, ColumnSpec, DatasetMeta, Sequence
-from formats.stats import ColumnStats, sketch_level_for
+from formats.sequence import VIDEO, ColumnSpec, DatasetMeta, Sequence
+from formats.stats import ColumnStats, non_finite_counts, table_stats
 from transforms.errors import ERRORS, FAIL, SKIP
 from transforms.progress import report
 from transforms.stats import MergeShardStatsFn
@@ -160,66 +159,14 @@ class _SpilledRowReader:
         self._open.clear()
 
 
-def _stats_columns(columns: list[ColumnSpec]) -> list[ColumnSpec]:
-    """Numeric per-step columns: trajectories, timestamps, numeric steps (not bool, not text)."""
-    chosen = []
-    for spec in columns:
-        if spec.meta.get("stats") is False:
-            continue
-        if spec.kind in (TRAJECTORY, TIMESTAMPS):
-            chosen.append(spec)
-        elif spec.kind == STEPS:
-            value_type = spec.arrow_type.value_type
-            if pa.types.is_integer(value_type) or pa.types.is_floating(value_type):
-                chosen.append(spec)
-    return chosen
-
-
-def shard_stats(sequences: list[Sequence], columns: list[ColumnSpec]) -> dict[str, ColumnStats]:
-    stats = {}
-    for spec in _stats_columns(columns):
-        if spec.kind == TIMESTAMPS:
-            values = np.concatenate([s.timestamp for s in sequences])
-        elif spec.kind == TRAJECTORY:
-            values = np.concatenate([s.trajectories[spec.name] for s in sequences])
-        else:
-            cells = [np.asarray(s.steps[spec.name]) for s in sequences if s.steps.get(spec.name) is not None]  # None: a null cell
-            if not cells:
-                continue
-            values = np.concatenate(cells)
-        stats[spec.name] = ColumnStats.of(values)
-    for spec in columns:  # per-step records (L5Kit agents): statistics of the named fields, over all records
-        for field in spec.meta.get("stats_fields") or ():
-            records = [s.steps[spec.name].flatten() for s in sequences if s.steps.get(spec.name) is not None]
-            if not records or not sum(len(r) for r in records):
-                continue
-            values = pa.concat_arrays([r.field(field) for r in records])
-            if pa.types.is_fixed_size_list(values.type):
-                values = values.flatten()
-            data = values.to_numpy(zero_copy_only=False).astype(np.float64).reshape(sum(len(r) for r in records), -1)
-            stats[f"{spec.name}.{field}"] = ColumnStats.of(data, sketch_level=sketch_level_for(len(data)))
-    for key in sorted({key for s in sequences for key in s.extra_stats}):
-        partials = [s.extra_stats[key] for s in sequences if key in s.extra_stats]
+def group_stats(table: pa.Table, rows: list[SpilledRow], columns: list[ColumnSpec]) -> dict[str, ColumnStats]:
+    """A row group's statistics: its Arrow columns', and what upstream steps computed for its rows
+    (video frames), merged in row order."""
+    stats = table_stats(table, columns)
+    for key in sorted({key for row in rows for key in row.extra_stats}):
+        partials = [row.extra_stats[key] for row in rows if key in row.extra_stats]
         stats[key] = functools.reduce(ColumnStats.merge, partials)
     return stats
-
-
-def non_finite_counts(sequences: list[Sequence], columns: list[ColumnSpec]) -> dict[str, int]:
-    """NaN and inf values per float column: kept as they are, counted for the summary."""
-    counts = {}
-    for spec in columns:
-        if spec.kind == TRAJECTORY:
-            arrays = [s.trajectories[spec.name] for s in sequences]
-        elif spec.kind == TIMESTAMPS:
-            arrays = [s.timestamp for s in sequences]
-        elif spec.kind == STEPS:
-            arrays = [np.asarray(s.steps[spec.name]) for s in sequences if s.steps.get(spec.name) is not None]
-        else:
-            continue
-        total = sum(int(np.count_nonzero(~np.isfinite(a))) for a in arrays if a.dtype.kind == "f")
-        if total:
-            counts[spec.name] = total
-    return counts
 
 
 class _WriteShardFn(beam.DoFn):
@@ -269,16 +216,15 @@ class _WriteShardFn(beam.DoFn):
         """One row group, and its rows' statistics folded into the shard's (in sequence-id order)."""
         table = pa.Table.from_batches([batch for batch, _ in group], schema=self._schema)
         writer.write_table(table, row_group_size=max(1, table.num_rows))
-        sequences = mixtrain.table_to_sequences(table, self._columns)
-        for sequence, (_, row) in zip(sequences, group):
-            sequence.extra_stats = row.extra_stats
+        rows = [row for _, row in group]
+        for row in rows:
             for column, note in row.video_notes.items():
                 result.video_notes.setdefault(column, {})[row.sequence_id] = note
-        result.timesteps += sum(s.length for s in sequences)
-        if sequences:
-            for name, stats in shard_stats(sequences, self._columns).items():
+        result.timesteps += sum(table.column("length").to_pylist())
+        if rows:
+            for name, stats in group_stats(table, rows, self._columns).items():
                 result.stats[name] = result.stats[name].merge(stats) if name in result.stats else stats
-        for name, count in non_finite_counts(sequences, self._columns).items():
+        for name, count in non_finite_counts(table, self._columns).items():
             result.non_finite[name] = result.non_finite.get(name, 0) + count
 
 

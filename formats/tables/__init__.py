@@ -3,7 +3,7 @@
 Every run stages the complete standalone layout first (data/*.parquet shards, files/ videos,
 stats.json, _errors.jsonl, _fingerprints.json); only the last step differs by table format. A
 publisher receives that staging folder and makes it the output: `parquet` moves it into place
-with mixtrain.json (the standalone layout, `mixtrain.publish`), a lake format commits the staged
+with mixtrain.json (the standalone layout, `formats.publish.publish`), a lake format commits the staged
 shards to a table whose `mixtrain` property holds the same JSON. One registry, one signature, so
 the publish step names no format and a new format is one `register` call.
 
@@ -19,7 +19,7 @@ import dataclasses
 import importlib
 from typing import Protocol
 
-from formats import mixtrain
+from formats import publish as standalone  # `publish` below is the registry's
 
 __all__ = ["DEFAULT", "TableSettings", "Publisher", "register", "publisher_for", "names", "publish", "stage_shard"]
 
@@ -57,7 +57,7 @@ class Publisher(Protocol):
 
 def _publish_parquet(fs, staging: str, output: str, sidecar: dict, settings: TableSettings) -> None:
     """The standalone layout: staged folder moved into place, mixtrain.json last."""
-    mixtrain.publish(fs, staging, output, sidecar)
+    standalone.publish(fs, staging, output, sidecar)
 
 
 # name -> a Publisher, or "module:function" imported on first use (heavy lake libraries).

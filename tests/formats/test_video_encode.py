@@ -6,24 +6,24 @@ import av
 import numpy as np
 import pytest
 
-from formats import lerobot_v3, storage, verify, video
+from formats import lerobot_v3, storage, verify, video, video_copy, video_policy
 from formats.errors import ConversionError, VideoError
 from formats.lerobot_v3_writer import encode_image, synthetic_frames
 from formats.stats import ImageStats, sample_indices
 
 
 def test_encode_options_defaults_and_column_meta():
-    options = video.EncodeOptions().resolved()
+    options = video_policy.EncodeOptions().resolved()
     assert (options.codec, options.crf, options.gop, options.preset, options.pix_fmt) == ("h264", 16, 10, "medium", "yuv420p")
-    assert video.EncodeOptions("av1").resolved().column_meta() == {"codec": "av1", "pix_fmt": "yuv420p", "gop": 10, "crf": 20, "preset": "8"}
-    assert video.EncodeOptions("hevc", crf=30, gop=1, preset="fast", pix_fmt="yuv444p").resolved().crf == 30
+    assert video_policy.EncodeOptions("av1").resolved().column_meta() == {"codec": "av1", "pix_fmt": "yuv420p", "gop": 10, "crf": 20, "preset": "8"}
+    assert video_policy.EncodeOptions("hevc", crf=30, gop=1, preset="fast", pix_fmt="yuv444p").resolved().crf == 30
 
 
 @pytest.mark.parametrize("options, message", [
-    (video.EncodeOptions("av1", pix_fmt="yuv444p"), "pixel format 'yuv444p' is not available for av1 (choose from yuv420p)"),
-    (video.EncodeOptions("h264", crf=60), "crf 60 is outside 0..51 for h264"),
-    (video.EncodeOptions("vp9"), "video codec 'vp9' is not supported"),
-    (video.EncodeOptions("h264", gop=0), "gop 0 must be at least 1"),
+    (video_policy.EncodeOptions("av1", pix_fmt="yuv444p"), "pixel format 'yuv444p' is not available for av1 (choose from yuv420p)"),
+    (video_policy.EncodeOptions("h264", crf=60), "crf 60 is outside 0..51 for h264"),
+    (video_policy.EncodeOptions("vp9"), "video codec 'vp9' is not supported"),
+    (video_policy.EncodeOptions("h264", gop=0), "gop 0 must be at least 1"),
 ])
 def test_encode_options_refuse_impossible_combinations(options, message):
     with pytest.raises(ConversionError, match=message.replace("(", r"\(").replace(")", r"\)")):
@@ -46,7 +46,7 @@ def test_reencode_fixture_to_h264_meets_the_quality_bar(so100_tiny):
             source = storage.join(root, segment.path)
             out = io.BytesIO()
             result = video.reencode_segment(source, out, start=segment.start, end=segment.end, frames=segment.frames,
-                                            fps=meta.fps, options=video.EncodeOptions())
+                                            fps=meta.fps, options=video_policy.EncodeOptions())
             assert result.frames == segment.frames and result.padded_from is None
             report = verify.compare_video(out.getvalue(), video.iter_frames(source, start=segment.start, end=segment.end,
                                                                             fps=meta.fps), fps=meta.fps)
@@ -65,7 +65,7 @@ def test_copy_is_reported_identical_and_a_shift_is_caught(so100_tiny):
     segment = refs[1].videos[0][1]
     source = storage.join(root, segment.path)
     out = io.BytesIO()
-    video.copy_segment(source, out, start=segment.start, end=segment.end, frames=segment.frames, fps=meta.fps)
+    video_copy.copy_segment(source, out, start=segment.start, end=segment.end, frames=segment.frames, fps=meta.fps)
     frames = list(video.iter_frames(source, start=segment.start, end=segment.end, fps=meta.fps))
     same = verify.compare_video(out.getvalue(), frames, fps=meta.fps)
     assert same.identical and same.psnr_min == np.inf
@@ -83,7 +83,7 @@ def test_copy_is_reported_identical_and_a_shift_is_caught(so100_tiny):
 def test_odd_frames_are_padded_to_even_with_edge_pixels(codec):
     frames = synthetic_frames(0, 0, 12, 49, 65)
     out = io.BytesIO()
-    result = video.encode_frames(frames, out, fps=30, options=video.EncodeOptions(codec))
+    result = video.encode_frames(frames, out, fps=30, options=video_policy.EncodeOptions(codec))
     assert (result.frames, result.width, result.height, result.padded_from) == (12, 66, 50, (65, 49))
     info = video.probe(io.BytesIO(out.getvalue()))
     assert (info.codec, info.width, info.height, info.frames) == (codec, 66, 50, 12)
@@ -97,7 +97,7 @@ def test_odd_frames_are_padded_to_even_with_edge_pixels(codec):
 def test_yuv444p_keeps_odd_sizes_and_full_chroma():
     frames = synthetic_frames(1, 2, 6, 49, 65)
     out = io.BytesIO()
-    result = video.encode_frames(frames, out, fps=30, options=video.EncodeOptions("h264", pix_fmt="yuv444p"))
+    result = video.encode_frames(frames, out, fps=30, options=video_policy.EncodeOptions("h264", pix_fmt="yuv444p"))
     assert result.padded_from is None
     assert _h264_profile(out.getvalue())[1:] == ("yuv444p", 65, 49)
     rgb = video.decode_frames(out.getvalue(), planar=False).astype(np.float64)
@@ -109,7 +109,7 @@ def test_encoded_images_become_t_frames(image_format, floor):
     frames = synthetic_frames(2, 1, 15, 48, 64)
     blobs = [encode_image(frame, image_format) for frame in frames]
     out = io.BytesIO()
-    assert video.encode_frames(blobs, out, fps=15, options=video.EncodeOptions()).frames == 15
+    assert video.encode_frames(blobs, out, fps=15, options=video_policy.EncodeOptions()).frames == 15
     report = verify.compare_video(out.getvalue(), blobs, fps=15)  # against the decoded images
     assert report.frames == 15 and report.timestamps_ok
     assert report.last_timestamp == pytest.approx(14 / 15)
@@ -133,7 +133,7 @@ def test_gray_and_rgba_arrays_encode():
 def test_16_bit_depth_is_encoded_losslessly_whatever_was_asked():
     depth = (np.arange(49 * 65, dtype=np.uint32).reshape(49, 65) * 13 % 65536).astype(np.uint16)
     frames = np.stack([depth + i for i in range(8)])
-    options = video.options_for(video.EncodeOptions("h264"), source_pix_fmt="gray16le", is_depth=True)
+    options = video_policy.options_for(video_policy.EncodeOptions("h264"), source_pix_fmt="gray16le", is_depth=True)
     assert (options.codec, options.pix_fmt) == ("ffv1", "gray16le")
     out = io.BytesIO()
     result = video.encode_frames(frames, out, fps=30, options=options)
@@ -142,17 +142,17 @@ def test_16_bit_depth_is_encoded_losslessly_whatever_was_asked():
     assert decoded.dtype == np.uint16 and np.array_equal(decoded, frames)
     assert verify.compare_video(out.getvalue(), frames, fps=30).identical
     # A 10-bit colour source is routed the same way; an 8-bit colour one is not.
-    assert video.options_for(video.EncodeOptions(), source_pix_fmt="yuv420p10le", is_depth=False).codec == "ffv1"
-    assert video.options_for(video.EncodeOptions(), source_pix_fmt="yuv420p", is_depth=False).codec == "h264"
+    assert video_policy.options_for(video_policy.EncodeOptions(), source_pix_fmt="yuv420p10le", is_depth=False).codec == "ffv1"
+    assert video_policy.options_for(video_policy.EncodeOptions(), source_pix_fmt="yuv420p", is_depth=False).codec == "h264"
 
 
 def test_16_bit_source_copies_and_reencodes_bit_exactly():
     depth = np.stack([(np.indices((48, 64)).sum(0) * 700 + 97 * i).astype(np.uint16) for i in range(10)])
     source = io.BytesIO()
-    video.encode_frames(depth, source, fps=10, options=video.EncodeOptions("ffv1", pix_fmt="gray16le"))
+    video.encode_frames(depth, source, fps=10, options=video_policy.EncodeOptions("ffv1", pix_fmt="gray16le"))
     copied, reencoded = io.BytesIO(), io.BytesIO()
-    assert not video.copy_segment(io.BytesIO(source.getvalue()), copied, start=0.3, end=0.8, frames=5, fps=10).reencoded
-    options = video.options_for(video.EncodeOptions(), source_pix_fmt="gray16le", is_depth=True)
+    assert not video_copy.copy_segment(io.BytesIO(source.getvalue()), copied, start=0.3, end=0.8, frames=5, fps=10).reencoded
+    options = video_policy.options_for(video_policy.EncodeOptions(), source_pix_fmt="gray16le", is_depth=True)
     video.reencode_segment(io.BytesIO(source.getvalue()), reencoded, start=0.3, end=0.8, frames=5, fps=10, options=options)
     for output in (copied, reencoded):
         got = np.stack([frame.to_ndarray() for frame in video.iter_frames(output.getvalue(), fps=10)])
@@ -177,21 +177,21 @@ def test_reencode_with_wrong_frame_count_is_an_error(so100_tiny):
     segment = refs[0].videos[0][1]
     with pytest.raises(VideoError, match=r"segment \[0, 1.7\) s holds 51 frames, expected 52"):
         video.reencode_segment(storage.join(root, segment.path), io.BytesIO(), start=segment.start, end=segment.end,
-                               frames=52, fps=meta.fps, options=video.EncodeOptions())
+                               frames=52, fps=meta.fps, options=video_policy.EncodeOptions())
 
 
 def test_plan_column_describes_the_output():
     source = {"fps": 30, "codec": "av1", "resolution": {"width": 65, "height": 49}, "pix_fmt": "yuv420p",
               "is_depth_map": False, "source": "observation.images.top"}
-    assert video.plan_column(source, mode="copy", requested=video.EncodeOptions()) == (None, {**source, "written_as": "copy"})
-    options, entry = video.plan_column(source, mode="reencode", requested=video.EncodeOptions("hevc", crf=22))
+    assert video_policy.plan_column(source, mode="copy", requested=video_policy.EncodeOptions()) == (None, {**source, "written_as": "copy"})
+    options, entry = video_policy.plan_column(source, mode="reencode", requested=video_policy.EncodeOptions("hevc", crf=22))
     assert options.codec == "hevc" and entry["source_codec"] == "av1" and entry["crf"] == 22
     assert entry["resolution"] == {"width": 66, "height": 50} and entry["source_resolution"] == {"width": 65, "height": 49}
     images = {"fps": 10, "resolution": {"width": 64, "height": 48}, "encoded_from": "images", "source": "observation.image"}
-    options, entry = video.plan_column(images, mode="copy", requested=video.EncodeOptions())
+    options, entry = video_policy.plan_column(images, mode="copy", requested=video_policy.EncodeOptions())
     assert options.codec == "h264" and entry["codec"] == "h264" and "source_resolution" not in entry
     depth = dict(source, pix_fmt="gray16le", is_depth_map=True, codec="ffv1")
-    options, entry = video.plan_column(depth, mode="reencode", requested=video.EncodeOptions())
+    options, entry = video_policy.plan_column(depth, mode="reencode", requested=video_policy.EncodeOptions())
     assert entry["codec"] == "ffv1" and entry["lossless"] and entry["resolution"] == {"width": 65, "height": 49}
 
 
@@ -255,7 +255,7 @@ def test_16_bit_images_are_refused_by_a_lossy_codec_and_kept_by_ffv1():
         video.encode_frames([depth], io.BytesIO(), fps=30)
     odd = np.stack([np.pad(depth, ((0, 1), (0, 1)), mode="edge")] * 2)  # 65x49, no chroma: no padding either
     out = io.BytesIO()
-    video.encode_frames(odd, out, fps=30, options=video.options_for(video.EncodeOptions(), source_pix_fmt=None, is_depth=True))
+    video.encode_frames(odd, out, fps=30, options=video_policy.options_for(video_policy.EncodeOptions(), source_pix_fmt=None, is_depth=True))
     assert np.array_equal(np.stack([f.to_ndarray() for f in video.iter_frames(out.getvalue())]), odd)
 
 
@@ -278,5 +278,5 @@ def test_hevc_refuses_frames_narrower_than_x265_can_take():
     """libx265 writes out of bounds on narrow frames (valgrind; a later free() aborted the process)."""
     frames = [np.zeros((36, 48, 3), np.uint8)] * 3
     with pytest.raises(video.VideoError, match=r"frames are 48x36: libx265 writes outside its buffers on frames narrower than 64 px"):
-        video.encode_frames(frames, io.BytesIO(), fps=10, options=video.EncodeOptions("hevc"))
-    assert video.encode_frames(frames, io.BytesIO(), fps=10, options=video.EncodeOptions("h264")).frames == 3
+        video.encode_frames(frames, io.BytesIO(), fps=10, options=video_policy.EncodeOptions("hevc"))
+    assert video.encode_frames(frames, io.BytesIO(), fps=10, options=video_policy.EncodeOptions("h264")).frames == 3

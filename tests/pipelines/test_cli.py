@@ -70,11 +70,11 @@ def test_help_beam_lists_beams_own_options(tmp_path):
 
 
 def test_the_format_ids_known_to_the_command_line_are_the_registered_sources():
-    from formats import sources, video
+    from formats import sources, video_policy
 
     assert set(cli.SOURCE_IDS) == set(sources.SOURCES)
-    assert set(cli.VIDEO_CODECS) == set(video.ENCODERS) - {"ffv1"}
-    assert set(cli.VIDEO_MODES) == set(video.MODES)
+    assert set(cli.VIDEO_CODECS) == set(video_policy.ENCODERS) - {"ffv1"}
+    assert set(cli.VIDEO_MODES) == set(video_policy.MODES)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from formats import storage, video
+from formats import storage, video, video_copy
 from formats.lerobot_v3_writer import SyntheticLeRobot, write_dataset
 from pipelines import convert, validate
 from tests.conftest import shared_lerobot
@@ -175,7 +175,7 @@ def test_copied_hevc_cut_never_loses_a_b_frame(tmp_path):
     first_episode = [i for i, (pts, _) in enumerate(packets) if pts < 7 * tick]
     assert first_episode != list(range(len(first_episode)))  # a later frame is decoded among episode 0's
     out = tmp_path / "cut.mp4"
-    result = video.copy_segment(path, str(out), start=0.0, end=7 / 15, frames=7, fps=15)
+    result = video_copy.copy_segment(path, str(out), start=0.0, end=7 / 15, frames=7, fps=15)
     assert result.frames == 7 and len(_frames(str(out))) == 7 and result.written_as == "lossless"
     np.testing.assert_array_equal(np.stack(_frames(str(out))), truth["frames"]["observation.images.depth"][0])
 

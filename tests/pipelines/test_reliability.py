@@ -258,7 +258,8 @@ def _published(dst):
 
 def test_incremental_reuses_unchanged_episodes_and_equals_a_full_conversion(tmp_path):
     from formats.lerobot_v3_writer import synthetic_frames
-    from formats.video import EncodeOptions, encode_frames
+    from formats.video import encode_frames
+    from formats.video_policy import EncodeOptions
 
     src = tmp_path / "ortf"
     # Numeric ids: annotation folders follow the id, not the row (rows move when one is deleted).

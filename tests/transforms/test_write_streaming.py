@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 
 from formats import mixtrain, storage
 from formats.sequence import SCALAR, ColumnSpec, Sequence, base_columns
-from formats.stats import ColumnStats
+from formats.stats import ColumnStats, table_stats
 from transforms import write
 
 
@@ -113,5 +113,5 @@ def test_spill_files_stay_large_however_many_shards(tmp_path, monkeypatch):
 def test_null_numeric_step_cells_are_left_out_of_statistics():
     sequences = [_sequence(0, 5), _sequence(1, 7)]
     sequences[1].steps["reward"] = None  # a row without this column (a null cell)
-    stats = write.shard_stats(sequences, _columns())
+    stats = table_stats(mixtrain.sequences_to_table(sequences, _columns()), _columns())
     assert stats["reward"].count == 5
