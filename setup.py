@@ -33,8 +33,11 @@ setup(
     ],
     # polars, duckdb, pandas: the published-layout test reads every output the way users' tools do.
     # torch: only for formats.reader's optional Dataset/IterableDataset wrappers.
+    # lance: --table_format=lance (pylance 14.0.2 verified beside apache-beam 2.77, pip check clean).
     extras_require={"torch": ["torch>=2.1"],
-                    "test": ["pytest>=8", "ruff>=0.6", "gcp-storage-emulator>=2024.8", "polars>=1.0", "duckdb>=1.1", "pandas>=2.0"]},
+                    "lance": ["pylance>=14.0.2,<15"],
+                    "test": ["pytest>=8", "ruff>=0.6", "gcp-storage-emulator>=2024.8", "polars>=1.0", "duckdb>=1.1", "pandas>=2.0",
+                             "pylance>=14.0.2,<15"]},
     entry_points={"console_scripts": ["mixtrain-convert=pipelines.convert:main", "mixtrain-validate=pipelines.validate:entry",
                                       "mixtrain-inspect=pipelines.inspect:entry"]},
 )

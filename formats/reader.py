@@ -19,7 +19,7 @@ import json
 import math
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, BinaryIO
 
 import av
 import fsspec
@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from formats import mixtrain, storage, video
+from formats import array_layout, mixtrain, storage, video
 from formats.errors import FormatError
 
 __all__ = ["open_dataset", "Dataset", "Filter", "torch_windows", "torch_sequences"]
@@ -42,10 +42,17 @@ TIMESTAMPS, TRAJECTORY, STEPS, VIDEO = "timestamps", "trajectory", "steps", "vid
 PER_STEP = (TIMESTAMPS, TRAJECTORY, STEPS)
 
 
-def open_dataset(url: str) -> Dataset:
-    """Open the dataset at a local path or fsspec URL (reads mixtrain.json only)."""
+def open_dataset(url: str, *, version: int | None = None) -> Dataset:
+    """Open the dataset at a local path or fsspec URL (reads mixtrain.json only; a Lance dataset's
+    metadata for `--table_format=lance`, its latest version unless `version` names an earlier one)."""
     fs, root = storage.open_root(url)
     path = storage.join(root, mixtrain.SIDECAR)
+    if not fs.exists(path) and fs.exists(storage.join(root, "_versions")):  # --table_format=lance
+        from formats import lance_table
+        if lance_table.is_dataset(fs, root):
+            return lance_table.open_rows(fs, root, version)
+    if version is not None:
+        raise ValueError(f"{url}: versions are a Lance dataset's (--table_format=lance); this is a standalone dataset")
     sidecar = storage.read_json(fs, path, missing="not found: not a finished Mixtrain dataset (no mixtrain.json)")
     if sidecar.get("mixtrain") != mixtrain.VERSION:
         raise FormatError(f"{path}: format version {sidecar.get('mixtrain')!r} is not one this reader knows ({mixtrain.VERSION!r})")
@@ -208,6 +215,9 @@ class Dataset:
     def _cell(self, name: str, cell: pa.Array) -> Any:
         """One cell (a length-1 Arrow array) as numpy or Python."""
         kind = self.kind(name)
+        entry = self.column_types.get(name) or {}
+        if kind == TRAJECTORY and array_layout.is_bytes(entry):  # a view of the row's buffer, no copy
+            return array_layout.decode(cell, 0, entry["dtype"], int(entry["dim"]))
         if kind in PER_STEP and pa.types.is_list(cell.type):
             if cell.null_count:
                 return None
@@ -219,6 +229,28 @@ class Dataset:
                 return values.to_numpy(zero_copy_only=False)
             return values.to_pylist()
         return cell[0].as_py()
+
+    def trajectories(self, sequence_id: str, columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """One sequence's trajectories (default: every trajectory column) as numpy [T, D] arrays in
+        their stored dtype, for training loops. Zero-copy views of the read buffers where the layout
+        allows it: always for `--array_layout=bytes`, and for `lists` when the
+        cell has no nulls (Arrow's fixed-size-list values are contiguous)."""
+        wanted = list(self.columns(TRAJECTORY) if columns is None else columns)
+        for name in wanted:
+            if self.kind(name) != TRAJECTORY:
+                raise KeyError(f"{name!r} is not a trajectory column of {self.root}; trajectory columns: "
+                               f"{', '.join(self.columns(TRAJECTORY)) or 'none'}")
+        row = self.sequence(sequence_id, ["sequence_id", *wanted])
+        return {name: row[name] for name in wanted}
+
+    def video_file(self, sequence_id: str, column: str) -> BinaryIO:
+        """One sequence's video in `column` as a binary file-like object (seekable; hand it to PyAV,
+        torchcodec or `open` it yourself): the MP4 file itself, opened read-only. Close it after use."""
+        relative = self._video_cell(sequence_id, column)
+        if relative is None:
+            raise KeyError(f"sequence {sequence_id!r} has no video in column {column!r}")
+        source, _ = self._video_source(relative, column)
+        return open(source, "rb") if isinstance(source, str) else source
 
     def rows(self, columns: Sequence[str] | None = None, where: Filter | None = None) -> Iterator[dict[str, Any]]:
         """Every matching sequence as `sequence()` gives it, one shard read at a time."""
@@ -263,17 +295,11 @@ class Dataset:
             raise ValueError(f"frames [{start}, {stop}) is not a range of timesteps")
         depth = bool(entry.get("is_depth_map"))
         crop = entry.get("source_resolution")  # an encode padded odd sizes: give back the source's
-        path = self._resolve(relative)
-        if "://" in relative:
-            fs, path = storage.open_root(relative)
-        else:
-            fs = self.fs
+        where = relative
         source: Any = None
         out = []
         try:
-            source = storage.local_path(fs, path) or storage.open_input(fs, path)
-            if isinstance(source, str) and not os.path.isfile(source):
-                raise FileNotFoundError(source)
+            source, where = self._video_source(relative, column)
             for frame in video.iter_frames(source, start=start / fps if start else None,
                                            end=None if stop is None else stop / fps, fps=fps):
                 array = video.image_array(frame) if depth else frame.to_ndarray(format="rgb24")
@@ -283,15 +309,27 @@ class Dataset:
                     array = array[: int(crop["height"]), : int(crop["width"])]
                 out.append(array)
         except FileNotFoundError:
-            raise FormatError(f"{storage.url_for(fs, path)}: video file not found") from None
+            raise FormatError(f"{where}: video file not found") from None
         except (video.VideoError, av.FFmpegError, OSError) as error:
-            raise FormatError(f"{storage.url_for(fs, path)}: {error}") from error
+            raise FormatError(f"{where}: {error}") from error
         finally:
             if source is not None and not isinstance(source, str):
                 source.close()
         if stop is not None and len(out) != stop - start:
-            raise FormatError(f"{storage.url_for(fs, path)}: timesteps [{start}, {stop}) asked, {len(out)} frames decoded")
+            raise FormatError(f"{where}: timesteps [{start}, {stop}) asked, {len(out)} frames decoded")
         return np.stack(out) if out else np.zeros((0, 0, 0, 3), np.uint8)
+
+    def _video_source(self, relative: str, column: str) -> tuple[str | BinaryIO, str]:
+        """A video cell's file for decoding (a local path, or an open file to close) and its URL for messages."""
+        fs, path = storage.open_root(relative) if "://" in relative else (self.fs, self._resolve(relative))
+        where = storage.url_for(fs, path)
+        local = storage.local_path(fs, path)
+        try:
+            if local is not None and not os.path.isfile(local):
+                raise FileNotFoundError(local)
+            return local or storage.open_input(fs, path), where
+        except FileNotFoundError:
+            raise FormatError(f"{where}: video file not found") from None
 
     # --- training windows -----------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ import dataclasses
 import numpy as np
 import pyarrow as pa
 
+from formats import array_layout
 from formats.errors import ConversionError
 from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec
 
@@ -220,6 +221,8 @@ def _cell_values(column: pa.ChunkedArray) -> pa.Array:
 def _step_values(table: pa.Table, spec: ColumnSpec) -> np.ndarray:
     """A per-step column's values as numpy: [steps, dim] for trajectories, [steps] otherwise.
     Null elements become NaN (integers then float64), as `pa.Array.to_numpy` makes them."""
+    if spec.kind == TRAJECTORY and array_layout.is_bytes(spec.meta):  # --array_layout=bytes: raw cells
+        return array_layout.column_values(table.column(spec.name).combine_chunks(), spec.meta["dtype"], int(spec.meta["dim"]))
     values = _cell_values(table.column(spec.name))
     if spec.kind == TRAJECTORY:
         return values.flatten().to_numpy(zero_copy_only=False).reshape(-1, spec.arrow_type.value_type.list_size)

@@ -23,7 +23,16 @@ SOURCE_IDS = ("l5kit", "lerobot_v3", "ortf", "rlds")
 VIDEO_CODECS = ("av1", "h264", "hevc")
 VIDEO_MODES = ("copy", "reencode")
 ERROR_MODES = ("fail", "skip")
+ARRAY_LAYOUTS = ("lists", "bytes")  # formats/array_layout.py LAYOUTS
+LANCE_VIDEOS = ("blob", "reference")  # formats/lance_table.py VIDEO_STORAGE
 PROGRESS_MODES = ("auto", "bar", "lines", "off")
+# Table formats of --table_format (formats/tables registers their publishers; checked by a test).
+TABLE_FORMATS = ("parquet", "iceberg", "delta", "ducklake", "lance")
+# Table formats that cannot carry the Mixtrain metadata faithfully, and why (docs/lake.md).
+REFUSED_TABLE_FORMATS = {
+    "ducklake": "DuckLake tables have no custom table property (only a COMMENT), so the `mixtrain` metadata "
+                "cannot be stored as the spec requires; use --table_format=iceberg or delta",
+}
 # Options that only one source reads: given for another source they would change nothing.
 SOURCE_OPTIONS = {"split": "rlds", "fps": "rlds", "bgr_cameras": "rlds"}
 # Options that only matter when some camera is encoded (re-encode mode or image cameras).
@@ -127,8 +136,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("output")
     group.add_argument("--num_shards", default=0, type=_number(int, 0), metavar="N",
                        help="number of Parquet shards (default 0: derived from --target_shard_mb)")
+    group.add_argument("--table_format", default="parquet", choices=TABLE_FORMATS,
+                       help="parquet (default): standalone shards with a mixtrain.json sidecar; iceberg: an Iceberg table "
+                            "(embedded SQLite catalog under DST unless --catalog), its `mixtrain` property holding the "
+                            "metadata; delta: a Delta table rooted at DST; ducklake: refused (no table property to hold "
+                            "the metadata, docs/lake.md); lance: one Lance dataset at DST, videos inside it, every run a "
+                            "new version (docs/lance.md)")
     group.add_argument("--target_shard_mb", default=None, type=_number(float, 0, above=True), metavar="MB",
                        help="approximate uncompressed MB of rows per shard (default 256)")
+    group.add_argument("--lance_videos", default="blob", choices=LANCE_VIDEOS,
+                       help="with --table_format=lance: blob (default): each MP4's bytes verbatim in a blob column; "
+                            "reference: paths to files under files/ as in the Parquet layout")
+    group.add_argument("--array_layout", default="lists", choices=ARRAY_LAYOUTS,
+                       help="trajectory cells: lists (default): list<fixed_size_list<dtype, D>>, readable as nested "
+                            "lists by every Parquet tool; bytes: the [T, D] array's raw little-endian values in one binary "
+                            "cell, dtype and D in mixtrain.json column_types (2x+ faster to numpy, docs/lance.md)")
 
     group = parser.add_argument_group("progress and logs")
     group.add_argument("--progress", default="auto", choices=PROGRESS_MODES,
@@ -211,6 +233,10 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if typed(argv, "max_skipped") and args.on_error != "skip":
         raise UsageError("--max_skipped has no effect with --on_error=fail (the first bad sequence stops the run)",
                          hint="pass --on_error=skip to convert what can be converted")
+    if typed(argv, "lance_videos") and args.table_format != "lance":
+        raise UsageError("--lance_videos has no effect without --table_format=lance")
+    if args.table_format in REFUSED_TABLE_FORMATS:
+        raise UsageError(f"--table_format={args.table_format} is not supported: {REFUSED_TABLE_FORMATS[args.table_format]}")
     if typed(argv, "progress_interval") and args.progress in ("off", "bar"):
         raise UsageError(f"--progress_interval has no effect with --progress={args.progress} (it spaces plain progress lines)")
     return args, rest

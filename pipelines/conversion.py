@@ -10,6 +10,7 @@ converted with --on_error=skip but some sequences were skipped; 130 / 143 interr
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import logging
 import os
 import signal
@@ -25,7 +26,7 @@ if sys.platform.startswith("linux"):
 import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 
-from formats import errors, mixtrain, publish, sources, storage
+from formats import errors, lance_table, mixtrain, publish, sources, storage, tables
 from pipelines import cli, failures, local_workers
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
 from pipelines.plan import ConversionPlan, blame, make_plan, requested_encoding
@@ -76,7 +77,7 @@ def check_reachable_by_workers(options: PipelineOptions) -> None:
                                          "workers cannot read; use a gs:// (or other shared storage) URL")
 
 
-def prepare_output(output_url: str, overwrite: bool) -> None:
+def prepare_output(output_url: str, overwrite: bool, table_format: str = tables.DEFAULT) -> None:
     """Refuse to touch an output that holds something we did not write, or a dataset without
     --overwrite; and, where publication replaces the whole folder, one that holds anything else."""
     fs, root = storage.open_root(output_url)
@@ -85,6 +86,14 @@ def prepare_output(output_url: str, overwrite: bool) -> None:
         return
     if not fs.isdir(root):
         raise errors.ConversionError(f"{root}: output exists and is not a directory")
+    if lance_table.is_dataset(fs, root):  # each run publishes a new version of it
+        if table_format != "lance":
+            raise errors.ConversionError(f"{root}: output holds a Lance dataset; pass --table_format=lance to publish a new "
+                                         "version of it, or choose another --output")
+        if not overwrite:
+            raise errors.ConversionError(f"{root}: output already holds a Lance dataset; pass --overwrite (or --incremental) "
+                                         "to publish a new version of it")
+        return
     names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(root, detail=False)}
     foreign = publish.foreign_entries(fs, root)
     ours = names - set(foreign) - {publish.STAGING_DIR}
@@ -98,6 +107,12 @@ def prepare_output(output_url: str, overwrite: bool) -> None:
     if foreign and storage.is_local(fs) and publish.replaces_whole_folder(root):
         raise errors.ConversionError(f"{root}: the output folder also holds {', '.join(foreign)}, which replacing the dataset "
                                      "would delete (the whole folder is replaced); move them out or choose another --output")
+
+
+def table_settings(options: ConvertOptions, run_id: str) -> tables.TableSettings:
+    """The --table_format and its options, for the publish step."""
+    return tables.TableSettings(format=options.table_format, run_id=run_id, incremental=bool(options.incremental),
+                                video_storage=options.lance_videos if options.table_format == "lance" else "")
 
 
 def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str, *, write_assets: bool = True) -> ConversionPlan:
@@ -126,7 +141,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     bad = read[ERRORS] + videos[ERRORS] | "BadSequences" >> beam.Flatten()
     _ = {"sequences": sequences, ERRORS: bad} | "Write" >> WriteMixtrain(
         staging_url, output_url, meta, plan.num_shards, plan.sidecar_extra, options.on_error, plan.fingerprints,
-        tuple(options.max_skipped))
+        tuple(options.max_skipped), table_settings(options, run_id))
     return plan
 
 
@@ -186,6 +201,10 @@ def _check_command_line(argv: list[str], options: ConvertOptions, all_options: P
     if options.incremental and options.video_stats:
         raise UsageError("--video_stats cannot be combined with --incremental (image statistics of reused sequences are not "
                          "kept); run without --incremental to refresh them")
+    if options.table_format == "lance" and importlib.util.find_spec("lance") is None:
+        raise UsageError("--table_format=lance needs pylance, which is not installed: pip install 'mixtrain-convert[lance]'")
+    if options.table_format not in tables.names():
+        raise UsageError(f"--table_format={options.table_format} is not available in this build (available: {', '.join(tables.names())})")
     if options.detach and all_options.view_as(StandardOptions).runner in LOCAL_RUNNERS:
         raise UsageError("--detach has no effect on a local runner (the run is this process); it is for --runner=DataflowRunner")
     roots = {}
@@ -234,7 +253,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         try:
             if not launch_only:
                 with blame(options.output, "cannot write the output"):
-                    prepare_output(options.output, options.overwrite or options.incremental)
+                    prepare_output(options.output, options.overwrite or options.incremental, options.table_format)
                     publish.claim_staging(out_fs, staging)
             pipeline = beam.Pipeline(runner=_runner(all_options, zygote), options=all_options)
             plan = build_pipeline(pipeline, options, run_id, write_assets=not launch_only)
@@ -293,7 +312,7 @@ def _discard(fs, staging: str, out_root: str) -> None:
 
 def _summary(fs, root: str, output_url: str, seconds: float) -> tuple[str, int]:
     """The success line (root resolved before the run: `--output=.` names a folder that publication replaced)."""
-    sidecar = mixtrain.read_sidecar(fs, root)
+    sidecar = (lance_table.read_sidecar if lance_table.is_dataset(fs, root) else mixtrain.read_sidecar)(fs, root)
     total_bytes = sum(info["size"] for info in fs.find(publish.published_root(fs, root), detail=True).values())
     skipped = int(sidecar.get("num_skipped", 0))
     units = int(sidecar.get("num_skipped_units", 0))

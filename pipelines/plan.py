@@ -15,7 +15,7 @@ import math
 from typing import Any
 
 import formats
-from formats import errors, fingerprint, mixtrain, sources, storage, video_policy
+from formats import array_layout, errors, fingerprint, mixtrain, sources, storage, video_policy
 from formats.sequence import TRAJECTORY, VIDEO, DatasetMeta
 from formats.source import Source, SourceRef
 from pipelines import cli
@@ -126,6 +126,8 @@ def make_plan(options: Any, *, output_url: str, created_at: str) -> ConversionPl
     meta, encode, sizes = plan_videos(meta, options.video, requested)
     check_effective(options, source, meta, encode)
     num_shards = options.num_shards or estimate_num_shards(meta, refs, options.target_shard_mb or cli.DEFAULT_SHARD_MB)
+    # After the size estimate, which reads the list types.
+    meta = dataclasses.replace(meta, columns=array_layout.with_layout(meta.columns, options.array_layout))
     assets = tuple(meta.source.get("assets") or ())
     if assets:  # published where the launcher copies them
         meta = dataclasses.replace(meta, source={**meta.source, "assets": [f"{mixtrain.FILES_DIR}/_dataset/{relative}" for relative in assets]})
@@ -134,12 +136,16 @@ def make_plan(options: Any, *, output_url: str, created_at: str) -> ConversionPl
         "options": {"source": source.id, "source_options": plan_options, "video": options.video, "num_shards": num_shards,
                     "on_error": options.on_error,
                     **({"max_skipped": errors.describe_skip_limit(options.max_skipped)} if options.on_error == "skip" else {}),
-                    "video_encoding": dataclasses.asdict(requested), "video_stats": options.video_stats},
+                    "video_encoding": dataclasses.asdict(requested), "video_stats": options.video_stats,
+                    "array_layout": options.array_layout, "table_format": options.table_format,
+                    **({"lance_videos": options.lance_videos} if options.table_format == "lance" else {})},
         "created_at": created_at,
     }
     units, shared = source.incremental_units(refs)
-    # What changes the output of a unit; not the shard count or the error policy.
-    recorded = {k: v for k, v in sidecar_extra["options"].items() if k not in ("num_shards", "on_error", "max_skipped")}
+    # What changes the output of a unit; not the shard count, the error policy or the table format
+    # (array_layout changes the columns' types, which the context hashes already).
+    unrecorded = ("num_shards", "on_error", "max_skipped", "array_layout", "table_format", "lance_videos")
+    recorded = {k: v for k, v in sidecar_extra["options"].items() if k not in unrecorded}
     context = fingerprint.context_hash(formats.__version__, {**recorded, "fps": meta.fps}, meta.columns)
     current = fingerprint.fingerprints(units, fingerprint.signatures(fs, root), shared, context)
     to_convert, reused = refs, None

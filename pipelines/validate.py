@@ -27,8 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from formats import mixtrain, sources, storage, verify, video
-from formats.errors import ConversionError
+from formats import array_layout, lance_table, mixtrain, reader, sources, storage, verify, video
+from formats.errors import ConversionError, FormatError
 from formats.sequence import ImageFrames
 from pipelines import exit_without_teardown
 
@@ -42,7 +42,7 @@ def _expected_type(entry: dict) -> pa.DataType | None:
     if kind == "timestamps":
         return pa.list_(pa.float64())
     if kind == "trajectory":
-        return pa.list_(pa.list_(pa.from_numpy_dtype(entry["dtype"]), int(entry["dim"])))
+        return array_layout.cell_type(entry)
     if kind == "video":
         return pa.string()
     return None
@@ -52,6 +52,8 @@ def validate(url: str) -> list[str]:
     """Return the findings (empty when the dataset is valid)."""
     fs, root = storage.open_root(url)
     sidecar_path = storage.join(root, mixtrain.SIDECAR)
+    if not fs.exists(sidecar_path) and lance_table.is_dataset(fs, root):
+        return _validate_lance(fs, root)
     if not fs.exists(sidecar_path):
         return [f"{sidecar_path}: missing (not a finished Mixtrain dataset)"]
     try:
@@ -104,6 +106,47 @@ def validate(url: str) -> list[str]:
     return findings
 
 
+def _validate_lance(fs, root: str) -> list[str]:
+    """A Lance dataset (--table_format=lance): the same row checks as a shard's, on its latest
+    version; blob videos probed through take_blobs (frames == length, codec, resolution)."""
+    try:
+        rows = reader.open_dataset(storage.url_for(fs, root))
+    except (FormatError, ValueError) as error:
+        return [str(error)]
+    where = f"{storage.url_for(fs, root)} (Lance version {rows.version})"
+    blobs = [name for name, entry in rows.column_types.items() if entry.get("stored_as") == "blob"]
+    plain = {name: entry for name, entry in rows.column_types.items() if name not in blobs}
+    table = rows.scan(rows.schema.names)
+    findings = _check_schema(where, table.schema, plain)
+    ids = table.column("sequence_id").to_pylist()
+    if len(set(ids)) != len(ids):
+        findings.append(f"{where}: duplicate sequence ids")
+    findings += _check_lengths(where, table, plain)
+    findings += _check_files(fs, root, where, table.drop_columns(blobs), plain)
+    for name in blobs:
+        entry = rows.column_types[name]
+        for sequence_id, token, length in zip(ids, table.column(name).to_pylist(), table.column("length").to_pylist()):
+            if token is None:
+                if not entry.get("optional"):
+                    findings.append(f"{where}: {sequence_id}: {name} has no video")
+                continue
+            try:
+                with rows.video_file(sequence_id, name) as handle:
+                    info = video.probe(handle)
+            except (ConversionError, FormatError) as error:
+                findings.append(f"{where}: {sequence_id}: {name}: {error}")
+                continue
+            findings += _check_video_info(f"{where} {name}", sequence_id, info,
+                                          {**entry, **(entry.get("not_copied") or {}).get(sequence_id, {})})
+            if info.frames != length:
+                findings.append(f"{where}: {sequence_id}: {name} has {info.frames} frames, length is {length}")
+    for key in ("num_sequences", "num_timesteps"):
+        counted = len(ids) if key == "num_sequences" else sum(table.column("length").to_pylist())
+        if rows.metadata.get(key) not in (None, counted):
+            findings.append(f"{where}: {key} {rows.metadata[key]} in its metadata but the rows hold {counted}")
+    return findings
+
+
 def _check_schema(path: str, schema: pa.Schema, column_types: dict) -> list[str]:
     findings = []
     if schema.names[:1] != ["sequence_id"]:
@@ -129,9 +172,9 @@ def _check_lengths(path: str, table: pa.Table, column_types: dict) -> list[str]:
     for name, entry in column_types.items():
         # Every list column column_types describes is per step (trajectories, flags, agents...).
         if (entry.get("type") == "video" or entry.get("file_reference") or name not in table.column_names
-                or not pa.types.is_list(table.schema.field(name).type)):
+                or not (pa.types.is_list(table.schema.field(name).type) or array_layout.is_bytes(entry))):
             continue
-        cells = pc.list_value_length(table.column(name).combine_chunks())
+        cells = array_layout.cell_steps(table.column(name).combine_chunks(), entry)
         mismatch = pc.not_equal(cells, lengths)
         if pc.any(mismatch).as_py():
             row = pc.index(mismatch, True).as_py()
@@ -198,6 +241,9 @@ def _lossless(entry: dict) -> bool:
 def deep_check(url: str, source_url: str | None = None, min_psnr: float = 35.0) -> tuple[list[str], list[str]]:
     """Decode every video and compare it with its source. Returns (findings, summary lines)."""
     fs, root = storage.open_root(url)
+    if not fs.exists(storage.join(root, mixtrain.SIDECAR)) and lance_table.is_dataset(fs, root):
+        return [f"{storage.url_for(fs, root)}: a Lance dataset; --deep compares the videos of standalone "
+                "(--table_format=parquet) datasets with their source"], []
     sidecar = json.loads(fs.cat_file(storage.join(root, mixtrain.SIDECAR)))
     columns = {name: entry for name, entry in sidecar["column_types"].items() if entry.get("type") == "video"}
     if not columns:

@@ -25,9 +25,9 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
-from formats import mixtrain, publish, storage
+from formats import mixtrain, storage, tables
 from formats.errors import ConversionError, FormatError, describe_skip_limit, error_record, skipped_counts
-from formats.sequence import ColumnSpec, DatasetMeta, Sequence
+from formats.sequence import VIDEO, ColumnSpec, DatasetMeta, Sequence
 from formats.stats import ColumnStats, non_finite_counts, table_stats
 from transforms.errors import ERRORS, FAIL, SKIP
 from transforms.progress import report
@@ -172,10 +172,11 @@ def group_stats(table: pa.Table, rows: list[SpilledRow], columns: list[ColumnSpe
 class _WriteShardFn(beam.DoFn):
     """(shard, [SpilledRow]) -> the shard's Parquet file, streamed a row group at a time."""
 
-    def __init__(self, staging_url: str, columns: list[ColumnSpec], on_error: str = FAIL):
+    def __init__(self, staging_url: str, columns: list[ColumnSpec], on_error: str = FAIL, table: tables.TableSettings | None = None):
         self._staging_url = staging_url
         self._columns = columns
         self._on_error = on_error
+        self._table = table
 
     def setup(self):
         self._fs, self._root = storage.open_root(self._staging_url)
@@ -205,6 +206,9 @@ class _WriteShardFn(beam.DoFn):
         finally:
             reader.close()
         result.bytes = self._fs.size(path)
+        if ordered:  # the table format's own work on the shard, in parallel on the workers (lance: fragments)
+            tables.stage_shard(self._fs, self._root, mixtrain.shard_path(index), [c.name for c in self._columns if c.kind == VIDEO],
+                               self._table)
         report(shards=1, bytes=result.bytes)
         yield result
 
@@ -273,8 +277,10 @@ def _check_publishable(output: str, converted: int, records: list[dict], limit: 
 
 class _PublishFn(beam.DoFn):
     def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
-                 fingerprints: dict | None = None, max_skipped: tuple[str, float] = ("count", 0)):
+                 fingerprints: dict | None = None, max_skipped: tuple[str, float] = ("count", 0),
+                 table: tables.TableSettings | None = None):
         self._max_skipped = max_skipped
+        self._table = table or tables.TableSettings()
         self._staging_url = staging_url
         self._output_url = output_url
         self._meta = meta
@@ -317,7 +323,7 @@ class _PublishFn(beam.DoFn):
         spilled = storage.join(staging, SPILL_DIR)
         if fs.exists(spilled):
             fs.rm(spilled, recursive=True)
-        publish.publish(fs, staging, output, sidecar)
+        tables.publish(fs, staging, output, sidecar, self._table)
         yield {"sequences": sidecar["num_sequences"], "timesteps": sidecar["num_timesteps"]}
 
 
@@ -333,14 +339,17 @@ class WriteMixtrain(beam.PTransform):
       on_error: FAIL or SKIP (duplicate ids are then skipped, every copy, and reported).
       max_skipped: ("count", n) or ("fraction", f): under SKIP, more skipped sequences than this
         and nothing is published (nor is a dataset without sequences, ever).
+      table: how the staged dataset is published (formats.tables; default: standalone Parquet).
 
     The input is {"sequences": PCollection, "errors": PCollection of error records}; the error
     records end in DST/_errors.jsonl.
     """
 
     def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
-                 on_error: str = FAIL, fingerprints: dict | None = None, max_skipped: tuple[str, float] = ("count", 0)):
+                 on_error: str = FAIL, fingerprints: dict | None = None, max_skipped: tuple[str, float] = ("count", 0),
+                 table: tables.TableSettings | None = None):
         super().__init__()
+        self._table = table
         self._max_skipped = max_skipped
         self._staging_url = staging_url
         self._output_url = output_url
@@ -357,7 +366,7 @@ class WriteMixtrain(beam.PTransform):
             sequences
             | "SpillRows" >> beam.ParDo(_SpillRowsFn(self._staging_url, self._meta.columns, self._num_shards))
             | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShards" >> beam.ParDo(_WriteShardFn(self._staging_url, self._meta.columns, self._on_error))
+            | "WriteShards" >> beam.ParDo(_WriteShardFn(self._staging_url, self._meta.columns, self._on_error, self._table))
         )
         stats = shards | "ShardStats" >> beam.Map(_shard_partial) | "MergeStats" >> beam.CombineGlobally(MergeShardStatsFn())
         results = (shards
@@ -368,7 +377,7 @@ class WriteMixtrain(beam.PTransform):
             | "PublishTrigger" >> beam.Create([None])
             | "Publish" >> beam.ParDo(
                 _PublishFn(self._staging_url, self._output_url, self._meta, self._num_shards, self._sidecar_extra, self._fingerprints,
-                           self._max_skipped),
+                           self._max_skipped, self._table),
                 beam.pvalue.AsSingleton(results),
                 beam.pvalue.AsSingleton(stats),
                 beam.pvalue.AsList(errors),
