@@ -139,6 +139,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "(embedded SQLite catalog under DST unless --catalog), its `mixtrain` property holding the "
                             "metadata; delta: a Delta table rooted at DST; ducklake: refused (no table property to hold "
                             "the metadata, docs/lake.md)")
+    group.add_argument("--catalog", default="", metavar="NAME|URI",
+                       help="--table_format=iceberg: the catalog, a pyiceberg catalog name (~/.pyiceberg.yaml, PYICEBERG_CATALOG__*) "
+                            "or URI (http(s):// REST, sqlite:// or postgresql:// SQL, thrift:// Hive); default: an embedded "
+                            "SQLite catalog DST/catalog.db")
+    group.add_argument("--table_name", default="", metavar="NS.NAME",
+                       help="--table_format=iceberg: the table in the catalog (default default.dataset)")
     group.add_argument("--target_shard_mb", default=None, type=_number(float, 0, above=True), metavar="MB",
                        help="approximate uncompressed MB of rows per shard (default 256)")
 
@@ -225,6 +231,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                          hint="pass --on_error=skip to convert what can be converted")
     if args.table_format in REFUSED_TABLE_FORMATS:
         raise UsageError(f"--table_format={args.table_format} is not supported: {REFUSED_TABLE_FORMATS[args.table_format]}")
+    for name in ("catalog", "table_name"):
+        if typed(argv, name) and args.table_format != "iceberg":
+            raise UsageError(f"--{name} has no effect with --table_format={args.table_format} (it names an Iceberg catalog or table)")
     if typed(argv, "progress_interval") and args.progress in ("off", "bar"):
         raise UsageError(f"--progress_interval has no effect with --progress={args.progress} (it spaces plain progress lines)")
     return args, rest

@@ -32,6 +32,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 import formats
 from formats import errors, fingerprint, mixtrain, sources, storage, tables, video
 from formats.sequence import TRAJECTORY, VIDEO, DatasetMeta
+from formats.tables import lake
 from pipelines import cli, local_workers
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
 from pipelines.progress import Progress
@@ -125,9 +126,18 @@ def prepare_output(output_url: str, overwrite: bool) -> None:
                                      "would delete (the whole folder is replaced); move them out or choose another --output")
 
 
-def table_settings(options: ConvertOptions, run_id: str) -> tables.TableSettings:
-    """The --table_format and its options, for the publish step."""
-    return tables.TableSettings(format=options.table_format, run_id=run_id, incremental=bool(options.incremental))
+def table_settings(options: ConvertOptions, run_id: str, base: str = "") -> tables.TableSettings:
+    """The --table_format and its options, for the publish step (`base`: the lake table's state at planning)."""
+    return tables.TableSettings(format=options.table_format, run_id=run_id, incremental=bool(options.incremental),
+                                catalog=options.catalog, table=options.table_name, base=base)
+
+
+def staging_root(fs, root: str, run_id: str, options: ConvertOptions) -> str:
+    """Where this run writes: its own folder inside a lake table's location (where it stays), or
+    the standalone layout's staging (moved into place on publication)."""
+    if lake.is_lake(options.table_format):
+        return lake.run_root(root, run_id)
+    return mixtrain.staging_root(fs, root, run_id)
 
 
 def source_options(options: ConvertOptions) -> dict:
@@ -209,8 +219,11 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     num_shards = options.num_shards or estimate_num_shards(meta, refs, options.target_shard_mb or cli.DEFAULT_SHARD_MB)
     out_fs, out_root = storage.open_root(options.output)
     output_url = storage.url_for(out_fs, out_root)
-    staging = mixtrain.staging_root(out_fs, out_root, run_id)
+    staging = staging_root(out_fs, out_root, run_id, options)
     staging_url = storage.url_for(out_fs, staging)
+    settings = table_settings(options, run_id)
+    if lake.is_lake(settings.format):
+        settings = dataclasses.replace(settings, base=lake.current_state(output_url, settings))
     source_url = storage.url_for(fs, root)
     sidecar_extra = {
         "converter_version": formats.__version__,
@@ -228,8 +241,9 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     context = fingerprint.context_hash(formats.__version__, {**recorded, "fps": meta.fps}, meta.columns)
     current = fingerprint.fingerprints(units, fingerprint.signatures(fs, root), shared, context)
     to_convert, reused = refs, None
-    if options.incremental:
-        reused = fingerprint.reusable(out_fs, out_root, units, current)
+    previous_root = lake.previous_run_root(out_fs, out_root, output_url, settings) if lake.is_lake(settings.format) else out_root
+    if options.incremental and previous_root is not None:
+        reused = fingerprint.reusable(out_fs, previous_root, units, current)
         if reused is not None:
             changed = {unit.key for unit, _ in units} - reused["units"]
             to_convert = [ref for unit, ref in units if unit.key in changed]
@@ -240,13 +254,16 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
                                                          options.video_stats, options.on_error, options.verify_copies,
                                                          copied_columns(meta))
     sequences = videos["sequences"]
+    if lake.is_lake(settings.format):  # file references relative to the table location
+        sequences = sequences | "TablePaths" >> beam.Map(lake.with_run_prefix, lake.run_prefix(run_id))
     if reused is not None and reused["ids"]:
-        kept = pipeline | "Reuse" >> ReusePrevious(reused["root_url"], staging_url, meta.columns, reused["shards"], reused["ids"])
+        kept = pipeline | "Reuse" >> ReusePrevious(reused["root_url"], staging_url, meta.columns, reused["shards"], reused["ids"],
+                                                   link_files=not lake.is_lake(settings.format))
         sequences = (sequences, kept) | "AllSequences" >> beam.Flatten()
     bad = read[ERRORS] + videos[ERRORS] | "BadSequences" >> beam.Flatten()
     _ = {"sequences": sequences, ERRORS: bad} | "Write" >> WriteMixtrain(
         staging_url, output_url, meta, num_shards, sidecar_extra, options.on_error, {"context": context, "units": current},
-        tuple(options.max_skipped), table_settings(options, run_id))
+        tuple(options.max_skipped), settings)
     return Plan(meta, refs, num_shards, to_convert)
 
 
@@ -386,12 +403,16 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
     runner = all_options.view_as(StandardOptions).runner
     local = runner in LOCAL_RUNNERS
     out_fs, out_root = storage.open_root(options.output)
-    staging = mixtrain.staging_root(out_fs, out_root, run_id)
+    staging = staging_root(out_fs, out_root, run_id, options)
     try:
         try:
             if not launch_only:
                 with _blame(options.output, "cannot write the output"):
-                    prepare_output(options.output, options.overwrite or options.incremental)
+                    if lake.is_lake(options.table_format):
+                        lake.prepare_output(out_fs, out_root, storage.url_for(out_fs, out_root), table_settings(options, run_id),
+                                            options.overwrite or options.incremental)
+                    else:
+                        prepare_output(options.output, options.overwrite or options.incremental)
                     mixtrain.claim_staging(out_fs, staging)
             pipeline = beam.Pipeline(runner=_runner(all_options, zygote), options=all_options)
             plan = build_pipeline(pipeline, options, run_id, write_assets=not launch_only)
@@ -432,7 +453,10 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         if launch_only:
             _discard(out_fs, staging, out_root)
         return EXIT_OK
-    summary, skipped = _summary(out_fs, out_root, options.output, time.monotonic() - started)
+    if lake.is_lake(options.table_format):
+        summary, skipped = _lake_summary(out_fs, out_root, options, run_id, time.monotonic() - started)
+    else:
+        summary, skipped = _summary(out_fs, out_root, options.output, time.monotonic() - started)
     print(summary, file=out, flush=True)
     return EXIT_SKIPPED if skipped else EXIT_OK
 
@@ -466,6 +490,17 @@ def _summary(fs, root: str, output_url: str, seconds: float) -> tuple[str, int]:
                                               units and f"{units} unreadable source unit(s) whose sequences could not be counted") if part)
         line += f"; skipped {what}, listed in {storage.join(root, mixtrain.ERRORS_FILE)}"
     return line, skipped + units
+
+
+def _lake_summary(fs, root: str, options: ConvertOptions, run_id: str, seconds: float) -> tuple[str, int]:
+    """The success line of a lake run: what was committed, where the table is and how to open it."""
+    value, where = lake.summary(storage.url_for(fs, root), table_settings(options, run_id))
+    skipped = int(value.get("num_skipped", 0)) + int(value.get("num_skipped_units", 0))
+    line = (f"converted {value.get('num_sequences')} sequences, {value.get('num_timesteps')} timesteps in {seconds:.1f} s -> "
+            f"{options.output}: {where}")
+    if skipped:
+        line += f"; skipped {skipped}, listed in {storage.join(root, value.get('errors', mixtrain.ERRORS_FILE))}"
+    return line, skipped
 
 
 @contextlib.contextmanager

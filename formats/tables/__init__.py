@@ -34,6 +34,8 @@ class TableSettings:
       catalog name or URI (Iceberg).
     table: the table's name in the catalog (Iceberg "namespace.table").
     partition_by: scalar columns to partition by (lake formats that support it).
+    base: the table state this run planned against (Iceberg snapshot id, Delta version; "" for
+      none): a commit refuses to land on another writer's newer state.
     """
 
     format: str = DEFAULT
@@ -42,6 +44,7 @@ class TableSettings:
     catalog: str = ""
     table: str = ""
     partition_by: tuple[str, ...] = ()
+    base: str = ""
 
 
 class Publisher(Protocol):
@@ -57,7 +60,7 @@ def _publish_parquet(fs, staging: str, output: str, sidecar: dict, settings: Tab
 
 
 # name -> a Publisher, or "module:function" imported on first use (heavy lake libraries).
-_REGISTRY: dict[str, Publisher | str] = {DEFAULT: _publish_parquet}
+_REGISTRY: dict[str, Publisher | str] = {DEFAULT: _publish_parquet, "iceberg": "formats.tables.iceberg:publish"}
 
 
 def register(name: str, publisher: Publisher | str) -> None:

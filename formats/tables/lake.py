@@ -1,0 +1,176 @@
+"""What the lake table formats (Iceberg, Delta) share: the layout under the output, the `mixtrain`
+property, file references, and which staged shards a commit adds or keeps.
+
+Layout of a lake output DST (the table location):
+
+    DST/runs/<run>/data/part-00000.parquet   the shards of one run: the table's data files
+    DST/runs/<run>/files/<column>/<id>.mp4   videos and other files that run wrote
+    DST/runs/<run>/stats.json, _errors.jsonl, _fingerprints.json
+    DST/runs/<run>/mixtrain.json             that run's metadata (the `mixtrain` property it committed)
+    DST/metadata/, DST/catalog.db            Iceberg (embedded SQLite catalog)   | DST/_delta_log/  Delta
+
+A run writes only inside its own folder, and nothing already committed is ever rewritten: a killed
+or failed run leaves a folder no snapshot references (`orphan_runs`), and every snapshot keeps
+reading exactly the files it committed. File-reference columns hold paths relative to the table
+location (`runs/<run>/files/video_front/episode_000003.mp4`); rows reused by --incremental keep the
+path of the run that wrote their file.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+
+from formats import mixtrain, storage
+from formats.errors import ConversionError
+from formats.sequence import Sequence
+
+__all__ = ["RUNS_DIR", "run_root", "run_prefix", "with_run_prefix", "property_value", "write_run_metadata", "staged_shards",
+           "same_file", "orphan_runs", "LAKE_FORMATS"]
+
+RUNS_DIR = "runs"
+PROPERTY = "mixtrain"
+SNAPSHOT_RUN = "mixtrain.run"  # snapshot summary / commit info key naming the run a snapshot committed
+LAKE_FORMATS = ("iceberg", "delta")
+
+
+def run_prefix(run_id: str) -> str:
+    """What file references of this run start with (relative to the table location)."""
+    return f"{RUNS_DIR}/{run_id}/"
+
+
+def run_root(output: str, run_id: str) -> str:
+    """Where a run stages and keeps its files: inside the table location, never moved."""
+    return storage.join(output, RUNS_DIR, run_id)
+
+
+def with_run_prefix(sequence: Sequence, prefix: str) -> Sequence:
+    """File references written by this run, made relative to the table location."""
+    for column, value in list(sequence.videos.items()):
+        if isinstance(value, str) and "://" not in value:
+            sequence.videos[column] = prefix + value
+    for column, value in list(sequence.files.items()):
+        if isinstance(value, str) and "://" not in value:
+            sequence.files[column] = prefix + value
+        elif isinstance(value, (list, tuple)):
+            sequence.files[column] = [prefix + v if isinstance(v, str) and "://" not in v else v for v in value]
+    return sequence
+
+
+def property_value(sidecar: dict, run_id: str, table_format: str) -> dict:
+    """The `mixtrain` table property: the sidecar, its file names relative to the table location
+    (stats, errors; the shards are the table's business, listed for reference)."""
+    prefix = run_prefix(run_id)
+    value = dict(sidecar)
+    value["stats"] = prefix + mixtrain.STATS_FILE
+    if "errors" in value:
+        value["errors"] = prefix + mixtrain.ERRORS_FILE
+    value["shards"] = [prefix + shard for shard in sidecar.get("shards", [])]
+    value["table"] = {"format": table_format, "run": run_id, "file_references": "relative to the table location"}
+    return value
+
+
+def dumps(value: dict) -> str:
+    """The property text: compact JSON (table properties are plain strings)."""
+    return json.dumps(json.loads(mixtrain.dumps(value)), ensure_ascii=False, separators=(",", ":"))
+
+
+def write_run_metadata(fs, staging: str, value: dict, sidecar: dict) -> None:
+    """The run folder's own copy of the property, its shards relative to the run folder (what the
+    next --incremental run reuses rows from), and every name the standalone layout has."""
+    value = {**value, "shards": list(sidecar.get("shards", []))}
+    for name in (mixtrain.ERRORS_FILE, mixtrain.FINGERPRINTS_FILE):
+        if not fs.exists(storage.join(staging, name)):
+            fs.pipe_file(storage.join(staging, name), b"")
+    owner = storage.join(staging, mixtrain.OWNER_FILE)
+    if fs.exists(owner):
+        fs.rm(owner)
+    fs.pipe_file(storage.join(staging, mixtrain.SIDECAR), mixtrain.dumps(value).encode())
+
+
+def staged_shards(fs, staging: str, sidecar: dict) -> list[str]:
+    """The run's shard paths (fs paths), in shard order; each must exist."""
+    shards = [storage.join(staging, shard) for shard in sidecar.get("shards", [])]
+    missing = [shard for shard in shards if not fs.exists(shard)]
+    if missing:
+        raise ConversionError(f"{missing[0]}: staged shard is missing; nothing was committed")
+    return shards
+
+
+def same_file(fs, first: str, second: str) -> bool:
+    """Whether two shards hold the same bytes (same rows: shards are deterministic)."""
+    try:
+        if fs.size(first) != fs.size(second):
+            return False
+        return fs.cat_file(first) == fs.cat_file(second)
+    except FileNotFoundError:
+        return False
+
+
+def shard_name(path: str) -> str:
+    return posixpath.basename(path)
+
+
+def orphan_runs(fs, output: str, referenced_files: set[str]) -> list[str]:
+    """Run folders no snapshot references (killed or failed runs): safe to delete once no
+    conversion is running. `referenced_files` are paths relative to the table location."""
+    runs_dir = storage.join(output, RUNS_DIR)
+    if not fs.exists(runs_dir):
+        return []
+    used = {path.split("/")[1] for path in referenced_files if path.startswith(RUNS_DIR + "/") and path.count("/") >= 2}
+    names = sorted(entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(runs_dir, detail=False))
+    return [name for name in names if name not in used]
+
+
+def _module(table_format: str):
+    import importlib
+
+    return importlib.import_module(f"formats.tables.{table_format}")
+
+
+def is_lake(table_format: str) -> bool:
+    return table_format in LAKE_FORMATS
+
+
+def current_property(output_url: str, settings) -> dict | None:
+    """The `mixtrain` property of the table's current state, or None (no table yet)."""
+    return _module(settings.format).current_property(output_url, settings)
+
+
+def current_state(output_url: str, settings) -> str:
+    """The table's current snapshot id / version ("" when there is none)."""
+    return _module(settings.format).current_state(output_url, settings.catalog, settings.table)
+
+
+def previous_run_root(fs, output: str, output_url: str, settings) -> str | None:
+    """The folder of the run the current snapshot committed: what --incremental reuses."""
+    value = current_property(output_url, settings)
+    run = ((value or {}).get("table") or {}).get("run")
+    return run_root(output, run) if run else None
+
+
+def prepare_output(fs, output: str, output_url: str, settings, replace: bool) -> None:
+    """Refuse an output that holds something else than this format's lake table, or a table
+    without --overwrite / --incremental (each makes a new snapshot; history is kept)."""
+    if not fs.exists(output):
+        return
+    if not fs.isdir(output):
+        raise ConversionError(f"{output}: output exists and is not a directory")
+    names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(output, detail=False)}
+    if not names:
+        return
+    if mixtrain.SIDECAR in names:
+        raise ConversionError(f"{output}: output holds a standalone Mixtrain dataset (mixtrain.json); a {settings.format} table "
+                              "needs its own --output")
+    if not names <= _module(settings.format).OUTPUT_ENTRIES | {RUNS_DIR}:
+        raise ConversionError(f"{output}: output is not empty and is not a Mixtrain {settings.format} table "
+                              f"({', '.join(sorted(names))}); choose another --output")
+    if current_property(output_url, settings) is not None and not replace:
+        raise ConversionError(f"{output}: output already holds a Mixtrain {settings.format} table; pass --incremental (commit what "
+                              "changed) or --overwrite (commit every row anew) to add a snapshot")
+
+
+def summary(output_url: str, settings) -> tuple[dict, str]:
+    """(the committed property, where the table is and how to open it) for the success line."""
+    module = _module(settings.format)
+    return module.current_property(output_url, settings) or {}, module.describe(output_url, settings)
