@@ -60,7 +60,8 @@ def _publish_parquet(fs, staging: str, output: str, sidecar: dict, settings: Tab
 
 
 # name -> a Publisher, or "module:function" imported on first use (heavy lake libraries).
-_REGISTRY: dict[str, Publisher | str] = {DEFAULT: _publish_parquet, "iceberg": "formats.tables.iceberg:publish"}
+_REGISTRY: dict[str, Publisher | str] = {DEFAULT: _publish_parquet, "iceberg": "formats.tables.iceberg:publish",
+                                               "delta": "formats.tables.delta:publish"}
 
 
 def register(name: str, publisher: Publisher | str) -> None:

@@ -1,0 +1,139 @@
+"""Delta Lake tables (deltalake / delta-rs): DST is the table root, each run one WRITE commit.
+
+The run's shards are added as they were written (AddAction: no rewrite), replaced shards removed
+(RemoveAction), unchanged ones kept, in one commit whose commit info carries the `mixtrain` JSON
+and the run id. The table property `mixtrain` is set right after, in a second commit: delta-rs
+refuses a property outside `delta.` at table creation and its write transactions carry no
+configuration. A reader that needs the metadata of exactly one version reads it from that
+version's commit info (docs/lake.md); the property is always the newest run's.
+
+Delta has no unsigned integers: such columns are declared one size wider (uint8 -> short ...),
+so values read back exactly; uint64 is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from formats import storage
+from formats.errors import ConversionError
+from formats.tables import TableSettings, lake
+
+__all__ = ["publish", "open_table", "current_state", "current_property", "describe", "table_schema", "committed_files"]
+
+OUTPUT_ENTRIES = {"_delta_log"}
+_WIDER = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.int64()}
+
+
+def open_table(output_url: str, catalog: str = "", table: str = ""):
+    """The Delta table at the output, or None when there is none yet."""
+    from deltalake import DeltaTable
+
+    fs, root = storage.open_root(output_url)
+    if not fs.exists(storage.join(root, "_delta_log")):
+        return None
+    return DeltaTable(output_url)
+
+
+def current_state(output_url: str, catalog: str = "", table: str = "") -> str:
+    found = open_table(output_url)
+    return str(found.version()) if found is not None else ""
+
+
+def current_property(output_url: str, settings: TableSettings) -> dict | None:
+    found = open_table(output_url)
+    if found is None:
+        return None
+    text = found.metadata().configuration.get(lake.PROPERTY)
+    return json.loads(text) if text else None
+
+
+def describe(output_url: str, settings: TableSettings) -> str:
+    found = open_table(output_url)
+    return f"Delta table, version {found.version() if found is not None else None} (deltalake: DeltaTable({output_url!r}))"
+
+
+def committed_files(table) -> list[str]:
+    """Paths (relative to the table root) of the data files of the loaded version."""
+    return [str(path) for path in table.get_add_actions(flatten=True).column("path").to_pylist()]
+
+
+def _widened(kind: pa.DataType) -> pa.DataType:
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return pa.list_(pa.field(kind.value_field.name, _widened(kind.value_type), kind.value_field.nullable))
+    if pa.types.is_struct(kind):
+        return pa.struct([pa.field(f.name, _widened(f.type), f.nullable) for f in kind])
+    if kind == pa.uint64():
+        raise ValueError("uint64")
+    return _WIDER.get(kind, kind)
+
+
+def table_schema(schema: pa.Schema) -> pa.Schema:
+    """The Delta schema of the shards' Arrow schema: lists for fixed-size lists, unsigned widened."""
+    fields = []
+    for field in schema:
+        try:
+            fields.append(pa.field(field.name, _widened(field.type), field.nullable))
+        except ValueError:
+            raise ConversionError(f"column {field.name}: uint64 has no Delta type that holds every value; nothing was committed") from None
+    return pa.schema(fields)
+
+
+def _check_schema(current: pa.Schema, new: pa.Schema, output_url: str) -> None:
+    for field in new:
+        index = current.get_field_index(field.name)
+        if index >= 0 and not current.field(index).type.equals(field.type):
+            raise ConversionError(f"{output_url}: column {field.name} changed type from {current.field(index).type} to {field.type}; "
+                                  "a table keeps its column types (convert to a new --output, or rename the column at the source)")
+
+
+def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSettings) -> None:
+    """Commit the staged run (already in its final place, DST/runs/<run>) as the table's next version."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.transaction import AddAction, CommitProperties, RemoveAction
+
+    output_url = storage.url_for(fs, output)
+    value = lake.property_value(sidecar, settings.run_id, "delta")
+    lake.write_run_metadata(fs, staging, value, sidecar)
+    shards = lake.staged_shards(fs, staging, sidecar)
+    schema = table_schema(pq.read_schema(fs.open(shards[0], "rb")))
+    table = open_table(output_url)
+    if table is None:
+        if settings.base:
+            raise ConversionError(f"{output_url}: the Delta table this run started from is gone; nothing was committed")
+        table = DeltaTable.create(output_url, schema=schema)
+    elif str(table.version()) != settings.base:
+        raise ConversionError(f"{output_url}: another writer committed version {table.version()} after this run started; "
+                              "nothing was committed (rerun to convert against it)")
+    current_schema = pa.schema(table.schema().to_arrow())
+    _check_schema(current_schema, schema, output_url)
+    merged = pa.schema(list(current_schema) + [field for field in schema if current_schema.get_field_index(field.name) < 0])
+    committed = {posixpath.basename(path): path for path in committed_files(table)} if settings.base else {}
+    actions, kept = [], set()
+    now = int(time.time() * 1000)
+    for shard in shards:
+        name = posixpath.basename(shard)
+        previous = committed.get(name)
+        if previous is not None and lake.same_file(fs, storage.join(output, previous), shard):
+            kept.add(previous)
+            continue
+        relative = shard[len(output) + 1:]
+        rows = pq.ParquetFile(fs.open(shard, "rb")).metadata.num_rows
+        actions.append(AddAction(relative, fs.size(shard), {}, now, True, json.dumps({"numRecords": rows})))
+    for path in committed.values():
+        if path not in kept:
+            actions.append(RemoveAction(path, True, now, fs.size(storage.join(output, path)), {}))
+    info = {lake.SNAPSHOT_RUN: settings.run_id, lake.PROPERTY: lake.dumps(value)}
+    try:
+        table.create_write_transaction(actions, mode="append", schema=merged,
+                                       commit_properties=CommitProperties(custom_metadata=info, max_commit_retries=0))
+        DeltaTable(output_url).alter.set_table_properties({lake.PROPERTY: lake.dumps(value)}, raise_if_not_exists=False)
+    except CommitFailedError as error:
+        raise ConversionError(f"{output_url}: another writer committed to the table during this run's commit; nothing was "
+                              f"committed ({error})") from error
