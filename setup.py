@@ -11,6 +11,9 @@ VERSION = re.search(r'__version__ = "([^"]+)"', Path(__file__).with_name("format
 # container image (Dockerfile, --build-arg BEAM_VERSION="$(cat BEAM_VERSION)") must agree.
 BEAM_VERSION = Path(__file__).with_name("BEAM_VERSION").read_text().strip()
 
+LAKE = ["pyiceberg[sql-sqlite,pyarrow]>=0.12,<0.13", "deltalake>=1.6,<2"]
+DUCKDB = "1.5.5"
+
 setup(
     name="mixtrain-convert",
     version=VERSION,
@@ -33,8 +36,13 @@ setup(
     ],
     # polars, duckdb, pandas: the published-layout test reads every output the way users' tools do.
     # torch: only for formats.reader's optional Dataset/IterableDataset wrappers.
+    # lake: --table_format=iceberg (pyiceberg, its SQLite SQL catalog) and delta (delta-rs); imported only when used.
+    # test: duckdb pinned to the version of the duckdb-extension-* wheels, which carry the iceberg/avro/delta
+    # extension binaries (DuckDB's own INSTALL downloads them, which fails offline).
     extras_require={"torch": ["torch>=2.1"],
-                    "test": ["pytest>=8", "ruff>=0.6", "gcp-storage-emulator>=2024.8", "polars>=1.0", "duckdb>=1.1", "pandas>=2.0"]},
+                    "lake": LAKE,
+                    "test": ["pytest>=8", "ruff>=0.6", "gcp-storage-emulator>=2024.8", "polars>=1.0", "pandas>=2.0", *LAKE,
+                             f"duckdb=={DUCKDB}", *(f"duckdb-extension-{name}=={DUCKDB}" for name in ("iceberg", "avro", "delta"))]},
     entry_points={"console_scripts": ["mixtrain-convert=pipelines.convert:main", "mixtrain-validate=pipelines.validate:entry",
                                       "mixtrain-inspect=pipelines.inspect:entry"]},
 )

@@ -8,7 +8,7 @@ configuration. A reader that needs the metadata of exactly one version reads it 
 version's commit info (docs/lake.md); the property is always the newest run's.
 
 Delta has no unsigned integers: such columns are declared one size wider (uint8 -> short ...),
-so values read back exactly; uint64 is refused.
+so values read back exactly; uint64 as long, after every value was seen to fit (else refused).
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ from formats.tables import TableSettings, lake
 __all__ = ["publish", "open_table", "current_state", "current_property", "describe", "table_schema", "committed_files"]
 
 OUTPUT_ENTRIES = {"_delta_log"}
-_WIDER = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.int64()}
+# uint64 -> int64 once `lake.check_unsigned` has seen every value fit.
+_WIDER = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.int64(), pa.uint64(): pa.int64()}
 
 
 def open_table(output_url: str, catalog: str = "", table: str = ""):
@@ -68,20 +69,12 @@ def _widened(kind: pa.DataType) -> pa.DataType:
         return pa.list_(pa.field(kind.value_field.name, _widened(kind.value_type), kind.value_field.nullable))
     if pa.types.is_struct(kind):
         return pa.struct([pa.field(f.name, _widened(f.type), f.nullable) for f in kind])
-    if kind == pa.uint64():
-        raise ValueError("uint64")
     return _WIDER.get(kind, kind)
 
 
 def table_schema(schema: pa.Schema) -> pa.Schema:
     """The Delta schema of the shards' Arrow schema: lists for fixed-size lists, unsigned widened."""
-    fields = []
-    for field in schema:
-        try:
-            fields.append(pa.field(field.name, _widened(field.type), field.nullable))
-        except ValueError:
-            raise ConversionError(f"column {field.name}: uint64 has no Delta type that holds every value; nothing was committed") from None
-    return pa.schema(fields)
+    return pa.schema([pa.field(field.name, _widened(field.type), field.nullable) for field in schema])
 
 
 def _check_schema(current: pa.Schema, new: pa.Schema, output_url: str) -> None:
@@ -102,7 +95,10 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
     value = lake.property_value(sidecar, settings.run_id, "delta")
     lake.write_run_metadata(fs, staging, value, sidecar)
     shards = lake.staged_shards(fs, staging, sidecar)
-    schema = table_schema(pq.read_schema(fs.open(shards[0], "rb")))
+    lake.concrete_shards(fs, shards)
+    file_schema = pq.read_schema(fs.open(shards[0], "rb"))
+    lake.check_unsigned(fs, shards, file_schema)
+    schema = table_schema(file_schema)
     table = open_table(output_url)
     if table is None:
         if settings.base:
@@ -113,7 +109,13 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
                               "nothing was committed (rerun to convert against it)")
     current_schema = pa.schema(table.schema().to_arrow())
     _check_schema(current_schema, schema, output_url)
-    merged = pa.schema(list(current_schema) + [field for field in schema if current_schema.get_field_index(field.name) < 0])
+    added = [field for field in schema if current_schema.get_field_index(field.name) < 0]
+    if added:  # a new feature: a nullable column, null in the rows of earlier versions (its own commit)
+        from deltalake import Field
+
+        table.alter.add_columns([Field.from_arrow(field.with_nullable(True)) for field in added])
+        table = open_table(output_url)
+    merged = pa.schema(list(current_schema) + added)
     committed = {posixpath.basename(path): path for path in committed_files(table)} if settings.base else {}
     actions, kept = [], set()
     now = int(time.time() * 1000)
@@ -137,3 +139,26 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
     except CommitFailedError as error:
         raise ConversionError(f"{output_url}: another writer committed to the table during this run's commit; nothing was "
                               f"committed ({error})") from error
+
+
+def read_rows(output_url: str, settings: TableSettings, version: str | None = None) -> pa.Table:
+    from deltalake import DeltaTable
+
+    return DeltaTable(output_url, version=int(version) if version else None).to_pyarrow_table()
+
+
+def versions(output_url: str, settings: TableSettings) -> list[dict]:
+    """The WRITE commits (each followed by the commit setting the property: that version is the run's)."""
+    found = open_table(output_url)
+    if found is None:
+        return []
+    writes = [entry for entry in found.history() if entry.get(lake.SNAPSHOT_RUN)]
+    return [{"version": str(entry["version"] + 1), "run": entry[lake.SNAPSHOT_RUN], "timestamp_ms": entry["timestamp"]}
+            for entry in sorted(writes, key=lambda e: e["version"])]
+
+
+def rollback(output_url: str, settings: TableSettings, version: str, property_text: str) -> None:
+    """Delta's RESTORE to that version, then the property of its run (a second commit)."""
+    found = open_table(output_url)
+    found.restore(int(version))
+    open_table(output_url).alter.set_table_properties({lake.PROPERTY: property_text}, raise_if_not_exists=False)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -98,7 +99,12 @@ def describe(output_url: str, settings: TableSettings) -> str:
     return f"Iceberg table {name}, snapshot {snapshot} (pyiceberg: {how})"
 
 
-def _check_schema(table, schema: pa.Schema) -> None:
+def _type_text(kind) -> str:
+    """An Iceberg type without its field ids (a new file's nested fields have none yet)."""
+    return re.sub(r"-?\d+: ", "", str(kind))
+
+
+def _check_schema(table, name: str, schema: pa.Schema) -> None:
     """A column the table has must keep its type (a new column is added, older rows null)."""
     from pyiceberg.io.pyarrow import _ConvertToIcebergWithoutIDs, visit_pyarrow
 
@@ -108,8 +114,8 @@ def _check_schema(table, schema: pa.Schema) -> None:
             continue
         new_type = visit_pyarrow(field.type, _ConvertToIcebergWithoutIDs())
         old = current[field.name].field_type
-        if str(new_type) != str(old) and not _widens(old, new_type):
-            raise ConversionError(f"{table.name()}: column {field.name} changed type from {old} to {new_type}; a table keeps its "
+        if _type_text(new_type) != _type_text(old) and not _widens(old, new_type):
+            raise ConversionError(f"{name}: column {field.name} changed type from {old} to {new_type}; a table keeps its "
                                   "column types (convert to a new --output, or rename the column at the source)")
 
 
@@ -127,7 +133,9 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
     value = lake.property_value(sidecar, settings.run_id, "iceberg")
     lake.write_run_metadata(fs, staging, value, sidecar)
     shards = lake.staged_shards(fs, staging, sidecar)
-    schema = pq.read_schema(fs.open(shards[0], "rb")) if shards else None
+    lake.concrete_shards(fs, shards)
+    schema = pq.read_schema(fs.open(shards[0], "rb"))
+    lake.check_unsigned(fs, shards, schema)  # pyiceberg declares uint64 as long
     catalog = _catalog(settings.catalog, output_url)
     name = settings.table or DEFAULT_TABLE
     table = open_table(output_url, settings.catalog, name)
@@ -141,7 +149,7 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
     if (str(current.snapshot_id) if current else "") != settings.base:
         raise ConversionError(f"{output_url}: another writer committed snapshot {current.snapshot_id if current else 'none'} to "
                               f"{name} after this run started; nothing was committed (rerun to convert against it)")
-    _check_schema(table, schema)
+    _check_schema(table, name, schema)
     committed = {posixpath.basename(task.file.file_path): task.file for task in table.scan().plan_files()} if current else {}
     keep, add = [], []
     for shard in shards:
@@ -170,3 +178,28 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
     except CommitFailedException as error:
         raise ConversionError(f"{output_url}: another writer committed to {name} during this run's commit; nothing was committed "
                               f"({error})") from error
+
+
+def read_rows(output_url: str, settings: TableSettings, version: str | None = None) -> pa.Table:
+    found = open_table(output_url, settings.catalog, settings.table)
+    if found is None:
+        raise ConversionError(f"{output_url}: no Iceberg table {settings.table or DEFAULT_TABLE}")
+    return found.scan(snapshot_id=int(version) if version else None).to_arrow()
+
+
+def versions(output_url: str, settings: TableSettings) -> list[dict]:
+    found = open_table(output_url, settings.catalog, settings.table)
+    if found is None:
+        return []
+    return [{"version": str(snapshot.snapshot_id), "run": (snapshot.summary.additional_properties or {}).get(lake.SNAPSHOT_RUN),
+             "timestamp_ms": snapshot.timestamp_ms} for snapshot in found.snapshots()]
+
+
+def rollback(output_url: str, settings: TableSettings, version: str, property_text: str) -> None:
+    """The snapshot made current and its run's property restored, in one commit."""
+    from pyiceberg.table.update.snapshot import ManageSnapshots
+
+    found = open_table(output_url, settings.catalog, settings.table)
+    with found.transaction() as transaction:
+        transaction.set_properties(**{lake.PROPERTY: property_text})
+        ManageSnapshots(transaction).set_current_snapshot(int(version)).commit()

@@ -21,12 +21,15 @@ from __future__ import annotations
 import json
 import posixpath
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from formats import mixtrain, storage
 from formats.errors import ConversionError
 from formats.sequence import Sequence
 
 __all__ = ["RUNS_DIR", "run_root", "run_prefix", "with_run_prefix", "property_value", "write_run_metadata", "staged_shards",
-           "same_file", "orphan_runs", "LAKE_FORMATS"]
+           "same_file", "concrete_shards", "orphans", "LAKE_FORMATS"]
 
 RUNS_DIR = "runs"
 PROPERTY = "mixtrain"
@@ -97,6 +100,56 @@ def staged_shards(fs, staging: str, sidecar: dict) -> list[str]:
     return shards
 
 
+def unsigned_64_fit(fs, shards: list[str]) -> dict[str, bool]:
+    """Per uint64 leaf (Parquet path) of the shards: whether every value fits a signed int64, the
+    widest integer lake tables have (from the row groups' statistics; no statistics: not proven)."""
+    fits: dict[str, bool] = {}
+    for shard in shards:
+        with fs.open(shard, "rb") as handle:
+            metadata = pq.ParquetFile(handle).metadata
+        for group in range(metadata.num_row_groups):
+            for index in range(metadata.num_columns):
+                column = metadata.row_group(group).column(index)
+                logical = str(column.statistics.logical_type) if column.statistics is not None else ""
+                if column.physical_type != "INT64" or "isSigned=false" not in logical.replace(" ", ""):
+                    if column.physical_type == "INT64" and column.statistics is None:
+                        fits.setdefault(column.path_in_schema, True)
+                    continue
+                known = column.statistics.has_min_max or column.statistics.null_count == column.num_values
+                ok = known and (not column.statistics.has_min_max or int(column.statistics.max) < 2 ** 63)
+                fits[column.path_in_schema] = fits.get(column.path_in_schema, True) and ok
+    return fits
+
+
+def check_unsigned(fs, shards: list[str], schema: pa.Schema) -> None:
+    """Refuse a uint64 value a lake table's int64 would wrap (uint64 columns are declared int64)."""
+    if "uint64" not in str(schema):
+        return
+    for path, ok in unsigned_64_fit(fs, shards).items():
+        if not ok:
+            raise ConversionError(f"column {path.split('.')[0]}: uint64 values of {path} exceed int64, the widest integer of lake "
+                                  "tables; nothing was committed (use --table_format=parquet)")
+
+
+def concrete_shards(fs, shards: list[str]) -> list[str]:
+    """Give all-null columns (Arrow null type: a source field no episode filled) the type string,
+    rewriting those shards of this run before they are committed: Iceberg v2 and Delta have no
+    null type. The values (all null) are unchanged. Returns the columns so declared."""
+    declared: set[str] = set()
+    for shard in shards:
+        schema = pq.read_schema(fs.open(shard, "rb"))
+        nulls = [field.name for field in schema if pa.types.is_null(field.type)]
+        if not nulls:
+            continue
+        with fs.open(shard, "rb") as handle:
+            table = pq.read_table(handle)
+        target = pa.schema([field.with_type(pa.string()) if field.name in nulls else field for field in schema])
+        with fs.open(shard, "wb") as handle:
+            mixtrain.write_shard(table.cast(target), handle)
+        declared.update(nulls)
+    return sorted(declared)
+
+
 def same_file(fs, first: str, second: str) -> bool:
     """Whether two shards hold the same bytes (same rows: shards are deterministic)."""
     try:
@@ -109,17 +162,6 @@ def same_file(fs, first: str, second: str) -> bool:
 
 def shard_name(path: str) -> str:
     return posixpath.basename(path)
-
-
-def orphan_runs(fs, output: str, referenced_files: set[str]) -> list[str]:
-    """Run folders no snapshot references (killed or failed runs): safe to delete once no
-    conversion is running. `referenced_files` are paths relative to the table location."""
-    runs_dir = storage.join(output, RUNS_DIR)
-    if not fs.exists(runs_dir):
-        return []
-    used = {path.split("/")[1] for path in referenced_files if path.startswith(RUNS_DIR + "/") and path.count("/") >= 2}
-    names = sorted(entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(runs_dir, detail=False))
-    return [name for name in names if name not in used]
 
 
 def _module(table_format: str):
@@ -174,3 +216,50 @@ def summary(output_url: str, settings) -> tuple[dict, str]:
     """(the committed property, where the table is and how to open it) for the success line."""
     module = _module(settings.format)
     return module.current_property(output_url, settings) or {}, module.describe(output_url, settings)
+
+
+def detect(fs, output: str) -> str | None:
+    """The lake format of an output folder laid out by this converter (embedded catalog), or None."""
+    if fs.exists(storage.join(output, "_delta_log")):
+        return "delta"
+    if fs.exists(storage.join(output, "catalog.db")):
+        return "iceberg"
+    return None
+
+
+def read_rows(output_url: str, settings, version: str | None = None):
+    """Every row of the table (at snapshot id / version `version`, default the current), as Arrow."""
+    return _module(settings.format).read_rows(output_url, settings, version)
+
+
+def versions(output_url: str, settings) -> list[dict]:
+    """Each committed run, oldest first: {"version": snapshot id / version, "run": run id, "timestamp_ms"}."""
+    return _module(settings.format).versions(output_url, settings)
+
+
+def orphans(output_url: str, settings) -> list[str]:
+    """Run folders (relative to the table location) no committed snapshot names: what killed or
+    failed runs left. Delete them only while no conversion runs on this output."""
+    fs, output = storage.open_root(output_url)
+    committed = {entry["run"] for entry in versions(output_url, settings)}
+    runs_dir = storage.join(output, RUNS_DIR)
+    if not fs.exists(runs_dir):
+        return []
+    names = sorted(entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(runs_dir, detail=False))
+    return [f"{RUNS_DIR}/{name}" for name in names if name not in committed]
+
+
+def property_of_run(fs, output: str, run_id: str) -> dict:
+    """The `mixtrain` property a run committed (from its folder's copy)."""
+    value = json.loads(fs.cat_file(storage.join(run_root(output, run_id), mixtrain.SIDECAR)))
+    value["shards"] = [run_prefix(run_id) + shard for shard in value.get("shards", [])]
+    return value
+
+
+def rollback(output_url: str, settings, version: str) -> None:
+    """Make an earlier run's snapshot / version current again, its `mixtrain` property with it."""
+    fs, output = storage.open_root(output_url)
+    found = {entry["version"]: entry["run"] for entry in versions(output_url, settings)}
+    if version not in found:
+        raise ConversionError(f"{output_url}: no committed run has version {version} (known: {', '.join(found)})")
+    _module(settings.format).rollback(output_url, settings, version, dumps(property_of_run(fs, output, found[version])))
