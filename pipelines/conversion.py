@@ -369,6 +369,9 @@ def _check_command_line(argv: list[str], options: ConvertOptions, all_options: P
         except (ValueError, ImportError) as error:  # an unknown protocol, or one whose package is missing
             raise UsageError(f"{flag}={url}: {error}") from None
     (in_fs, in_root), (out_fs, out_root) = roots["--input"], roots["--output"]
+    if options.table_format == "iceberg" and not options.catalog and not storage.is_local(out_fs):
+        raise UsageError(f"--output={options.output}: the embedded Iceberg catalog is an SQLite file on the output's disk, which "
+                         "an object store is not; pass --catalog (a REST, SQL or Glue catalog the workers reach, docs/lake.md)")
     if type(in_fs) is type(out_fs) and _inside(in_root, out_root, storage.is_local(in_fs)):
         raise UsageError(f"--input={options.input} is inside --output={options.output}: publishing the output would replace "
                          "the input; choose an output folder outside the dataset")

@@ -61,12 +61,12 @@ def _catalog(catalog: str, output_url: str):
 
 def open_table(output_url: str, catalog: str = "", table: str = ""):
     """The Iceberg table of a lake output, or None when there is none yet."""
-    from pyiceberg.exceptions import NoSuchTableError
-
-    if not catalog:
+    if not catalog:  # no catalog file yet: no table, and no need to import pyiceberg (seconds) to say so
         fs, root = storage.open_root(output_url)
         if not fs.exists(storage.join(root, CATALOG_FILE)):
             return None
+    from pyiceberg.exceptions import NoSuchTableError
+
     try:
         return _catalog(catalog, output_url).load_table(table or DEFAULT_TABLE)
     except NoSuchTableError:
