@@ -10,7 +10,10 @@ largest). Measured in this run, each command a subprocess of the CLI as a nightl
   delta         --table_format=delta
 and, in-process on the run folder the iceberg / delta conversion left, the commit alone
 (`formats.tables.publish` on a copy of the run), first and incremental with nothing changed (every
-shard compared with the committed one and kept).
+shard compared with the committed one and kept), after the library was imported; the import
+itself (once per process: launcher and publishing worker) is reported on its own line.
+Conversions alternate between formats, --repeat times, and the median is reported: the machine
+is shared, and one slow run says nothing.
 """
 
 from __future__ import annotations
@@ -85,16 +88,23 @@ def main() -> None:
         print(f"writing {args.episodes} episodes x {args.steps} steps, {len(cameras)} cameras ...", file=sys.stderr)
         write_dataset(str(src), SyntheticLeRobot(lengths=[args.steps] * args.episodes, cameras=cameras, state_dim=32, action_dim=32,
                                                  codec="h264", gop=None, video_variants=2 if cameras else 0))
-        rows = {}
-        for name in ("parquet", "iceberg", "delta"):
-            rows[name] = statistics.median(_convert(src, work / name, f"--table_format={name}") for _ in range(args.repeat))
+        times: dict[str, list[float]] = {"parquet": [], "iceberg": [], "delta": []}
+        for _ in range(args.repeat):
+            for name in times:
+                times[name].append(_convert(src, work / name, f"--table_format={name}"))
+        rows = {name: statistics.median(values) for name, values in times.items()}
         shards = sum(p.stat().st_size for p in (work / "parquet" / "data").glob("*.parquet"))
         print(f"workload: {args.episodes} episodes x {args.steps} steps, {shards / 1e6:.1f} MB of shards "
               f"({len(list((work / 'parquet' / 'data').glob('*.parquet')))} files)")
         print(f"{'run':<34} {'wall s':>8} {'x standalone':>13}")
         for name, seconds in rows.items():
             print(f"{name + ' conversion':<34} {seconds:8.2f} {seconds / rows['parquet']:13.3f}")
-        for name in ("iceberg", "delta"):
+        for name, modules in (("iceberg", "pyiceberg.catalog.sql pyiceberg.io.pyarrow pyiceberg.table"), ("delta", "deltalake")):
+            probe = f"import time, pyarrow.parquet; t = time.perf_counter(); import {', '.join(modules.split())}; print(time.perf_counter() - t)"
+            imported = float(subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout)
+            print(f"{name + ' library import':<34} {imported:8.3f} {imported / rows['parquet']:13.3f}")
+            for module in modules.split():
+                __import__(module)
             first, again = _commit_alone(work / name, name, work)
             print(f"{name + ' commit alone, first':<34} {first:8.3f} {first / rows['parquet']:13.3f}")
             print(f"{name + ' commit alone, all kept':<34} {again:8.3f} {again / rows['parquet']:13.3f}")

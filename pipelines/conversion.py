@@ -433,7 +433,10 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                     result.wait_until_finish()
         except (Exception, Interrupted):
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
-            _discard(out_fs, staging, out_root)
+            if lake.is_lake(options.table_format) and lake.is_committed(out_fs, staging, table_settings(options, run_id)):
+                pass  # the table references this run's files (a commit landed before the failure): keep them
+            else:
+                _discard(out_fs, staging, out_root)
             raise
     except UsageError as error:
         _usage(console, error)

@@ -135,10 +135,12 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
     try:
         table.create_write_transaction(actions, mode="append", schema=merged,
                                        commit_properties=CommitProperties(custom_metadata=info, max_commit_retries=0))
-        DeltaTable(output_url).alter.set_table_properties({lake.PROPERTY: lake.dumps(value)}, raise_if_not_exists=False)
     except CommitFailedError as error:
         raise ConversionError(f"{output_url}: another writer committed to the table during this run's commit; nothing was "
                               f"committed ({error})") from error
+    # The property follows the data (delta-rs retries a conflicting commit of it itself); if it
+    # fails, the data version stands, its commit info holds the metadata, and the run folder stays.
+    DeltaTable(output_url).alter.set_table_properties({lake.PROPERTY: lake.dumps(value)}, raise_if_not_exists=False)
 
 
 def read_rows(output_url: str, settings: TableSettings, version: str | None = None) -> pa.Table:

@@ -263,3 +263,13 @@ def rollback(output_url: str, settings, version: str) -> None:
     if version not in found:
         raise ConversionError(f"{output_url}: no committed run has version {version} (known: {', '.join(found)})")
     _module(settings.format).rollback(output_url, settings, version, dumps(property_of_run(fs, output, found[version])))
+
+
+def is_committed(fs, run_folder: str, settings) -> bool:
+    """Whether a committed version names this run (its folder must then never be removed)."""
+    output = run_folder.rsplit(f"/{RUNS_DIR}/", 1)[0]
+    run = run_folder.rsplit("/", 1)[-1]
+    try:
+        return any(entry["run"] == run for entry in versions(storage.url_for(fs, output), settings))
+    except Exception:  # noqa: BLE001 - an unreadable table: keep the files rather than risk removing committed ones
+        return True
