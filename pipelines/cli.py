@@ -145,6 +145,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "SQLite catalog DST/catalog.db")
     group.add_argument("--table_name", default="", metavar="NS.NAME",
                        help="--table_format=iceberg: the table in the catalog (default default.dataset)")
+    group.add_argument("--partition_by", default="", metavar="A,B",
+                       help="--table_format=iceberg: partition the table by these scalar columns (e.g. split,task); each shard "
+                            "is split into one file per partition")
     group.add_argument("--target_shard_mb", default=None, type=_number(float, 0, above=True), metavar="MB",
                        help="approximate uncompressed MB of rows per shard (default 256)")
 
@@ -231,7 +234,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                          hint="pass --on_error=skip to convert what can be converted")
     if args.table_format in REFUSED_TABLE_FORMATS:
         raise UsageError(f"--table_format={args.table_format} is not supported: {REFUSED_TABLE_FORMATS[args.table_format]}")
-    for name in ("catalog", "table_name"):
+    for name in ("catalog", "table_name", "partition_by"):
         if typed(argv, name) and args.table_format != "iceberg":
             raise UsageError(f"--{name} has no effect with --table_format={args.table_format} (it names an Iceberg catalog or table)")
     if typed(argv, "progress_interval") and args.progress in ("off", "bar"):

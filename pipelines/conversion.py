@@ -31,7 +31,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 
 import formats
 from formats import errors, fingerprint, mixtrain, sources, storage, tables, video
-from formats.sequence import TRAJECTORY, VIDEO, DatasetMeta
+from formats.sequence import SCALAR, TRAJECTORY, VIDEO, DatasetMeta
 from formats.tables import lake
 from pipelines import cli, local_workers
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
@@ -129,7 +129,8 @@ def prepare_output(output_url: str, overwrite: bool) -> None:
 def table_settings(options: ConvertOptions, run_id: str, base: str = "") -> tables.TableSettings:
     """The --table_format and its options, for the publish step (`base`: the lake table's state at planning)."""
     return tables.TableSettings(format=options.table_format, run_id=run_id, incremental=bool(options.incremental),
-                                catalog=options.catalog, table=options.table_name, base=base)
+                                catalog=options.catalog, table=options.table_name, base=base,
+                                partition_by=tuple(column for column in options.partition_by.split(",") if column))
 
 
 def staging_root(fs, root: str, run_id: str, options: ConvertOptions) -> str:
@@ -222,6 +223,10 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     staging = staging_root(out_fs, out_root, run_id, options)
     staging_url = storage.url_for(out_fs, staging)
     settings = table_settings(options, run_id)
+    scalars = [spec.name for spec in meta.columns if spec.kind == SCALAR and spec.name != "sequence_id"]
+    for column in settings.partition_by:
+        if column not in scalars:
+            raise UsageError(f"--partition_by={column}: not a scalar column of this {source} dataset (scalar columns: {', '.join(scalars)})")
     if lake.is_lake(settings.format):
         settings = dataclasses.replace(settings, base=lake.current_state(output_url, settings))
     source_url = storage.url_for(fs, root)

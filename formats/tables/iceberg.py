@@ -130,10 +130,13 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
     from pyiceberg.io.pyarrow import parquet_files_to_data_files
 
     output_url = storage.url_for(fs, output)
-    value = lake.property_value(sidecar, settings.run_id, "iceberg")
-    lake.write_run_metadata(fs, staging, value, sidecar)
     shards = lake.staged_shards(fs, staging, sidecar)
     lake.concrete_shards(fs, shards)
+    if settings.partition_by:
+        shards = lake.split_by_partition(fs, shards, settings.partition_by)
+        sidecar = {**sidecar, "shards": [shard[len(staging) + 1:] for shard in shards]}
+    value = lake.property_value(sidecar, settings.run_id, "iceberg")
+    lake.write_run_metadata(fs, staging, value, sidecar)
     schema = pq.read_schema(fs.open(shards[0], "rb"))
     lake.check_unsigned(fs, shards, schema)  # pyiceberg declares uint64 as long
     catalog = _catalog(settings.catalog, output_url)
@@ -145,6 +148,15 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
         namespace = name.rsplit(".", 1)[0]
         catalog.create_namespace_if_not_exists(namespace)
         table = catalog.create_table(name, schema=schema, location=output_url)
+        if settings.partition_by:
+            with table.update_spec() as spec:
+                for column in settings.partition_by:
+                    spec.add_identity(column)
+    partitioned = tuple(field.name for field in table.spec().fields)
+    if partitioned != tuple(settings.partition_by):
+        raise ConversionError(f"{name}: the table is partitioned by ({', '.join(partitioned)}), this run asks for "
+                              f"--partition_by={','.join(settings.partition_by)}; nothing was committed (pass the table's "
+                              "partitioning, or convert to a new --output)")
     current = table.current_snapshot()
     if (str(current.snapshot_id) if current else "") != settings.base:
         raise ConversionError(f"{output_url}: another writer committed snapshot {current.snapshot_id if current else 'none'} to "

@@ -29,7 +29,7 @@ from formats.errors import ConversionError
 from formats.sequence import Sequence
 
 __all__ = ["RUNS_DIR", "run_root", "run_prefix", "with_run_prefix", "property_value", "write_run_metadata", "staged_shards",
-           "same_file", "concrete_shards", "orphans", "LAKE_FORMATS"]
+           "same_file", "concrete_shards", "split_by_partition", "orphans", "LAKE_FORMATS"]
 
 RUNS_DIR = "runs"
 PROPERTY = "mixtrain"
@@ -148,6 +148,39 @@ def concrete_shards(fs, shards: list[str]) -> list[str]:
             mixtrain.write_shard(table.cast(target), handle)
         declared.update(nulls)
     return sorted(declared)
+
+
+def _partition_name(values: dict) -> str:
+    from urllib.parse import quote
+
+    return ".".join(f"{column}={'__null__' if value is None else quote(str(value), safe='')}" for column, value in values.items())
+
+
+def split_by_partition(fs, shards: list[str], columns: tuple[str, ...]) -> list[str]:
+    """Each shard rewritten as one file per distinct value of the partition columns
+    (`part-00000.split=train.parquet`), rows in their order: a table partitioned by identity
+    registers a file only when it holds one partition. Empty shards hold no partition and go."""
+    import pyarrow.compute as pc
+
+    written = []
+    for shard in shards:
+        with fs.open(shard, "rb") as handle:
+            table = pq.read_table(handle)
+        missing = [column for column in columns if column not in table.column_names]
+        if missing:
+            raise ConversionError(f"--partition_by: column {missing[0]} is not in the rows ({', '.join(table.column_names)})")
+        keys = table.select(list(columns)).group_by(list(columns)).aggregate([]).to_pylist() if table.num_rows else []
+        for values in sorted(keys, key=lambda v: [str(v[c]) for c in columns]):
+            mask = None
+            for column in columns:
+                match = pc.is_null(table.column(column)) if values[column] is None else pc.equal(table.column(column), values[column])
+                mask = match if mask is None else pc.and_(mask, match)
+            target = f"{shard[:-len('.parquet')]}.{_partition_name(values)}.parquet"
+            with fs.open(target, "wb") as handle:
+                mixtrain.write_shard(table.filter(mask), handle)
+            written.append(target)
+        fs.rm(shard)
+    return written
 
 
 def same_file(fs, first: str, second: str) -> bool:

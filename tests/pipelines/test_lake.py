@@ -310,6 +310,37 @@ def test_two_writers_one_commits_the_other_fails_with_one_line(tmp_path):
     before = lake.versions(f"file://{dst}", TableSettings(format="iceberg"))
     from fsspec.implementations.local import LocalFileSystem
 
-    with pytest.raises(ConversionError, match="is gone|another writer committed snapshot"):
+    with pytest.raises(ConversionError, match="another writer committed snapshot .* to default.dataset after this run started; "
+                                              "nothing was committed"):
         tables.publish(LocalFileSystem(), str(staging), str(dst), sidecar, settings)
     assert lake.versions(f"file://{dst}", TableSettings(format="iceberg")) == before
+    assert lake.orphans(f"file://{dst}", TableSettings(format="iceberg")) == ["runs/late"]
+    # validate reads the table: a referenced video that disappeared is a finding naming it.
+    video = _lake_rows(dst, "iceberg").column("video_front")[0].as_py()
+    (dst / video).unlink()
+    findings = validate.validate(str(dst))
+    assert len(findings) == 1 and f"video_front file {video} is missing" in findings[0]
+
+
+def test_partitioning_by_split_prunes_files_and_keeps_every_row(tmp_path, capsys):
+    src, dst = tmp_path / "src", tmp_path / "lake"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(4, 3, 5, 6, 2), codec="h264", gop=None, cameras=("observation.images.front",),
+                                             splits={"train": "0:3", "val": "3:5"}))
+    reference = tmp_path / "standalone"
+    assert _convert(src, reference, "--num_shards=2") == 0
+    assert _convert(src, dst, "--num_shards=2", "--table_format=iceberg", "--partition_by=split") == 0
+    _assert_same_dataset(reference, dst, "iceberg", _lake_rows(dst, "iceberg"))
+    from formats.tables import iceberg
+
+    table = iceberg.open_table(f"file://{dst}")
+    assert [field.name for field in table.spec().fields] == ["split"]
+    val = list(table.scan(row_filter="split == 'val'").plan_files())
+    assert val and all(".split=val." in task.file.file_path for task in val)
+    assert table.scan(row_filter="split == 'val'").to_arrow().column("sequence_id").to_pylist() == ["episode_000003", "episode_000004"]
+    assert _convert(src, dst, "--num_shards=2", "--table_format=iceberg", "--partition_by=split", "--incremental") == 0
+    assert table.refresh().current_snapshot().summary["mixtrain.kept-files"] == str(len(list(table.scan().plan_files())))
+    assert _convert(src, dst, "--num_shards=2", "--table_format=iceberg", "--partition_by=task", "--overwrite") == 1
+    assert "the table is partitioned by (split), this run asks for --partition_by=task" in capsys.readouterr().err
+    assert _convert(src, tmp_path / "other", "--table_format=iceberg", "--partition_by=video_front") == 2
+    assert "--partition_by=video_front: not a scalar column" in capsys.readouterr().err
+    assert validate.validate(str(dst)) == []

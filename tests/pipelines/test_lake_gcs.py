@@ -33,7 +33,12 @@ def gcs(monkeypatch, tmp_path):
                        "GCS__OAUTH2__TOKEN": "anon"}.items():
         monkeypatch.setenv(f"PYICEBERG_CATALOG__LAKE__{key}", value)
     import fsspec
+    import pyiceberg.catalog
+    from pyiceberg.utils.config import Config
 
+    # pyiceberg reads PYICEBERG_* once, when first imported (a command line sets them before that;
+    # earlier tests in this process imported it already).
+    monkeypatch.setattr(pyiceberg.catalog, "_ENV_CONFIG", Config())
     fsspec.filesystem("gs").clear_instance_cache()
     yield tmp_path
     server.stop()
