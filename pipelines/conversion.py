@@ -365,6 +365,9 @@ def _check_command_line(argv: list[str], options: ConvertOptions, all_options: P
                          "kept); run without --incremental to refresh them")
     if options.table_format not in tables.names():
         raise UsageError(f"--table_format={options.table_format} is not available in this build (available: {', '.join(tables.names())})")
+    if lake.missing_library(options.table_format):
+        raise UsageError(f"--table_format={options.table_format} needs {lake.missing_library(options.table_format)}, which is not "
+                         "installed: pip install 'mixtrain-convert[lake]' (or -e '.[lake]' in a clone)")
     if options.detach and all_options.view_as(StandardOptions).runner in LOCAL_RUNNERS:
         raise UsageError("--detach has no effect on a local runner (the run is this process); it is for --runner=DataflowRunner")
     roots = {}

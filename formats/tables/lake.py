@@ -207,6 +207,14 @@ def is_lake(table_format: str) -> bool:
     return table_format in LAKE_FORMATS
 
 
+def missing_library(table_format: str) -> str | None:
+    """The library a lake format needs that is not installed (checked before any work is done)."""
+    import importlib.util
+
+    package = {"iceberg": "pyiceberg", "delta": "deltalake"}.get(table_format)
+    return package if package and importlib.util.find_spec(package) is None else None
+
+
 def current_property(output_url: str, settings) -> dict | None:
     """The `mixtrain` property of the table's current state, or None (no table yet)."""
     return _module(settings.format).current_property(output_url, settings)
