@@ -19,7 +19,7 @@ COPY BEAM_VERSION MANIFEST.in README.md pyproject.toml setup.py ./
 COPY formats ./formats
 COPY transforms ./transforms
 COPY pipelines ./pipelines
-RUN pip install --no-cache-dir ".[lance]" && python -c "import apache_beam, av, pyarrow, lance, formats; print(apache_beam.__version__)"
+RUN pip install --no-cache-dir ".[lake,lance]" && python -c "import apache_beam, av, pyarrow, formats, pyiceberg, deltalake, lance; print(apache_beam.__version__)"
 
 ENV FLEX_TEMPLATE_PYTHON_PY_FILE=/template/pipelines/convert.py
 ENV FLEX_TEMPLATE_PYTHON_SETUP_FILE=/template/setup.py

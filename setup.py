@@ -11,6 +11,10 @@ VERSION = re.search(r'__version__ = "([^"]+)"', Path(__file__).with_name("format
 # container image (Dockerfile, --build-arg BEAM_VERSION="$(cat BEAM_VERSION)") must agree.
 BEAM_VERSION = Path(__file__).with_name("BEAM_VERSION").read_text().strip()
 
+LAKE = ["pyiceberg[sql-sqlite,pyarrow]>=0.12,<0.13", "deltalake>=1.6,<2"]
+LANCE = ["pylance>=14.0.2,<15"]
+DUCKDB = "1.5.5"
+
 setup(
     name="mixtrain-convert",
     version=VERSION,
@@ -33,11 +37,15 @@ setup(
     ],
     # polars, duckdb, pandas: the published-layout test reads every output the way users' tools do.
     # torch: only for formats.reader's optional Dataset/IterableDataset wrappers.
+    # lake: --table_format=iceberg (pyiceberg, its SQLite SQL catalog) and delta (delta-rs); imported only when used.
     # lance: --table_format=lance (pylance 14.0.2 verified beside apache-beam 2.77, pip check clean).
+    # test: duckdb pinned to the version of the duckdb-extension-* wheels, which carry the iceberg/avro/delta
+    # extension binaries (DuckDB's own INSTALL downloads them, which fails offline).
     extras_require={"torch": ["torch>=2.1"],
-                    "lance": ["pylance>=14.0.2,<15"],
-                    "test": ["pytest>=8", "ruff>=0.6", "gcp-storage-emulator>=2024.8", "polars>=1.0", "duckdb>=1.1", "pandas>=2.0",
-                             "pylance>=14.0.2,<15"]},
+                    "lake": LAKE,
+                    "lance": LANCE,
+                    "test": ["pytest>=8", "ruff>=0.6", "gcp-storage-emulator>=2024.8", "polars>=1.0", "pandas>=2.0", *LAKE, *LANCE,
+                             f"duckdb=={DUCKDB}", *(f"duckdb-extension-{name}=={DUCKDB}" for name in ("iceberg", "avro", "delta"))]},
     entry_points={"console_scripts": ["mixtrain-convert=pipelines.convert:main", "mixtrain-validate=pipelines.validate:entry",
                                       "mixtrain-inspect=pipelines.inspect:entry"]},
 )

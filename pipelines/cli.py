@@ -142,6 +142,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "metadata; delta: a Delta table rooted at DST; ducklake: refused (no table property to hold "
                             "the metadata, docs/lake.md); lance: one Lance dataset at DST, videos inside it, every run a "
                             "new version (docs/lance.md)")
+    group.add_argument("--catalog", default="", metavar="NAME|URI",
+                       help="--table_format=iceberg: the catalog, a pyiceberg catalog name (~/.pyiceberg.yaml, PYICEBERG_CATALOG__*) "
+                            "or URI (http(s):// REST, sqlite:// or postgresql:// SQL, thrift:// Hive); default: an embedded "
+                            "SQLite catalog DST/catalog.db")
+    group.add_argument("--table_name", default="", metavar="NS.NAME",
+                       help="--table_format=iceberg: the table in the catalog (default default.dataset)")
+    group.add_argument("--partition_by", default="", metavar="A,B",
+                       help="--table_format=iceberg: partition the table by these scalar columns (e.g. split,task); each shard "
+                            "is split into one file per partition")
     group.add_argument("--target_shard_mb", default=None, type=_number(float, 0, above=True), metavar="MB",
                        help="approximate uncompressed MB of rows per shard (default 256)")
     group.add_argument("--lance_videos", default="blob", choices=LANCE_VIDEOS,
@@ -237,6 +246,9 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         raise UsageError("--lance_videos has no effect without --table_format=lance")
     if args.table_format in REFUSED_TABLE_FORMATS:
         raise UsageError(f"--table_format={args.table_format} is not supported: {REFUSED_TABLE_FORMATS[args.table_format]}")
+    for name in ("catalog", "table_name", "partition_by"):
+        if typed(argv, name) and args.table_format != "iceberg":
+            raise UsageError(f"--{name} has no effect with --table_format={args.table_format} (it names an Iceberg catalog or table)")
     if typed(argv, "progress_interval") and args.progress in ("off", "bar"):
         raise UsageError(f"--progress_interval has no effect with --progress={args.progress} (it spaces plain progress lines)")
     return args, rest

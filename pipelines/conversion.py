@@ -9,6 +9,7 @@ converted with --on_error=skip but some sequences were skipped; 130 / 143 interr
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import importlib.util
 import logging
@@ -27,6 +28,8 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 
 from formats import errors, lance_table, mixtrain, publish, sources, storage, tables
+from formats.sequence import SCALAR
+from formats.tables import lake
 from pipelines import cli, failures, local_workers
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
 from pipelines.plan import ConversionPlan, blame, make_plan, requested_encoding
@@ -109,10 +112,20 @@ def prepare_output(output_url: str, overwrite: bool, table_format: str = tables.
                                      "would delete (the whole folder is replaced); move them out or choose another --output")
 
 
-def table_settings(options: ConvertOptions, run_id: str) -> tables.TableSettings:
-    """The --table_format and its options, for the publish step."""
+def table_settings(options: ConvertOptions, run_id: str, base: str = "") -> tables.TableSettings:
+    """The --table_format and its options, for the publish step (`base`: the lake table's state at planning)."""
     return tables.TableSettings(format=options.table_format, run_id=run_id, incremental=bool(options.incremental),
+                                catalog=options.catalog, table=options.table_name, base=base,
+                                partition_by=tuple(column for column in options.partition_by.split(",") if column),
                                 video_storage=options.lance_videos if options.table_format == "lance" else "")
+
+
+def staging_root(fs, root: str, run_id: str, options: ConvertOptions) -> str:
+    """Where this run writes: its own folder inside a lake table's location (where it stays), or
+    the standalone layout's staging (moved into place on publication)."""
+    if lake.is_lake(options.table_format):
+        return lake.run_root(root, run_id)
+    return publish.staging_root(fs, root, run_id)
 
 
 def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str, *, write_assets: bool = True) -> ConversionPlan:
@@ -121,11 +134,21 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     staged on the launcher."""
     out_fs, out_root = storage.open_root(options.output)
     output_url = storage.url_for(out_fs, out_root)
-    plan = make_plan(options, output_url=output_url,
+    settings = table_settings(options, run_id)
+    previous_root = out_root
+    if lake.is_lake(settings.format):  # the table's state before planning: a commit refuses to land on a newer one
+        settings = dataclasses.replace(settings, base=lake.current_state(output_url, settings))
+        previous_root = lake.previous_run_root(out_fs, out_root, output_url, settings)
+    plan = make_plan(options, output_url=output_url, previous_root=previous_root,
                      created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
-    staging = publish.staging_root(out_fs, out_root, run_id)
-    staging_url = storage.url_for(out_fs, staging)
     meta = plan.meta
+    scalars = [spec.name for spec in meta.columns if spec.kind == SCALAR and spec.name != "sequence_id"]
+    for column in settings.partition_by:
+        if column not in scalars:
+            raise UsageError(f"--partition_by={column}: not a scalar column of this {plan.source.id} dataset "
+                             f"(scalar columns: {', '.join(scalars)})")
+    staging = staging_root(out_fs, out_root, run_id, options)
+    staging_url = storage.url_for(out_fs, staging)
     if write_assets:
         fs, root = storage.open_root(plan.source_url)
         publish.copy_assets(fs, root, out_fs, staging, list(plan.assets))
@@ -134,14 +157,17 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
                                                          options.video_stats, options.on_error, options.verify_copies,
                                                          plan.copied)
     sequences = videos["sequences"]
+    if lake.is_lake(settings.format):  # file references relative to the table location
+        sequences = sequences | "TablePaths" >> beam.Map(lake.with_run_prefix, lake.run_prefix(run_id))
     reused = plan.reused
     if reused is not None and reused["ids"]:
-        kept = pipeline | "Reuse" >> ReusePrevious(reused["root_url"], staging_url, meta.columns, reused["shards"], reused["ids"])
+        kept = pipeline | "Reuse" >> ReusePrevious(reused["root_url"], staging_url, meta.columns, reused["shards"], reused["ids"],
+                                                   link_files=not lake.is_lake(settings.format))
         sequences = (sequences, kept) | "AllSequences" >> beam.Flatten()
     bad = read[ERRORS] + videos[ERRORS] | "BadSequences" >> beam.Flatten()
     _ = {"sequences": sequences, ERRORS: bad} | "Write" >> WriteMixtrain(
         staging_url, output_url, meta, plan.num_shards, plan.sidecar_extra, options.on_error, plan.fingerprints,
-        tuple(options.max_skipped), table_settings(options, run_id))
+        tuple(options.max_skipped), settings)
     return plan
 
 
@@ -205,6 +231,9 @@ def _check_command_line(argv: list[str], options: ConvertOptions, all_options: P
         raise UsageError("--table_format=lance needs pylance, which is not installed: pip install 'mixtrain-convert[lance]'")
     if options.table_format not in tables.names():
         raise UsageError(f"--table_format={options.table_format} is not available in this build (available: {', '.join(tables.names())})")
+    if lake.missing_library(options.table_format):
+        raise UsageError(f"--table_format={options.table_format} needs {lake.missing_library(options.table_format)}, which is not "
+                         "installed: pip install 'mixtrain-convert[lake]' (or -e '.[lake]' in a clone)")
     if options.detach and all_options.view_as(StandardOptions).runner in LOCAL_RUNNERS:
         raise UsageError("--detach has no effect on a local runner (the run is this process); it is for --runner=DataflowRunner")
     roots = {}
@@ -214,6 +243,9 @@ def _check_command_line(argv: list[str], options: ConvertOptions, all_options: P
         except (ValueError, ImportError) as error:  # an unknown protocol, or one whose package is missing
             raise UsageError(f"{flag}={url}: {error}") from None
     (in_fs, in_root), (out_fs, out_root) = roots["--input"], roots["--output"]
+    if options.table_format == "iceberg" and not options.catalog and not storage.is_local(out_fs):
+        raise UsageError(f"--output={options.output}: the embedded Iceberg catalog is an SQLite file on the output's disk, which "
+                         "an object store is not; pass --catalog (a REST, SQL or Glue catalog the workers reach, docs/lake.md)")
     if type(in_fs) is type(out_fs) and _inside(in_root, out_root, storage.is_local(in_fs)):
         raise UsageError(f"--input={options.input} is inside --output={options.output}: publishing the output would replace "
                          "the input; choose an output folder outside the dataset")
@@ -248,12 +280,16 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
     runner = all_options.view_as(StandardOptions).runner
     local = runner in LOCAL_RUNNERS
     out_fs, out_root = storage.open_root(options.output)
-    staging = publish.staging_root(out_fs, out_root, run_id)
+    staging = staging_root(out_fs, out_root, run_id, options)
     try:
         try:
             if not launch_only:
                 with blame(options.output, "cannot write the output"):
-                    prepare_output(options.output, options.overwrite or options.incremental, options.table_format)
+                    if lake.is_lake(options.table_format):
+                        lake.prepare_output(out_fs, out_root, storage.url_for(out_fs, out_root), table_settings(options, run_id),
+                                            options.overwrite or options.incremental)
+                    else:
+                        prepare_output(options.output, options.overwrite or options.incremental, options.table_format)
                     publish.claim_staging(out_fs, staging)
             pipeline = beam.Pipeline(runner=_runner(all_options, zygote), options=all_options)
             plan = build_pipeline(pipeline, options, run_id, write_assets=not launch_only)
@@ -271,7 +307,10 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                     result.wait_until_finish()
         except (Exception, Interrupted):
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
-            _discard(out_fs, staging, out_root)
+            if lake.is_lake(options.table_format) and lake.is_committed(out_fs, staging, table_settings(options, run_id)):
+                pass  # the table references this run's files (a commit landed before the failure): keep them
+            else:
+                _discard(out_fs, staging, out_root)
             raise
     except UsageError as error:
         _usage(console, error)
@@ -294,7 +333,10 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         if launch_only:
             _discard(out_fs, staging, out_root)
         return EXIT_OK
-    summary, skipped = _summary(out_fs, out_root, options.output, time.monotonic() - started)
+    if lake.is_lake(options.table_format):
+        summary, skipped = _lake_summary(out_fs, out_root, options, run_id, time.monotonic() - started)
+    else:
+        summary, skipped = _summary(out_fs, out_root, options.output, time.monotonic() - started)
     print(summary, file=out, flush=True)
     return EXIT_SKIPPED if skipped else EXIT_OK
 
@@ -328,6 +370,17 @@ def _summary(fs, root: str, output_url: str, seconds: float) -> tuple[str, int]:
                                               units and f"{units} unreadable source unit(s) whose sequences could not be counted") if part)
         line += f"; skipped {what}, listed in {storage.join(root, mixtrain.ERRORS_FILE)}"
     return line, skipped + units
+
+
+def _lake_summary(fs, root: str, options: ConvertOptions, run_id: str, seconds: float) -> tuple[str, int]:
+    """The success line of a lake run: what was committed, where the table is and how to open it."""
+    value, where = lake.summary(storage.url_for(fs, root), table_settings(options, run_id))
+    skipped = int(value.get("num_skipped", 0)) + int(value.get("num_skipped_units", 0))
+    line = (f"converted {value.get('num_sequences')} sequences, {value.get('num_timesteps')} timesteps in {seconds:.1f} s -> "
+            f"{options.output}: {where}")
+    if skipped:
+        line += f"; skipped {skipped}, listed in {storage.join(root, value.get('errors', mixtrain.ERRORS_FILE))}"
+    return line, skipped
 
 
 def new_run_id() -> str:

@@ -106,10 +106,14 @@ def estimate_num_shards(meta: DatasetMeta, refs: list[SourceRef], target_mb: flo
     return max(1, min(limit or 1, math.ceil(total / (target_mb * 1e6))))
 
 
-def make_plan(options: Any, *, output_url: str, created_at: str) -> ConversionPlan:
+def make_plan(options: Any, *, output_url: str, created_at: str, previous_root: str | None = "") -> ConversionPlan:
     """The whole plan from the command line's options (a ConvertOptions view, or any object with
     the same attributes). Reads the source's metadata and, under --incremental, the previous
     output's fingerprints; writes nothing.
+
+    `previous_root` is where an --incremental run finds the previous output's fingerprints (a
+    path on the output's filesystem): "" for the output itself, None when there is none (a lake
+    table's current snapshot names the run folder that holds them).
 
     Raises UsageError for an option that has no effect on this dataset, ConversionError for a
     source that cannot be converted.
@@ -149,9 +153,9 @@ def make_plan(options: Any, *, output_url: str, created_at: str) -> ConversionPl
     context = fingerprint.context_hash(formats.__version__, {**recorded, "fps": meta.fps}, meta.columns)
     current = fingerprint.fingerprints(units, fingerprint.signatures(fs, root), shared, context)
     to_convert, reused = refs, None
-    if options.incremental:
+    if options.incremental and previous_root is not None:
         out_fs, out_root = storage.open_root(output_url)
-        reused = fingerprint.reusable(out_fs, out_root, units, current)
+        reused = fingerprint.reusable(out_fs, previous_root or out_root, units, current)
         if reused is not None:
             changed = {unit.key for unit, _ in units} - reused["units"]
             to_convert = [ref for unit, ref in units if unit.key in changed]

@@ -30,9 +30,10 @@ import pyarrow.parquet as pq
 from formats import array_layout, lance_table, mixtrain, reader, sources, storage, verify, video
 from formats.errors import ConversionError, FormatError
 from formats.sequence import ImageFrames
+from formats.tables import TableSettings, lake
 from pipelines import exit_without_teardown
 
-__all__ = ["validate", "deep_check", "main", "entry"]
+__all__ = ["validate", "validate_table", "deep_check", "main", "entry"]
 
 NO_VIDEO = "no video columns"
 
@@ -54,6 +55,9 @@ def validate(url: str) -> list[str]:
     sidecar_path = storage.join(root, mixtrain.SIDECAR)
     if not fs.exists(sidecar_path) and lance_table.is_dataset(fs, root):
         return _validate_lance(fs, root)
+    table_format = lake.detect(fs, root) if not fs.exists(sidecar_path) else None
+    if table_format is not None:
+        return validate_table(fs, root, table_format)
     if not fs.exists(sidecar_path):
         return [f"{sidecar_path}: missing (not a finished Mixtrain dataset)"]
     try:
@@ -144,6 +148,49 @@ def _validate_lance(fs, root: str) -> list[str]:
         counted = len(ids) if key == "num_sequences" else sum(table.column("length").to_pylist())
         if rows.metadata.get(key) not in (None, counted):
             findings.append(f"{where}: {key} {rows.metadata[key]} in its metadata but the rows hold {counted}")
+    return findings
+
+
+def validate_table(fs, root: str, table_format: str, settings: TableSettings | None = None) -> list[str]:
+    """A lake table (current snapshot): the `mixtrain` property, the rows against column_types (a
+    trajectory's dimension, which the table's list<list<float>> does not keep, checked per row),
+    the checks run on shards, and the files the rows reference (relative to the table location)."""
+    settings = settings or TableSettings(format=table_format)
+    url = storage.url_for(fs, root)
+    where = f"{root} ({table_format} table, property {lake.PROPERTY!r})"
+    try:
+        value = lake.current_property(url, settings)
+    except (ValueError, ConversionError) as error:
+        return [f"{where}: unreadable: {error}"]
+    if not isinstance(value, dict) or value.get("mixtrain") != mixtrain.VERSION:
+        return [f"{where}: missing, or 'mixtrain' is not {mixtrain.VERSION!r}"]
+    column_types = value.get("column_types") or {}
+    table = lake.read_rows(url, settings)
+    findings: list[str] = []
+    columns = []
+    for name in table.column_names:
+        column, expected = table.column(name), _expected_type(column_types.get(name, {}))
+        if expected is not None and column.type != expected:
+            try:
+                column = column.cast(expected)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+                findings.append(f"{where}: column {name!r} does not fit column_types ({expected}): {str(error).splitlines()[0]}")
+        columns.append(column)
+    table = pa.Table.from_arrays(columns, names=table.column_names)
+    findings += _check_schema(where, table.schema, column_types)
+    ids = table.column("sequence_id").to_pylist() if "sequence_id" in table.column_names else []
+    if len(set(ids)) != len(ids):
+        findings.append(f"{where}: duplicate sequence_id values")
+    findings += _check_lengths(where, table, column_types)
+    findings += _check_files(fs, root, where, table, column_types)
+    if value.get("num_sequences") not in (None, table.num_rows):
+        findings.append(f"{where}: num_sequences {value['num_sequences']} but the table holds {table.num_rows}")
+    timesteps = pc.sum(table.column("length")).as_py() if "length" in table.column_names else None
+    if value.get("num_timesteps") not in (None, timesteps):
+        findings.append(f"{where}: num_timesteps {value['num_timesteps']} but the table holds {timesteps}")
+    stats = value.get("stats")
+    if stats and not fs.exists(storage.join(root, stats)):
+        findings.append(f"{storage.join(root, stats)}: named in the mixtrain property but missing")
     return findings
 
 

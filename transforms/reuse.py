@@ -21,7 +21,8 @@ __all__ = ["ReusePrevious"]
 
 
 class _ReuseShardFn(beam.DoFn):
-    def __init__(self, previous_url: str, staging_url: str, columns: list[ColumnSpec], keep: frozenset):
+    def __init__(self, previous_url: str, staging_url: str, columns: list[ColumnSpec], keep: frozenset, link_files: bool = True):
+        self._link_files = link_files
         self._previous_url = previous_url
         self._staging_url = staging_url
         self._columns = columns
@@ -43,7 +44,7 @@ class _ReuseShardFn(beam.DoFn):
         if not rows:
             return
         for sequence in mixtrain.table_to_sequences(table.take(rows), self._columns):
-            for relative in _paths(sequence):
+            for relative in _paths(sequence) if self._link_files else ():
                 self._link(relative)
             for column, by_sequence in self._notes.items():
                 if sequence.sequence_id in by_sequence:
@@ -83,11 +84,14 @@ class ReusePrevious(beam.PTransform):
       columns: the output columns (the previous version's schema: it is part of the fingerprint).
       shards: the previous version's shard paths (relative), read one per worker call.
       keep: the sequence ids to reuse.
+      link_files: link their files into the staging folder (False for lake tables: the rows keep
+        their paths, relative to the table location, to files no run rewrites).
     """
 
-    def __init__(self, previous_url: str, staging_url: str, columns: list[ColumnSpec], shards: list[str], keep: set[str]):
+    def __init__(self, previous_url: str, staging_url: str, columns: list[ColumnSpec], shards: list[str], keep: set[str],
+                 link_files: bool = True):
         super().__init__()
-        self._fn = _ReuseShardFn(previous_url, staging_url, columns, frozenset(keep))
+        self._fn = _ReuseShardFn(previous_url, staging_url, columns, frozenset(keep), link_files)
         self._shards = shards
 
     def expand(self, pbegin):

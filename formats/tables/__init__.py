@@ -37,6 +37,8 @@ class TableSettings:
       catalog name or URI (Iceberg).
     table: the table's name in the catalog (Iceberg "namespace.table").
     partition_by: scalar columns to partition by (lake formats that support it).
+    base: the table state this run planned against (Iceberg snapshot id, Delta version; "" for
+      none): a commit refuses to land on another writer's newer state.
     """
 
     format: str = DEFAULT
@@ -46,6 +48,7 @@ class TableSettings:
     table: str = ""
     partition_by: tuple[str, ...] = ()
     video_storage: str = ""  # lance: "blob" (MP4 bytes in the table, the default) or "reference" (paths)
+    base: str = ""
 
 
 class Publisher(Protocol):
@@ -61,7 +64,8 @@ def _publish_parquet(fs, staging: str, output: str, sidecar: dict, settings: Tab
 
 
 # name -> a Publisher, or "module:function" imported on first use (heavy lake libraries).
-_REGISTRY: dict[str, Publisher | str] = {DEFAULT: _publish_parquet, "lance": "formats.lance_table:publish_table"}
+_REGISTRY: dict[str, Publisher | str] = {DEFAULT: _publish_parquet, "iceberg": "formats.tables.iceberg:publish",
+                                         "delta": "formats.tables.delta:publish", "lance": "formats.lance_table:publish_table"}
 
 
 # name -> a step the worker that wrote a shard runs on it (optional): a format whose rows can be

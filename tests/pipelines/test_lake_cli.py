@@ -41,3 +41,14 @@ def test_a_registered_publisher_is_called_with_the_staging_output_sidecar_and_se
     finally:
         del tables._REGISTRY["recording"]
     assert calls == [("/s", "/o", {"mixtrain": "1.0"}, settings)]
+
+
+def test_catalog_options_without_iceberg_and_the_embedded_catalog_on_an_object_store_are_refused(capsys):
+    from pipelines import convert
+
+    assert convert.run(["--input=a", "--output=b", "--catalog=sqlite:////tmp/c.db"]) == cli.EXIT_USAGE
+    assert capsys.readouterr().err.splitlines()[0] == ("error: --catalog has no effect with --table_format=parquet (it names an "
+                                                       "Iceberg catalog or table)")
+    assert convert.run(["--input=/nonexistent", "--output=memory://lake", "--table_format=iceberg"]) == cli.EXIT_USAGE
+    assert capsys.readouterr().err.splitlines()[0].startswith("error: --output=memory://lake: the embedded Iceberg catalog is an "
+                                                              "SQLite file")

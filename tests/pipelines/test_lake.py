@@ -1,0 +1,347 @@
+"""Lake outputs (--table_format=iceberg|delta): what the table gives back equals the standalone
+output, row for row, file for file; every run is a snapshot; a killed run changes nothing."""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from formats.samples.lerobot_v3 import SyntheticLeRobot
+from formats.samples.lerobot_v3 import write_dataset as write_lerobot
+from formats.samples.ortf import SyntheticORTF
+from formats.samples.ortf import write_dataset as write_ortf
+from formats.tables import TableSettings, lake
+from pipelines import convert, validate
+
+pytest.importorskip("pyiceberg")
+pytest.importorskip("deltalake")
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FIXTURES = ROOT.parent / "shared" / "fixtures"
+FORMATS = ("iceberg", "delta")
+# Keys of the sidecar that say where files are or when the run was: the lake's are relative to the
+# table location, and `table` names the format and run.
+LOCATION_KEYS = {"created_at", "stats", "shards", "errors", "table"}
+
+
+def _convert(src, dst, *extra):
+    return convert.run([f"--input={src}", f"--output={dst}", "--progress=off", *extra])
+
+
+def _standalone_rows(dst) -> pa.Table:
+    return pa.concat_tables([pq.read_table(p) for p in sorted((dst / "data").glob("part-*.parquet"))]).sort_by("sequence_id")
+
+
+def _lake_rows(dst, table_format, version=None) -> pa.Table:
+    return lake.read_rows(f"file://{dst}", TableSettings(format=table_format), version).sort_by("sequence_id")
+
+
+def _duckdb():
+    """DuckDB with the iceberg, avro and delta extensions of the pinned PyPI wheels (no download)."""
+    duckdb = pytest.importorskip("duckdb")
+    import tempfile
+
+    connection = duckdb.connect(config={"extension_directory": tempfile.mkdtemp(), "autoinstall_known_extensions": "false",
+                                        "autoload_known_extensions": "false"})
+    for name in ("avro", "iceberg", "delta"):
+        try:
+            module = importlib.import_module(f"duckdb_extension_{name}")
+        except ImportError:
+            pytest.skip(f"duckdb-extension-{name} is not installed (pip install -e '.[test]')")
+        binary = glob.glob(os.path.join(os.path.dirname(module.__file__), "extensions", "*", f"{name}.duckdb_extension"))[0]
+        connection.execute(f"LOAD '{binary}'")
+    return connection
+
+
+def _duckdb_rows(dst, table_format) -> pa.Table:
+    connection = _duckdb()
+    if table_format == "iceberg":
+        metadata = max(glob.glob(str(dst / "metadata" / "*.metadata.json")), key=os.path.getmtime)
+        query = f"SELECT * FROM iceberg_scan('{metadata}')"
+    else:
+        query = f"SELECT * FROM delta_scan('file://{dst}')"
+    return connection.execute(query).fetch_arrow_table().sort_by("sequence_id")
+
+
+def _file_columns(sidecar: dict) -> list[str]:
+    return [name for name, entry in sidecar["column_types"].items() if entry.get("type") == "video" or entry.get("file_reference")]
+
+
+def _strip_run(value, run: str):
+    prefix = lake.run_prefix(run)
+    if isinstance(value, str):
+        assert value.startswith("runs/"), value  # relative to the table location
+        return value[len(value.split("/files/", 1)[0]) + 1:]
+    if isinstance(value, list):
+        return [_strip_run(v, run) for v in value]
+    assert prefix
+    return value
+
+
+def _assert_same_dataset(standalone, lake_dst, table_format, rows: pa.Table):
+    """Rows value for value (trajectories as arrays), property == sidecar, referenced files identical."""
+    sidecar = json.loads((standalone / "mixtrain.json").read_text())
+    expected = _standalone_rows(standalone)
+    assert rows.num_rows == expected.num_rows and sorted(rows.column_names) == sorted(expected.column_names)
+    files = _file_columns(sidecar)
+    prop = lake.current_property(f"file://{lake_dst}", TableSettings(format=table_format))
+    run = prop["table"]["run"]
+    for name in expected.column_names:
+        got = rows.column(name).to_pylist()
+        if name in files:
+            for value, original in zip(got, expected.column(name).to_pylist()):
+                if value is None:
+                    assert original is None
+                    continue
+                assert _strip_run(value, run) == original
+                for lake_path, path in zip([value] if isinstance(value, str) else value, [original] if isinstance(original, str) else original):
+                    assert (lake_dst / lake_path).read_bytes() == (standalone / path).read_bytes()
+        else:
+            assert got == expected.column(name).to_pylist(), name
+    assert {k: v for k, v in prop.items() if k not in LOCATION_KEYS} == {k: v for k, v in sidecar.items() if k not in LOCATION_KEYS}
+    assert json.loads((lake_dst / prop["stats"]).read_text()) == json.loads((standalone / "stats.json").read_text())
+    assert prop["table"] == {"format": table_format, "run": run, "file_references": "relative to the table location"}
+    run_copy = json.loads((lake_dst / "runs" / run / "mixtrain.json").read_text())
+    assert {**run_copy, "shards": prop["shards"]} == prop
+
+
+def _ortf(tmp):
+    src = tmp / "ortf"
+    write_ortf(str(src), SyntheticORTF(lengths=(6, 5, 7), slow_camera=None))
+    return src, ()
+
+
+def _lerobot(tmp):
+    path = FIXTURES / "lerobot_v3" / "so100_tiny"
+    if not path.is_dir():
+        pytest.skip(f"real fixture not found at {path} (../shared/fixtures is absent in a plain clone)")
+    return path, ()
+
+
+def _bridge(tmp):
+    path = FIXTURES / "rlds" / "bridge_dataset" / "1.0.0"
+    if not path.is_dir():
+        pytest.skip(f"real fixture not found at {path} (../shared/fixtures is absent in a plain clone)")
+    return path, ("--split=train",)
+
+
+def _l5kit(tmp):
+    path = FIXTURES / "l5kit" / "single_scene.zarr"
+    if not path.is_dir():
+        pytest.skip(f"real fixture not found at {path} (../shared/fixtures is absent in a plain clone)")
+    return path, ()
+
+
+SOURCES = {"so100_tiny": _lerobot, "rlds_bridge": _bridge, "l5kit": _l5kit, "ortf": _ortf}
+
+
+@pytest.fixture(scope="module", params=sorted(SOURCES))
+def standalone(request, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp(request.param)
+    src, extra = SOURCES[request.param](tmp)
+    dst = tmp / "standalone"
+    assert _convert(src, dst, "--num_shards=2", *extra) == 0
+    return src, extra, dst
+
+
+@pytest.mark.parametrize("table_format", FORMATS)
+def test_every_fixture_reads_back_from_the_table_as_the_standalone_output(standalone, table_format, tmp_path):
+    src, extra, reference = standalone
+    dst = tmp_path / "lake"
+    assert _convert(src, dst, "--num_shards=2", f"--table_format={table_format}", *extra) == 0
+    _assert_same_dataset(reference, dst, table_format, _lake_rows(dst, table_format))
+    _assert_same_dataset(reference, dst, table_format, _duckdb_rows(dst, table_format))
+    assert validate.validate(str(dst)) == []
+
+
+def _night(src_spec):
+    return SyntheticLeRobot(**src_spec)
+
+
+def _snapshot_dataset(dst, table_format, version) -> dict:
+    rows = _lake_rows(dst, table_format, version)
+    return {sequence_id: (length, (dst / path).read_bytes())
+            for sequence_id, length, path in zip(rows.column("sequence_id").to_pylist(), rows.column("length").to_pylist(),
+                                                 rows.column("video_front").to_pylist())}
+
+
+def _reference_dataset(src, tmp, name) -> dict:
+    dst = tmp / name
+    assert _convert(src, dst, "--num_shards=2") == 0
+    rows = _standalone_rows(dst)
+    return {sequence_id: (length, (dst / path).read_bytes())
+            for sequence_id, length, path in zip(rows.column("sequence_id").to_pylist(), rows.column("length").to_pylist(),
+                                                 rows.column("video_front").to_pylist())}
+
+
+def _write_night(src, lengths, seed):
+    """The source as it is tonight: files whose bytes did not change keep their mtime (as a sync
+    tool leaves them), so --incremental sees which episodes changed."""
+    import shutil
+    import tempfile
+
+    fresh = pathlib.Path(tempfile.mkdtemp(dir=src.parent)) / "ds"
+    write_lerobot(str(fresh), SyntheticLeRobot(lengths=lengths, codec="h264", gop=None, episodes_per_video_file=1,
+                                               episodes_per_data_file=1, cameras=("observation.images.front",), seed=seed))
+    for path in sorted(src.rglob("*"), reverse=True) if src.exists() else []:
+        if not (fresh / path.relative_to(src)).exists():
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    for path in sorted(fresh.rglob("*")):
+        target = src / path.relative_to(fresh)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif not target.exists() or target.read_bytes() != path.read_bytes():
+            shutil.copyfile(path, target)
+    shutil.rmtree(fresh.parent)
+
+
+@pytest.mark.parametrize("table_format", FORMATS)
+def test_three_nights_leave_three_snapshots_each_reading_back_that_nights_dataset(tmp_path, table_format):
+    src, dst = tmp_path / "src", tmp_path / "lake"
+    nights = []
+    _write_night(src, (6, 5, 7), seed=1)
+    assert _convert(src, dst, "--num_shards=3", f"--table_format={table_format}") == 0
+    nights.append(_reference_dataset(src, tmp_path, "night1"))
+    _write_night(src, (6, 9, 7, 4), seed=1)  # episode 1 modified (longer), episode 3 appended
+    assert _convert(src, dst, "--num_shards=3", f"--table_format={table_format}", "--incremental") == 0
+    nights.append(_reference_dataset(src, tmp_path, "night2"))
+    _write_night(src, (6, 9, 7), seed=1)  # episode 3 deleted
+    assert _convert(src, dst, "--num_shards=3", f"--table_format={table_format}", "--incremental") == 0
+    nights.append(_reference_dataset(src, tmp_path, "night3"))
+    committed = lake.versions(f"file://{dst}", TableSettings(format=table_format))
+    assert len(committed) == 3
+    for night, version in zip(nights, committed):
+        assert _snapshot_dataset(dst, table_format, version["version"]) == night
+    assert nights[0] != nights[1] != nights[2]
+    second = json.loads((dst / "runs" / committed[1]["run"] / "mixtrain.json").read_text())
+    # Episode 0 reused; 1 changed, 3 new, and 2's global frame `index` moved behind the longer episode 1.
+    assert (second["incremental"]["reused_sequences"], second["incremental"]["converted_units"]) == (1, 3)
+    assert validate.validate(str(dst)) == []
+    lake.rollback(f"file://{dst}", TableSettings(format=table_format), committed[0]["version"])  # back to the first night
+    assert _snapshot_dataset(dst, table_format, None) == nights[0]
+    assert lake.current_property(f"file://{dst}", TableSettings(format=table_format))["table"]["run"] == committed[0]["run"]
+    assert validate.validate(str(dst)) == []
+
+
+def test_a_sigkill_during_the_second_night_leaves_the_first_snapshot_current(tmp_path):
+    src, dst = tmp_path / "src", tmp_path / "lake"
+    _write_night(src, (6, 5, 7), seed=1)
+    assert _convert(src, dst, "--num_shards=2", "--table_format=iceberg") == 0
+    first = _snapshot_dataset(dst, "iceberg", None)
+    before = lake.versions(f"file://{dst}", TableSettings(format="iceberg"))
+    _write_night(src, [12] * 16, seed=2)
+    command = [sys.executable, "-m", "pipelines.convert", f"--input={src}", f"--output={dst}", "--progress=off", "--num_shards=2",
+               "--table_format=iceberg", "--incremental", "--video=reencode"]
+    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started = time.monotonic()
+    while process.poll() is None and time.monotonic() - started < 120:
+        if any(p for p in (dst / "runs").glob("*/files/*/*") if before[0]["run"] not in str(p)):  # videos being written
+            break
+        time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert lake.versions(f"file://{dst}", TableSettings(format="iceberg")) == before
+    assert _snapshot_dataset(dst, "iceberg", None) == first
+    assert validate.validate(str(dst)) == []
+    assert lake.orphans(f"file://{dst}", TableSettings(format="iceberg")) != []  # the killed run's folder, found
+    assert _convert(src, dst, "--num_shards=2", "--table_format=iceberg", "--incremental") == 0
+    assert len(_snapshot_dataset(dst, "iceberg", None)) == 16
+
+
+@pytest.mark.parametrize("table_format", FORMATS)
+def test_a_new_feature_adds_a_column_and_a_changed_type_is_refused(tmp_path, table_format, capsys):
+    src, dst = tmp_path / "src", tmp_path / "lake"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(4, 3), codec="h264", gop=None, cameras=("observation.images.front",)))
+    assert _convert(src, dst, f"--table_format={table_format}") == 0
+    before = set(_lake_rows(dst, table_format).column_names)
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(4, 3), codec="h264", gop=None, cameras=("observation.images.front",),
+                                             extra_step_features=True))  # the robot gained sensors overnight
+    assert _convert(src, dst, f"--table_format={table_format}", "--incremental") == 0
+    rows = _lake_rows(dst, table_format)
+    added = set(rows.column_names) - before
+    assert added and all(None not in rows.column(name).to_pylist() for name in added)
+    committed = lake.versions(f"file://{dst}", TableSettings(format=table_format))
+    old = _lake_rows(dst, table_format, committed[0]["version"])  # the first night still reads as it was
+    assert all(set(old.column(name).to_pylist()) == {None} for name in added if name in old.column_names)
+    assert set(old.column_names) >= before
+
+    # episode_id: a string in ORTF, an int64 in RLDS: the same column cannot change type.
+    ortf, rlds, typed = tmp_path / "ortf", tmp_path / "rlds" / "1.0.0", tmp_path / "typed"
+    write_ortf(str(ortf), SyntheticORTF(lengths=(4, 5), slow_camera=None))
+    from formats.samples.rlds import SyntheticRLDS
+    from formats.samples.rlds import write_dataset as write_rlds
+
+    write_rlds(str(rlds), SyntheticRLDS(splits={"train": (3, 4)}, shards={"train": 1}))
+    assert _convert(ortf, typed, f"--table_format={table_format}") == 0
+    capsys.readouterr()
+    state = lake.versions(f"file://{typed}", TableSettings(format=table_format))
+    assert _convert(rlds, typed, f"--table_format={table_format}", "--overwrite", "--fps=10") == 1
+    error = capsys.readouterr().err.strip().splitlines()
+    assert "column episode_id changed type from string to " in error[0] and error[0].startswith("error: ")
+    assert lake.versions(f"file://{typed}", TableSettings(format=table_format)) == state
+    assert len(os.listdir(typed / "runs")) == 1  # the failed run's folder was removed
+
+
+@pytest.mark.parametrize("table_format", FORMATS)
+def test_two_writers_one_commits_the_other_fails_with_one_line(tmp_path, table_format):
+    from formats import tables
+    from formats.errors import ConversionError
+
+    src, dst = tmp_path / "src", tmp_path / "lake"
+    _write_night(src, (6, 5), seed=1)
+    assert _convert(src, dst, "--num_shards=2", f"--table_format={table_format}") == 0
+    settings = TableSettings(format=table_format, run_id="late", base="")  # planned before the table existed
+    first = dst / "runs" / os.listdir(dst / "runs")[0]
+    staging = dst / "runs" / "late"
+    (staging / "data").mkdir(parents=True)
+    sidecar = json.loads((first / "mixtrain.json").read_text())
+    for shard in sidecar["shards"]:
+        (staging / shard).write_bytes((first / shard).read_bytes())
+    before = lake.versions(f"file://{dst}", TableSettings(format=table_format))
+    from fsspec.implementations.local import LocalFileSystem
+
+    with pytest.raises(ConversionError, match="another writer committed (snapshot|version) .* after this run started; "
+                                              "nothing was committed"):
+        tables.publish(LocalFileSystem(), str(staging), str(dst), sidecar, settings)
+    assert lake.versions(f"file://{dst}", TableSettings(format=table_format)) == before
+    assert lake.orphans(f"file://{dst}", TableSettings(format=table_format)) == ["runs/late"]
+    # validate reads the table: a referenced video that disappeared is a finding naming it.
+    video = _lake_rows(dst, table_format).column("video_front")[0].as_py()
+    (dst / video).unlink()
+    findings = validate.validate(str(dst))
+    assert len(findings) == 1 and f"video_front file {video} is missing" in findings[0]
+
+
+def test_partitioning_by_split_prunes_files_and_keeps_every_row(tmp_path, capsys):
+    src, dst = tmp_path / "src", tmp_path / "lake"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(4, 3, 5, 6, 2), codec="h264", gop=None, cameras=("observation.images.front",),
+                                             splits={"train": "0:3", "val": "3:5"}))
+    reference = tmp_path / "standalone"
+    assert _convert(src, reference, "--num_shards=2") == 0
+    assert _convert(src, dst, "--num_shards=2", "--table_format=iceberg", "--partition_by=split") == 0
+    _assert_same_dataset(reference, dst, "iceberg", _lake_rows(dst, "iceberg"))
+    from formats.tables import iceberg
+
+    table = iceberg.open_table(f"file://{dst}")
+    assert [field.name for field in table.spec().fields] == ["split"]
+    val = list(table.scan(row_filter="split == 'val'").plan_files())
+    assert val and all(".split=val." in task.file.file_path for task in val)
+    assert table.scan(row_filter="split == 'val'").to_arrow().column("sequence_id").to_pylist() == ["episode_000003", "episode_000004"]
+    assert _convert(src, dst, "--num_shards=2", "--table_format=iceberg", "--partition_by=split", "--incremental") == 0
+    assert table.refresh().current_snapshot().summary["mixtrain.kept-files"] == str(len(list(table.scan().plan_files())))
+    assert _convert(src, dst, "--num_shards=2", "--table_format=iceberg", "--partition_by=task", "--overwrite") == 1
+    assert "the table is partitioned by (split), this run asks for --partition_by=task" in capsys.readouterr().err
+    assert _convert(src, tmp_path / "other", "--table_format=iceberg", "--partition_by=video_front") == 2
+    assert "--partition_by=video_front: not a scalar column" in capsys.readouterr().err
+    assert validate.validate(str(dst)) == []
