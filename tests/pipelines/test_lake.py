@@ -35,6 +35,12 @@ FORMATS = ("iceberg", "delta")
 LOCATION_KEYS = {"created_at", "stats", "shards", "errors", "table"}
 
 
+def _without_location(sidecar: dict) -> dict:
+    """The sidecar without what differs by table format on purpose (LOCATION_KEYS, the --table_format option)."""
+    options = {k: v for k, v in sidecar["converter"]["options"].items() if k != "table_format"}
+    return {**{k: v for k, v in sidecar.items() if k not in LOCATION_KEYS}, "converter": {**sidecar["converter"], "options": options}}
+
+
 def _convert(src, dst, *extra):
     return convert.run([f"--input={src}", f"--output={dst}", "--progress=off", *extra])
 
@@ -109,7 +115,9 @@ def _assert_same_dataset(standalone, lake_dst, table_format, rows: pa.Table):
                     assert (lake_dst / lake_path).read_bytes() == (standalone / path).read_bytes()
         else:
             assert got == expected.column(name).to_pylist(), name
-    assert {k: v for k, v in prop.items() if k not in LOCATION_KEYS} == {k: v for k, v in sidecar.items() if k not in LOCATION_KEYS}
+    assert prop["converter"]["options"]["table_format"] == table_format
+    assert sidecar["converter"]["options"]["table_format"] == "parquet"
+    assert _without_location(prop) == _without_location(sidecar)
     assert json.loads((lake_dst / prop["stats"]).read_text()) == json.loads((standalone / "stats.json").read_text())
     assert prop["table"] == {"format": table_format, "run": run, "file_references": "relative to the table location"}
     run_copy = json.loads((lake_dst / "runs" / run / "mixtrain.json").read_text())
