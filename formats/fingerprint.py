@@ -85,13 +85,19 @@ def _signed(paths, signed: dict[str, str], names: list[str]) -> list:
     return found
 
 
-def reusable(fs: fsspec.AbstractFileSystem, root: str, units: list, current: dict) -> dict | None:
+def reusable(fs: fsspec.AbstractFileSystem, root: str, units: list, current: dict, context: str | None = None) -> dict | None:
     """What an incremental run can take from the published dataset: the units whose fingerprint
-    did not change and the ids of their sequences. None when there is nothing to compare with."""
+    did not change and the ids of their sequences. None when there is nothing to compare with.
+
+    `context_changed` says that the previous output was written with another `context` (other
+    options, another converter version or schema): then no unit can be reused, and the user
+    should be told why rather than find a full conversion where they expected an incremental one."""
     if not fs.exists(storage.join(root, mixtrain.SIDECAR)) or not fs.exists(storage.join(root, mixtrain.FINGERPRINTS_FILE)):
         return None
     text = fs.cat_file(storage.join(root, mixtrain.FINGERPRINTS_FILE)).decode() or "{}"  # empty: nothing recorded
-    previous = json.loads(text).get("units", {})
+    recorded = json.loads(text)
+    previous = recorded.get("units", {})
+    context_changed = context is not None and bool(previous) and recorded.get("context") != context
     sidecar = mixtrain.read_sidecar(fs, root)
     same = {key for key, value in current.items() if previous.get(key, {}).get("fingerprint") == value["fingerprint"]}
     published = publish.published_root(fs, root)
@@ -104,5 +110,5 @@ def reusable(fs: fsspec.AbstractFileSystem, root: str, units: list, current: dic
             for sequence_id in pq.read_table(handle, columns=["sequence_id"]).column("sequence_id").to_pylist():
                 if sequence_id in exact or (prefixes and sequence_id.startswith(prefixes)):
                     ids.add(sequence_id)
-    return {"units": same, "ids": ids, "shards": sidecar.get("shards", []),
+    return {"units": same, "ids": ids, "shards": sidecar.get("shards", []), "context_changed": context_changed,
             "root_url": storage.url_for(fs, published), "created_at": sidecar.get("created_at")}

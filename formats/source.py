@@ -128,7 +128,9 @@ class Source:
         return {option.key: option.parse(values[option.flag]) for option in self.options}
 
     def incremental_units(self, refs: list[SourceRef]) -> tuple[list, list[str]]:
-        """One fingerprint unit per ref (its key, files and id prefix), and the shared files."""
+        """One fingerprint unit per ref, in the refs' order (its key, files and id prefix), each
+        paired with what its fingerprint hashes of the ref (the ref itself by default; a source may
+        leave out what is not part of the unit, as ORTF does its row position), and the shared files."""
         from formats.fingerprint import Unit
 
         units = [(Unit(ref.unit_key, tuple(ref.unit_files), prefix=ref.unit_prefix), ref) for ref in refs]

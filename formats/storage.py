@@ -6,6 +6,7 @@ Inner code only ever sees an fsspec filesystem and a root path inside it (zarr's
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import posixpath
@@ -136,20 +137,23 @@ class ParquetFooters:
     reader on a worker, where many episodes share one data file, or one plan. A holder lives no
     longer than its plan, so a dataset rewritten in place is never read through an old footer."""
 
-    LIMIT = 64  # files remembered; the oldest is forgotten first
+    LIMIT = 64 * 3  # entries remembered (64 files, a footer, a schema and one derived entry each); the least recently used is forgotten first
 
     def __init__(self, fs: fsspec.AbstractFileSystem):
         self._fs = fs
-        self._memo: dict = {}
+        self._memo: collections.OrderedDict = collections.OrderedDict()
         self.signatures: dict[str, str] = {}  # path -> `footer_signature` of every footer read (kept)
 
     def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
-        """compute(), once per key."""
-        if key not in self._memo:
-            if len(self._memo) >= self.LIMIT:
-                del self._memo[next(iter(self._memo))]
-            self._memo[key] = compute()
-        return self._memo[key]
+        """compute(), once per key while it stays among the LIMIT most recently used."""
+        if key in self._memo:
+            self._memo.move_to_end(key)
+            return self._memo[key]
+        value = compute()
+        self._memo[key] = value
+        while len(self._memo) > self.LIMIT:
+            self._memo.popitem(last=False)
+        return value
 
     def footer(self, path: str) -> pq.FileMetaData:
         def read():

@@ -296,6 +296,9 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
             total = sources.sequence_count(plan.to_convert)
             what = f"{total} sequences" if total is not None else f"{len(plan.to_convert)} source units"
             reused = len(plan.refs) - len(plan.to_convert)
+            if plan.reused is not None and plan.reused["context_changed"]:
+                print("[mixtrain-convert] --incremental: the previous output was written with other options or by another "
+                      "converter version; every sequence is converted again", file=out, flush=True)
             print(f"[mixtrain-convert] {plan.meta.format}: {what}{f' ({reused} reused)' if reused else ''} -> {options.output} "
                   f"({plan.num_shards} shards)", file=out, flush=True)
             mode = options.progress if local else "off"

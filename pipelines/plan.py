@@ -155,10 +155,11 @@ def make_plan(options: Any, *, output_url: str, created_at: str, previous_root: 
     to_convert, reused = refs, None
     if options.incremental and previous_root is not None:
         out_fs, out_root = storage.open_root(output_url)
-        reused = fingerprint.reusable(out_fs, previous_root or out_root, units, current)
+        reused = fingerprint.reusable(out_fs, previous_root or out_root, units, current, context)
         if reused is not None:
             changed = {unit.key for unit, _ in units} - reused["units"]
-            to_convert = [ref for unit, ref in units if unit.key in changed]
+            # The refs as planned: the ref paired with a unit is its fingerprinted identity (ORTF drops its row position).
+            to_convert = [ref for (unit, _), ref in zip(units, refs, strict=True) if unit.key in changed]
             sidecar_extra["incremental"] = {"reused_sequences": len(reused["ids"]), "converted_units": len(to_convert),
                                             "previous_created_at": reused["created_at"]}
     copied = frozenset(spec.name for spec in meta.columns if spec.kind == VIDEO and spec.meta.get("written_as") == "copy")

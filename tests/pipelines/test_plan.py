@@ -56,3 +56,16 @@ def test_an_incremental_plan_converts_only_changed_units(tmp_path):
     assert plan.reused is not None and 0 < len(plan.to_convert) < len(plan.refs)
     assert plan.sidecar_extra["incremental"]["converted_units"] == len(plan.to_convert)
     assert json.loads((dst / "mixtrain.json").read_text())["num_sequences"] == len(plan.refs)
+    assert plan.reused["context_changed"] is False
+
+
+def test_an_incremental_run_says_so_when_the_previous_output_was_written_with_other_options(tmp_path, capsys):
+    src, dst = tmp_path / "ortf", tmp_path / "out"
+    samples.get("ortf").small(str(src))
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--video=reencode"]) == convert.EXIT_OK
+    capsys.readouterr()
+    plan = _plan(src, dst, "--incremental")
+    assert plan.reused["context_changed"] is True and plan.to_convert == plan.refs
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--incremental"]) == convert.EXIT_OK
+    assert ("[mixtrain-convert] --incremental: the previous output was written with other options or by another converter "
+            "version; every sequence is converted again") in capsys.readouterr().out.splitlines()
