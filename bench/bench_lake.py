@@ -2,7 +2,7 @@
 
     python bench/bench_lake.py [--episodes=2000] [--steps=200] [--cameras=0]
 
-Workload: a LeRobot v3 dataset (formats/lerobot_v3_writer.py) of --episodes episodes x --steps
+Workload: a LeRobot v3 dataset (formats/samples/lerobot_v3.py) of --episodes episodes x --steps
 steps, trajectories only by default (the conversion is then shortest, so the commit's share is
 largest). Measured in this run, each command a subprocess of the CLI as a nightly job runs it:
   standalone    --table_format=parquet (the baseline)

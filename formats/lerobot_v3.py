@@ -22,6 +22,9 @@ lerobot 0.6.1 (../shared/fixtures/lerobot_v3/*_lerobot061) and its tools add:
 
 Episodes are read on the workers by formats/lerobot_v3_rows.py (by `index` range: only the row
 groups whose statistics overlap it); this module plans.
+
+Why ~540 lines: it is the LeRobot plan alone (info.json, the episode index and the checks of every
+quirk above); the worker-side reading is formats/lerobot_v3_rows.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Mixtrain v1.0 as this product writes it (specs/mixtrain-format-v1.0.md, ARCHITECTURE.md s3).
+"""Mixtrain v1.0 as this product writes it (docs/format.md).
 
 Rows are built into Arrow arrays straight from numpy buffers (offsets + flat values), never
 through per-element Python lists. Shards are chosen by a stable digest of the sequence_id, and

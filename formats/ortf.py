@@ -18,6 +18,9 @@ either as global step indices or as row positions inside the chunk file. A camer
 `observation.images.<cam>.frame_index` aligns video to steps: 0..T-1 against a file of exactly T
 frames is a byte copy; a contiguous range at the step rate is a packet cut; anything else (a
 slower camera repeating frames) is re-timed frame by frame.
+
+Why one module of ~560 lines: it is the ORTF plan alone (the manifest, episode and chunk checks the
+spec lists, and the column planning they feed); the worker-side reading is formats/ortf_rows.py.
 """
 
 from __future__ import annotations

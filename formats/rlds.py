@@ -10,7 +10,7 @@ Layout (a TFDS version directory, e.g. gs://gresearch/robotics/bridge/0.1.0):
 The features are rebuilt with tfds' own pure-Python FeatureConnector classes and each record is
 parsed with tfds' `ExampleParserNp` (protobuf + numpy): TensorFlow is never imported. Images are
 kept as their encoded JPEG/PNG bytes and go straight to the video encoder. TFRecord shards are not
-splittable: `plan` yields one ShardRef per shard, `expand_ref` (on a worker) reads the shard's
+splittable: `plan` yields one ShardRef per shard, the reader's `expand` (on a worker) reads the shard's
 record headers into RecordRefs, and `load` reads one record by its byte range.
 
 Quirks handled: `tf.train.Example` has no float64 list, so tfds stores float64 tensors as float32

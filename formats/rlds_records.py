@@ -1,4 +1,4 @@
-"""RLDS episodes read on a worker: a shard's record index (`expand_ref`), then one record parsed
+"""RLDS episodes read on a worker: a shard's record index (`Reader.expand`), then one record parsed
 into a Sequence. The metadata side (dataset_info.json, features.json, the columns and the layout
 that says how each column is filled) is formats/rlds.py.
 """

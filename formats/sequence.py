@@ -175,7 +175,7 @@ def _snake(text: str) -> str:
 def column_name(source_key: str, *, camera: bool = False) -> str:
     """Map a source feature key to its Mixtrain column name.
 
-    Rules (ARCHITECTURE.md, output contract), in order:
+    Rules (docs/format.md), in order:
       camera/image feature             -> video_<X>   (X: key without its observation(.images) prefix)
       observation.state.X (ORTF)       -> obs_X
       observation.X / observation/X    -> obs_X

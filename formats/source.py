@@ -26,8 +26,8 @@ that subclasses these three and calls `formats.sources.register(TheSource())` at
       unit_key / unit_files / unit_prefix   its --incremental fingerprint unit
 
 What `plan` returns is split in two by audience: `meta.source` is published as mixtrain.json's
-"source" object; `meta.private` is the planning data only the source's reader needs (Arrow types
-of every data file, a decoding layout) and is never written.
+"source" object; `meta.private` is the planning data only the source's reader needs (LeRobot's
+data-file footer signatures, RLDS's decoding layout) and is never written.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import logging
 from collections.abc import Iterator
 from importlib import metadata
 
@@ -82,7 +83,11 @@ def _register_builtins() -> None:
     for module in BUILTIN:
         importlib.import_module(module)
     for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        entry.load()
+        try:
+            entry.load()
+        except Exception as error:  # noqa: BLE001 - a broken plugin must not break every command
+            logging.getLogger(__name__).warning("source plugin %s could not be loaded (left out): %s: %s", entry.value,
+                                                type(error).__name__, error)
 
 
 _register_builtins()

@@ -5,6 +5,9 @@ uint8/uint16 arrays and writes frame i at pts i in a 1/fps time base. 4:2:0 and 
 sizes: an odd frame is padded on the right/bottom by repeating its last column/row (nothing is
 cropped away; `EncodeResult.padded_from` says so). Which options a column is encoded with is
 decided in formats/video_policy.py; copy mode's packet cuts are formats/video_copy.py.
+
+Why ~510 lines: the encode loop, its colour-range handling and ImageDecoder share one frame path;
+split further, each half would need the other's internals.
 """
 
 from __future__ import annotations

@@ -97,6 +97,19 @@ def skip_limit(text: str) -> tuple[str, float]:
     raise argparse.ArgumentTypeError(f"expected a count like 5 or a percentage like 10%, found {text!r}")
 
 
+def source_id(text: str) -> str:
+    """`--source`: a built-in format id (checked without importing any format, so `--help` stays
+    fast) or the id of a source a plugin registered (formats.sources, imported only then)."""
+    if text in ("auto", *SOURCE_IDS):
+        return text
+    from formats import sources  # a plugin's source: the registry knows it
+
+    if text in sources.SOURCES:
+        return text
+    known = ", ".join(repr(name) for name in ("auto", *sorted(sources.SOURCES)))
+    raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {known})")
+
+
 def _flag(parser, name: str, help: str) -> None:
     parser.add_argument(name, type=boolean, nargs="?", const=True, default=False, metavar="BOOL", help=help)
 
@@ -107,7 +120,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--input", metavar="SRC", help="source dataset root: a path or an fsspec URL (gs://, file://, memory://); required")
     group.add_argument("--output", metavar="DST", help="Mixtrain dataset root to write; required; must be empty, or a Mixtrain "
                                                        "dataset with --overwrite or --incremental")
-    group.add_argument("--source", default="auto", choices=("auto", *SOURCE_IDS), help="source format (default auto: detected from the files)")
+    group.add_argument("--source", default="auto", type=source_id, metavar="{auto," + ",".join(SOURCE_IDS) + "}",
+                       help="source format (default auto: detected from the files; a plugin's registered source id is accepted too)")
     group.add_argument("--on_error", default="fail", choices=ERROR_MODES,
                        help="fail (default): the first bad sequence stops the run, output untouched; "
                             "skip: bad sequences go to DST/_errors.jsonl, the rest is published (exit 3)")

@@ -45,6 +45,10 @@ class ConversionPlan:
 
 def source_options(source: Source, options: Any) -> dict:
     """What the source's `plan` reads of the command line: its own declared options only."""
+    missing = [option.flag for option in source.options if not hasattr(options, option.flag)]
+    if missing:  # a plugin's option: the command line is parsed before any source is imported, so it cannot list it
+        raise errors.ConversionError(f"the {source.id} source declares --{', --'.join(missing)}, which this command line does "
+                                     "not have (pipelines/cli.py lists every option)")
     return source.plan_options({option.flag: getattr(options, option.flag) for option in source.options})
 
 

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import pickle
 
+import numpy as np
 import pytest
 
 from formats import mixtrain, samples, sources, storage
@@ -52,9 +53,23 @@ class SourceContract:
         assert meta.format == source_id == meta.source["format"]
         assert [spec.name for spec in meta.columns[:4]] == [spec.name for spec in base_columns()]
         assert len({spec.name for spec in meta.columns}) == len(meta.columns)
-        published = json.loads(json.dumps(mixtrain.sidecar(meta, num_sequences=0, num_timesteps=0, num_shards=1, converter_version="x",
-                                                           options={}, created_at="now")))
-        assert not set(meta.private) & set(published["source"])  # planning data for the reader stays private
+        def published(of):
+            return json.loads(json.dumps(mixtrain.sidecar(of, num_sequences=0, num_timesteps=0, num_shards=1, converter_version="x",
+                                                          options={}, created_at="now")))
+        # Planning data for the reader stays private: the sidecar is the same without it.
+        assert published(meta) == published(dataclasses.replace(meta, private={}))
+        assert not set(meta.private) & set(published(meta)["source"])
+
+    def test_a_reader_opened_from_pickled_plan_data_loads_the_same_sequences(self, planned):
+        """What Dataflow does: the source and its plan travel pickled to another process."""
+        source, fs, root, meta, refs, expanded, reader = planned
+        copied_source, copied_meta = pickle.loads(pickle.dumps((source, meta)))
+        copied = copied_source.open(*storage.open_root(storage.url_for(fs, root)), copied_meta)
+        first = expanded[0]
+        mine, theirs = reader.load(first), copied.load(pickle.loads(pickle.dumps(first)))
+        assert theirs.sequence_id == mine.sequence_id and theirs.length == mine.length
+        for name, values in mine.trajectories.items():
+            assert np.array_equal(np.asarray(theirs.trajectories[name]), np.asarray(values), equal_nan=True), name
 
     def test_refs_are_small_picklable_and_relative_to_the_root(self, dataset, planned):
         source, fs, root, meta, refs, expanded, _ = planned

@@ -1,8 +1,9 @@
 """WriteMixtrain: sequences -> sharded Parquet, stats.json, then publish and mixtrain.json last.
 
-Everything is written under a staging folder inside the output (`_staging/<run>/`, which
-Parquet dataset readers skip as a `_`-prefixed path); only the final step moves the result into
-place, and mixtrain.json, whose presence marks a finished dataset, is written after all else.
+Everything is written under the run's staging folder (formats/publish.py: a hidden sibling of a
+local output, `_staging/<run>/` inside an object-store output, `runs/<run>/` inside a lake table);
+only the final step publishes it, through the publisher of the table format (formats/tables): the
+standalone layout's mixtrain.json, whose presence marks a finished dataset, is written after all else.
 
 Sequence data never crosses a shuffle. Each worker spills its rows, already in Arrow form, to
 Arrow IPC files under the staging folder (`_rows/<shard>/`), and only (shard, sequence id,

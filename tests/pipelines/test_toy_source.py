@@ -58,3 +58,24 @@ def test_no_product_file_names_the_toy_source():
     found = subprocess.run(["grep", "-rl", toy_source.FORMAT, "formats", "transforms", "pipelines", "setup.py"], cwd=ROOT,
                            capture_output=True, text=True)
     assert found.stdout == ""
+
+
+def test_the_toy_source_is_accepted_by_name_and_an_unknown_id_lists_it(toy, tmp_path, capsys):
+    toy_source.write_dataset(str(tmp_path / "src"), lengths=(4,))
+    assert convert.run([f"--input={tmp_path / 'src'}", f"--output={tmp_path / 'out'}", "--progress=off",
+                        f"--source={toy_source.FORMAT}"]) == convert.EXIT_OK
+    capsys.readouterr()
+    assert convert.run([f"--input={tmp_path / 'src'}", f"--output={tmp_path / 'other'}", "--source=nosuch"]) == convert.EXIT_USAGE
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first.startswith("error: argument --source: invalid choice: 'nosuch' (choose from 'auto', ")
+    assert f"'{toy_source.FORMAT}'" in first and not (tmp_path / "other").exists()
+
+
+def test_an_option_the_command_line_does_not_have_is_one_line(toy, tmp_path, capsys, monkeypatch):
+    from formats.source import SourceOption
+
+    toy_source.write_dataset(str(tmp_path / "src"), lengths=(4,))
+    monkeypatch.setattr(type(sources.get(toy_source.FORMAT)), "options", (SourceOption("scale", "scale", float),))
+    assert convert.run([f"--input={tmp_path / 'src'}", f"--output={tmp_path / 'out'}", "--progress=off"]) == convert.EXIT_FAILED
+    assert capsys.readouterr().err.splitlines()[0] == (f"error: the {toy_source.FORMAT} source declares --scale, which this command "
+                                                        "line does not have (pipelines/cli.py lists every option)")
