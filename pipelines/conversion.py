@@ -26,7 +26,7 @@ if sys.platform.startswith("linux"):
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
+from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 
 import formats
 from formats import errors, fingerprint, mixtrain, publish, sources, storage, video_policy
@@ -169,6 +169,14 @@ def copied_columns(meta: DatasetMeta) -> frozenset:
     return frozenset(spec.name for spec in meta.columns if spec.kind == VIDEO and spec.meta.get("written_as") == "copy")
 
 
+def codec_threads(options: PipelineOptions) -> int | None:
+    """Local runs share the cores among the workers' codecs; a Dataflow worker has its own cores
+    and the codecs' own choice (None) stands."""
+    if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS:
+        return None
+    return local_workers.codec_threads(options.view_as(DirectOptions).direct_num_workers)
+
+
 def plan_videos(meta: DatasetMeta, mode: str, requested: video_policy.EncodeOptions) -> tuple[dict, dict]:
     """Decide copy or encode per video column; rewrite meta.columns' entries to describe the output.
 
@@ -232,7 +240,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     read = pipeline | "Read" >> ReadSequences(source, source_url, meta, to_convert, options.on_error)
     videos = read["sequences"] | "Videos" >> WriteVideos(source_url, staging_url, meta.fps or 30.0, encode, sizes,
                                                          options.video_stats, options.on_error, options.verify_copies,
-                                                         copied_columns(meta))
+                                                         copied_columns(meta), codec_threads(options))
     sequences = videos["sequences"]
     if reused is not None and reused["ids"]:
         kept = pipeline | "Reuse" >> ReusePrevious(reused["root_url"], staging_url, meta.columns, reused["shards"], reused["ids"])
