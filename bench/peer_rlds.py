@@ -48,7 +48,9 @@ def encode(images, target: str) -> int:
             stream.codec_context.color_range = 1
             stream.options = {"crf": "16", "g": "10", "preset": "medium", "x264-params": "mbtree=0"}
         frame = frame.reformat(format="yuv420p", dst_color_range=ColorRange.MPEG)
-        frame.pts, frame.time_base = count, 1 / rate
+        # A decoded JPEG says it is an I picture, and x264 obeys: left alone, every frame is
+        # encoded intra (1.6x less CPU, 10 % bigger files), not the pipeline's settings.
+        frame.pts, frame.time_base, frame.pict_type = count, 1 / rate, av.video.frame.PictureType.NONE
         for packet in stream.encode(frame):
             output.mux(packet)
     for packet in stream.encode(None):
