@@ -8,12 +8,15 @@ Workloads (generated here, no downloads; LeRobot v3 as lerobot writes it):
   (b) the same with --video=reencode to H.264
   (c) 2,000 episodes of trajectories only
   (d) 3 episodes of 20,000 steps x 64 dims
+  (e) RLDS, 200 episodes x 60 steps, two JPEG cameras at 128x128, encoded to H.264
 `--scale` multiplies the episode counts (0.1 for a quick look; frames per episode stay).
 
 Baselines, each measured in this run on the same data:
   copy floor      a recursive copy of the source (read every byte, write as many)
   peer            bench/peer.py: the straight-line pyarrow + PyAV script a user would write
   bare encode     decoding and encoding the same frames with PyAV in a loop (bench_reencode.py)
+  RLDS peer       bench/peer_rlds.py: the same for RLDS, the pipeline's encoder settings with the
+                  encoder's default threading; with --videos-only, the bare JPEG -> H.264 loop
 Every command runs as a subprocess; wall time, CPU time (user + system) and peak RSS come from
 the kernel's accounting of that subprocess.
 """
@@ -78,10 +81,46 @@ def workload(name: str, spec: SyntheticLeRobot) -> pathlib.Path:
     return path
 
 
+def rlds_workload(episodes: int, steps: int = 60, size: int = 128) -> pathlib.Path:
+    """(e): an RLDS dataset with two JPEG cameras (textured frames: a gradient plus noise, so x264
+    has real work), written once into CACHE."""
+    import numpy as np
+    import tensorflow_datasets.core.features as tff
+
+    from formats.samples.lerobot_v3 import encode_image, synthetic_frames
+    from formats.samples.rlds import write_episodes
+
+    path = CACHE / f"e-{episodes}x{steps}x{size}-v1"
+    if (path / "dataset_info.json").exists():
+        return path
+    print(f"writing e into {path} ...", file=sys.stderr)
+    camera = tff.Image(shape=(size, size, 3), encoding_format="jpeg")
+    features = tff.FeaturesDict({"steps": tff.Dataset({
+        "observation": {"image": camera, "wrist_image": camera, "state": tff.Tensor(shape=(8,), dtype=np.float32)},
+        "action": tff.Tensor(shape=(7,), dtype=np.float32),
+        "is_first": tff.Scalar(dtype=np.bool_), "is_last": tff.Scalar(dtype=np.bool_), "is_terminal": tff.Scalar(dtype=np.bool_)})})
+    rng = np.random.default_rng(0)
+    split = []
+    for number in range(episodes):
+        views = [synthetic_frames(number, offset, steps, size, size).astype(np.int16) + rng.integers(-12, 12, (steps, size, size, 3))
+                 for offset in (0, 1)]
+        views = [np.clip(view, 0, 255).astype(np.uint8) for view in views]
+        split.append({"steps": [{
+            "observation": {"image": encode_image(views[0][t], "jpeg"), "wrist_image": encode_image(views[1][t], "jpeg"),
+                            "state": rng.normal(size=8).astype(np.float32)},
+            "action": rng.normal(size=7).astype(np.float32), "is_first": t == 0, "is_last": t == steps - 1,
+            "is_terminal": t == steps - 1} for t in range(steps)]})
+    partial = path.with_name(path.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    write_episodes(str(partial), "bench_rlds", features, {"train": split}, {"train": 4})
+    partial.rename(path)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--only", default="a,b,c,d")
+    parser.add_argument("--only", default="a,b,c,d,e")
     parser.add_argument("--repeat", type=int, default=3, help="runs per command; the fastest counts ((b) runs once)")
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -160,6 +199,19 @@ def main() -> None:
             piped = record("d", "pipeline, 1 worker", convert(source, work / "d_out", 1), output=work / "d_out")
             episode_mb = 20_000 * (2 * 64 * 4 + 8) / 1e6
             ratios.append(f"(d) peak over the import floor: {(piped[2] - baseline[2]) / episode_mb:.1f}x one episode's arrays (target < 3)")
+        if "e" in only:
+            count = max(10, int(200 * args.scale))
+            source = rlds_workload(count)
+            frames = 2 * 60 * count
+            peer = record("e", "peer", [sys.executable, "bench/peer_rlds.py", str(source), str(work / "e_peer")], output=work / "e_peer")
+            bare = record("e", "bare encode loop", [sys.executable, "bench/peer_rlds.py", str(source), str(work / "e_bare"), "--videos-only"],
+                          output=work / "e_bare")
+            two = record("e", "pipeline, 2 workers", convert(source, work / "e_out2", 2, "--fps=10"), output=work / "e_out2")
+            one = record("e", "pipeline, 1 worker", convert(source, work / "e_out1", 1, "--fps=10"), output=work / "e_out1")
+            ratios += [f"(e) pipeline, 2 workers / peer: {two[0] / peer[0]:.2f} (target <= 0.6)",
+                       f"(e) 2 workers vs 1: speed-up {one[0] / two[0]:.2f}",
+                       f"(e) CPU per frame, pipeline 2 workers / bare loop: {two[1] / bare[1]:.3f} (target <= 1.05); "
+                       f"1 worker: {one[1] / bare[1]:.3f}; bare loop {1000 * bare[1] / frames:.2f} ms per frame"]
         print(f"\n{'workload':<9}{'run':<26}{'wall s':>9}{'CPU s':>9}{'peak MB':>9}")
         for label, name, wall, cpu, rss in rows:
             print(f"{label:<9}{name:<26}{wall:9.2f}{cpu:9.2f}{rss:9.1f}")

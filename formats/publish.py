@@ -127,7 +127,7 @@ def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
     for name in (DATA_DIR, FILES_DIR, STATS_FILE, ERRORS_FILE, FINGERPRINTS_FILE):
         target, source = f"{output}/{name}", f"{staging}/{name}"
         if fs.exists(target):
-            fs.rm(target, recursive=True)
+            _remove(fs, target)
         if fs.exists(source):
             _move(fs, source, target)
     fs.pipe_file(sidecar_path, dumps(sidecar_value).encode())
@@ -267,15 +267,47 @@ def published_root(fs, output: str) -> str:
     return os.path.realpath(current) if is_versioned(fs, output) else output
 
 
+# Requests in flight while publishing on an object store. Left to itself gcsfs sends every copy
+# of a folder at once (up to 1,280) and every batch of 100 deletes at once; a server that takes
+# fewer connections drops the rest and the client sits in TCP retransmissions and retries: on the
+# GCS emulator (one thread, a listen backlog of 5) 1,000 objects took 63 s to publish for 2 s of
+# CPU on both sides. A bounded window keeps a store busy without flooding it.
+IN_FLIGHT = 16
+_DELETES_PER_REQUEST = 100  # GCS batch requests carry up to 100 deletes (gcsfs groups them so)
+
+
+def _objects(fs, path: str) -> list[str]:
+    """Every object at or under `path`, from one listing."""
+    return sorted(fs.find(path)) if fs.exists(path) else []
+
+
+def _remove(fs, path: str) -> None:
+    """Delete `path` and everything under it, IN_FLIGHT requests at a time (local: one call)."""
+    if storage.is_local(fs):
+        fs.rm(path, recursive=True)
+    else:
+        _delete(fs, _objects(fs, path))
+        fs.invalidate_cache(path)
+
+
+def _delete(fs, objects: list[str]) -> None:
+    window = IN_FLIGHT * _DELETES_PER_REQUEST
+    for start in range(0, len(objects), window):
+        fs.rm(objects[start:start + window])
+
+
 def _move(fs, source: str, target: str) -> None:
     """A rename on a local disk; on object stores (no rename there) a server-side copy of every
-    object, then the delete. gcsfs' own `mv` was measured at 33 s per call against the GCS
-    emulator (it probes a folder-rename API first); copy + rm take milliseconds."""
+    object listed once, IN_FLIGHT at a time, then their deletion in batches. gcsfs' own `mv` was
+    measured at 33 s per call against the GCS emulator (it probes a folder-rename API first)."""
     if storage.is_local(fs):
         fs.mv(source, target, recursive=True)
         return
-    fs.copy(source, target, recursive=True)
-    fs.rm(source, recursive=True)
+    objects = _objects(fs, source)
+    if objects:
+        fs.copy(objects, [target + name[len(source):] for name in objects], batch_size=IN_FLIGHT)
+        _delete(fs, objects)
+        fs.invalidate_cache(source)
 
 
 def copy_assets(fs, root: str, out_fs, staging: str, assets: list[str]) -> None:
@@ -292,7 +324,7 @@ def copy_assets(fs, root: str, out_fs, staging: str, assets: list[str]) -> None:
 def discard_staging(fs, staging: str, output: str) -> None:
     """Remove one run's staging folder, then `DST/_staging` if no other run uses it."""
     if fs.exists(staging):
-        fs.rm(staging, recursive=True)
+        _remove(fs, staging)
     parent = f"{output}/{STAGING_DIR}"
     if staging.startswith(parent + "/") and fs.exists(parent) and not fs.ls(parent):
         fs.rm(parent, recursive=True)

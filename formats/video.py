@@ -194,16 +194,18 @@ def retime(
     fps: float,
     options: EncodeOptions | None,
     on_frame: FrameCallback | None = None,
+    threads: int | None = None,
 ) -> EncodeResult:
     """Write a video whose frame i is frame `indices[i]` of `source` (a camera slower or offset
     against the steps), at i/fps. `options` None: the source codec at near-lossless quality.
-    `on_frame` sees each output frame as it is encoded (as in `reencode_segment`)."""
+    `on_frame` sees each output frame as it is encoded (as in `reencode_segment`); `threads` as in
+    `encode_frames`, for the decoder too."""
     if any(b < a for a, b in zip(indices, indices[1:])):
         raise VideoError("frame_index goes backwards within the episode; cannot re-time")
     container = _open_input(source)
     try:
         stream = _video_stream(container)
-        stream.thread_type = "AUTO"
+        _decode_threads(stream, threads)
         options = options or near_lossless_options(_codec_name(stream), stream.codec_context.pix_fmt)
 
         def picked() -> Iterator[av.VideoFrame]:
@@ -218,7 +220,7 @@ def retime(
             if target is not None:
                 raise VideoError(f"frame_index {target} is beyond the video's {position + 1} frames")
 
-        return encode_frames(picked(), destination, fps=fps, options=options, on_frame=on_frame)
+        return encode_frames(picked(), destination, fps=fps, options=options, on_frame=on_frame, threads=threads)
     except av.error.FFmpegError as error:
         raise VideoError(f"cannot decode video: {error}") from error
     finally:
@@ -236,20 +238,21 @@ def reencode_segment(
     options: EncodeOptions,
     on_frame: FrameCallback | None = None,
     expected_size: tuple[int, int] | None = None,
+    threads: int | None = None,
 ) -> EncodeResult:
     """Decode the frames presented in [start, end) seconds and encode them with `options`.
 
     Frames stream from decoder to encoder one at a time; `on_frame(i, frame)` sees each decoded
-    frame first (image statistics ride on this decode pass). Raises VideoError on unreadable input
-    or a segment whose frame count is not `frames`.
+    frame first (image statistics ride on this decode pass). `threads` as in `encode_frames`, for
+    the decoder too. Raises VideoError on unreadable input or a segment whose frame count is not `frames`.
     """
     container = _open_input(source)
     try:
         stream = _video_stream(container)
-        stream.thread_type = "AUTO"
+        _decode_threads(stream, threads)
         low, high = _bounds(stream.time_base, start, end, fps)
         result = encode_frames(_segment_frames(container, stream, low, high), destination,
-                               fps=fps, options=options, on_frame=on_frame, expected_size=expected_size)
+                               fps=fps, options=options, on_frame=on_frame, expected_size=expected_size, threads=threads)
     except av.error.FFmpegError as error:
         raise VideoError(f"cannot decode video: {error}") from error
     finally:
@@ -390,6 +393,7 @@ def encode_frames(
     on_frame: FrameCallback | None = None,
     expected_size: tuple[int, int] | None = None,
     lossless: bool = False,
+    threads: int | None = None,
 ) -> EncodeResult:
     """Encode a frame sequence into an MP4, frame i at pts i in a 1/fps time base.
 
@@ -399,6 +403,10 @@ def encode_frames(
     than 8 bits is refused by a lossy codec (`options_for` routes such columns to FFV1). x264
     runs with `mbtree=0`, which makes repeated encodes of the same frames byte-identical (NOTES.md).
     `lossless` (FFV1 in the frames' own format): samples pass untouched, colour tags copied.
+    `threads` caps the encoder's threads (None: the encoder's own choice, all cores): processes
+    encoding side by side each take their share instead of all fighting for every core. x264's and
+    x265's bytes depend on it (x264's slice count follows its thread count, which it also writes in
+    the stream's SEI) and repeat for a given value; FFV1 and SVT-AV1 write the same bytes.
     """
     options = options.resolved()
     encoder = ENCODERS[options.codec]
@@ -426,6 +434,8 @@ def encode_frames(
                 stream.width, stream.height = padded
                 stream.pix_fmt = options.pix_fmt
                 stream.codec_context.time_base = 1 / rate
+                if threads is not None:
+                    stream.codec_context.thread_count = threads
                 if lossless:
                     _copy_colours(stream.codec_context, frame)
                 else:
@@ -462,6 +472,14 @@ def encode_frames(
         output.close()
     width, height = padded or (0, 0)
     return EncodeResult(count, width, height, size if padded != size else None, options)
+
+
+def _decode_threads(stream, threads: int | None) -> None:
+    """Frame- or slice-threaded decoding (decoders are exact: threads never change a pixel),
+    on at most `threads` threads when given."""
+    stream.thread_type = "AUTO"
+    if threads is not None:
+        stream.codec_context.thread_count = threads
 
 
 def _encoder_options(options: EncodeOptions) -> dict[str, str]:

@@ -25,7 +25,7 @@ if sys.platform.startswith("linux"):
     os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "jemalloc")
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
+from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 
 from formats import errors, lance_table, mixtrain, publish, sources, storage, tables
 from formats.sequence import SCALAR
@@ -128,6 +128,14 @@ def staging_root(fs, root: str, run_id: str, options: ConvertOptions) -> str:
     return publish.staging_root(fs, root, run_id)
 
 
+def codec_threads(options: PipelineOptions) -> int | None:
+    """Local runs share the cores among the workers' codecs; a Dataflow worker has its own cores
+    and the codecs' own choice (None) stands."""
+    if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS:
+        return None
+    return local_workers.codec_threads(options.view_as(DirectOptions).direct_num_workers)
+
+
 def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str, *, write_assets: bool = True) -> ConversionPlan:
     """Plan on the launcher (`pipelines.plan.make_plan`) and add the conversion it describes to
     `pipeline`. `write_assets=False` (dry runs, templates) leaves the output untouched: nothing is
@@ -155,7 +163,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     read = pipeline | "Read" >> ReadSequences(plan.source, plan.source_url, meta, list(plan.to_convert), options.on_error)
     videos = read["sequences"] | "Videos" >> WriteVideos(plan.source_url, staging_url, meta.fps or 30.0, plan.encode, plan.sizes,
                                                          options.video_stats, options.on_error, options.verify_copies,
-                                                         plan.copied)
+                                                         plan.copied, codec_threads(options))
     sequences = videos["sequences"]
     if lake.is_lake(settings.format):  # file references relative to the table location
         sequences = sequences | "TablePaths" >> beam.Map(lake.with_run_prefix, lake.run_prefix(run_id))

@@ -29,7 +29,9 @@ __all__ = ["WriteVideos"]
 
 class _WriteVideosFn(beam.DoFn):
     def __init__(self, source_url: str, staging_url: str, fps: float, encode: dict, sizes: dict, video_stats: bool,
-                 on_error: str = FAIL, verify_copies: bool = True, copied_columns: frozenset = frozenset()):
+                 on_error: str = FAIL, verify_copies: bool = True, copied_columns: frozenset = frozenset(),
+                 codec_threads: int | None = None):
+        self._codec_threads = codec_threads
         self._verify_copies = verify_copies
         self._copied_columns = copied_columns
         self._source_url = source_url
@@ -87,7 +89,7 @@ class _WriteVideosFn(beam.DoFn):
                 if len(item) != sequence.length:
                     raise video.VideoError(f"camera {column!r} has {len(item)} images for {sequence.length} steps")
                 result = video.encode_frames(item.frames, destination, fps=self._fps, options=options or video_policy.EncodeOptions(),
-                                             on_frame=on_frame, expected_size=size)
+                                             on_frame=on_frame, expected_size=size, threads=self._codec_threads)
                 self._encoded.inc()
                 self._frames.inc(result.frames)
             else:
@@ -98,7 +100,7 @@ class _WriteVideosFn(beam.DoFn):
                     source = storage.local_path(self._source_fs, path) or stack.enter_context(storage.open_input(self._source_fs, path))
                     if item.frame_indices is not None:
                         result = video.retime(source, destination, indices=item.frame_indices, fps=self._fps, options=options,
-                                              on_frame=on_frame)
+                                              on_frame=on_frame, threads=self._codec_threads)
                         (self._encoded if options is not None else self._reencoded).inc()
                         if column in self._copied_columns:  # a copied column, but this episode's frames had to be re-timed
                             sequence.video_notes[column] = {
@@ -121,7 +123,8 @@ class _WriteVideosFn(beam.DoFn):
                                                  on_frame=on_frame)
                     else:
                         result = video.reencode_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
-                                                        fps=self._fps, options=options, on_frame=on_frame, expected_size=size)
+                                                        fps=self._fps, options=options, on_frame=on_frame, expected_size=size,
+                                                        threads=self._codec_threads)
                         self._encoded.inc()
                         self._frames.inc(result.frames)
             if stats is not None and (summary := stats.result()) is not None:
@@ -214,13 +217,15 @@ class WriteVideos(beam.PTransform):
       on_error: FAIL stops at the first bad sequence; SKIP drops it (and its files) into the errors output.
       verify_copies: decode every copied file once (damaged source samples are refused, not published).
       copied_columns: the columns planned as copies: an episode of one that had to be re-timed is noted.
+      codec_threads: threads each encode and decode may use (None: the codecs' own choice, every core).
     """
 
     def __init__(self, source_url: str, staging_url: str, fps: float, encode: dict | None = None, sizes: dict | None = None,
-                 video_stats: bool = False, on_error: str = FAIL, verify_copies: bool = True, copied_columns: frozenset = frozenset()):
+                 video_stats: bool = False, on_error: str = FAIL, verify_copies: bool = True, copied_columns: frozenset = frozenset(),
+                 codec_threads: int | None = None):
         super().__init__()
         self._fn = _WriteVideosFn(source_url, staging_url, fps, dict(encode or {}), dict(sizes or {}), video_stats, on_error,
-                                  verify_copies, frozenset(copied_columns))
+                                  verify_copies, frozenset(copied_columns), codec_threads)
 
     def expand(self, sequences):
         """Returns {"sequences": ..., "errors": [error records]} (see ReadSequences)."""

@@ -280,3 +280,41 @@ def test_hevc_refuses_frames_narrower_than_x265_can_take():
     with pytest.raises(video.VideoError, match=r"frames are 48x36: libx265 writes outside its buffers on frames narrower than 64 px"):
         video.encode_frames(frames, io.BytesIO(), fps=10, options=video_policy.EncodeOptions("hevc"))
     assert video.encode_frames(frames, io.BytesIO(), fps=10, options=video_policy.EncodeOptions("h264")).frames == 3
+
+
+def _x264_threads(data: bytes) -> bytes:
+    """The thread settings x264 writes into its SEI options string."""
+    start = data.index(b"threads=")
+    return data[start:data.index(b" nr=", start)]
+
+
+def test_encoder_threads_are_capped_and_each_setting_repeats_its_bytes():
+    """threads=1 (two local workers on two cores) runs x264 unthreaded; its bytes differ from a
+    threaded encode (x264 cuts one slice per thread) but repeat exactly, and both hold the same picture."""
+    frames = synthetic_frames(3, 0, 12, 128, 128)  # x264 gives each slice thread at least a few macroblock rows
+
+    def encode(threads):
+        buffer = io.BytesIO()
+        result = video.encode_frames(list(frames), buffer, fps=10, threads=threads)
+        assert result.frames == 12
+        return buffer.getvalue()
+
+    single, again, threaded = encode(1), encode(1), encode(2)
+    assert single == again
+    assert _x264_threads(single).startswith(b"threads=1 ") and b"sliced_threads=0" in _x264_threads(single)
+    assert _x264_threads(threaded).startswith(b"threads=2 ")
+    assert single != threaded
+    decoded = [video.decode_frames(data, planar=True).astype(int) for data in (single, threaded)]
+    assert decoded[0].shape == decoded[1].shape == (12, 128 * 3 // 2, 128)
+    assert np.abs(decoded[0] - decoded[1]).mean() < 1  # the same picture, up to encoder decisions
+
+
+def test_lossless_encoders_write_the_same_bytes_whatever_the_threads():
+    frames = (synthetic_frames(1, 0, 4, 32, 48)[..., 0].astype(np.uint16) * 257)
+
+    def encode(threads):
+        buffer = io.BytesIO()
+        video.encode_frames(list(frames), buffer, fps=10, options=video_policy.EncodeOptions("ffv1", pix_fmt="gray16le"), threads=threads)
+        return buffer.getvalue()
+
+    assert encode(None) == encode(1) == encode(2)

@@ -105,3 +105,27 @@ def test_dataflow_dry_run_prints_the_job_and_never_touches_the_output(gcs):
                                                     "nothing was written to gs://bucket/tmp or to the output")
     fs, path = storage.open_root(dst)
     assert not fs.exists(path)
+
+
+def test_gs_publish_moves_every_object_in_windows_and_replaces_the_previous_dataset(gcs, monkeypatch):
+    """More objects than one window of requests (shrunk here): every staged object lands under
+    its name, the previous dataset's objects that the new one lacks are gone, staging is removed,
+    and mixtrain.json is the new one."""
+    from formats import publish
+
+    monkeypatch.setattr(publish, "IN_FLIGHT", 2)
+    monkeypatch.setattr(publish, "_DELETES_PER_REQUEST", 10)  # windows of 20 deletes
+    fs, output = storage.open_root("gs://bucket/mixtrain/windows")
+    fs.pipe({f"{output}/files/cam/old_{i}.mp4": b"old" for i in range(5)} | {f"{output}/mixtrain.json": b"{}",
+                                                                           f"{output}/data/part-00000.parquet": b"old"})
+    staging = f"{output}/_staging/run1"
+    staged = {f"files/cam/episode_{i:03d}.mp4": f"video {i}".encode() for i in range(70)}  # 4 windows
+    staged |= {"data/part-00000.parquet": b"new", "data/part-00001.parquet": b"new1", "stats.json": b"{}"}
+    fs.pipe({f"{staging}/{name}": data for name, data in staged.items()}, batch_size=8)  # the emulator takes 5 connections at a time
+    fs.invalidate_cache()
+    publish.publish(fs, staging, output, {"format": "mixtrain", "run": 1})
+    fs.invalidate_cache()
+    published = {path[len(output) + 1:] for path in fs.find(output)}
+    assert published == set(staged) | {"mixtrain.json", "_errors.jsonl", "_fingerprints.json"}
+    assert fs.cat_file(f"{output}/files/cam/episode_063.mp4") == b"video 63"
+    assert json.loads(fs.cat_file(f"{output}/mixtrain.json"))["run"] == 1

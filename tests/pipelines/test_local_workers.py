@@ -125,3 +125,15 @@ def test_a_killed_launcher_takes_the_zygote_and_its_workers_along(tmp_path):
 def test_only_on_linux(monkeypatch):
     monkeypatch.setattr(sys, "platform", "darwin")
     assert not local_workers.wanted(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
+
+
+def test_codec_threads_share_the_cores_among_local_workers(monkeypatch):
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.conversion import codec_threads
+
+    monkeypatch.setattr(local_workers.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert [local_workers.codec_threads(n) for n in (1, 2, 3, 4, 8, 0, None)] == [4, 2, 1, 1, 1, 1, 4]
+    assert codec_threads(PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])) == 2
+    assert codec_threads(PipelineOptions([])) == 4
+    assert codec_threads(PipelineOptions(["--runner=DataflowRunner", "--direct_num_workers=2"])) is None  # its workers have their own cores
