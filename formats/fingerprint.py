@@ -88,6 +88,10 @@ def _signed(paths, signed: dict[str, str], names: list[str]) -> list:
 def reusable(fs: fsspec.AbstractFileSystem, root: str, units: list, current: dict) -> dict | None:
     """What an incremental run can take from the published dataset: the units whose fingerprint
     did not change and the ids of their sequences. None when there is nothing to compare with."""
+    from formats import lance_table  # a Lance output keeps its fingerprints in the dataset's metadata
+
+    if lance_table.is_dataset(fs, root):
+        return lance_table.reusable(fs, root, units, current)
     if not fs.exists(storage.join(root, mixtrain.SIDECAR)) or not fs.exists(storage.join(root, mixtrain.FINGERPRINTS_FILE)):
         return None
     text = fs.cat_file(storage.join(root, mixtrain.FINGERPRINTS_FILE)).decode() or "{}"  # empty: nothing recorded

@@ -30,7 +30,8 @@ from formats import mixtrain, storage
 from formats import publish as standalone  # this module's own `publish` commits a Lance version
 from formats.errors import ConversionError, FormatError
 
-__all__ = ["reusable", "reused_rows", "FRAGMENT_PART", "BLOB", "REFERENCE", "VIDEO_STORAGE", "SIDECAR_KEY", "STATS_KEY", "ERRORS_KEY", "is_dataset", "publish", "publish_table",
+__all__ = ["reusable", "reused_rows", "FRAGMENT_PART",
+           "BLOB", "REFERENCE", "VIDEO_STORAGE", "SIDECAR_KEY", "STATS_KEY", "ERRORS_KEY", "is_dataset", "publish", "publish_table",
            "read_metadata", "read_sidecar", "lance_schema", "open_rows", "BLOB_CELL"]
 
 BLOB, REFERENCE = "blob", "reference"
@@ -271,7 +272,7 @@ def reused_rows(fs, root: str, part: str, keep: frozenset, out_fs, staging: str)
     blobs = [name for name, entry in sidecar["column_types"].items() if entry.get("stored_as") == "blob"]
     plain = [field.name for field in dataset.schema if field.name not in blobs]
     fragment = dataset.get_fragment(fragment_id)
-    table = dataset.to_table(columns=plain, fragments=[fragment], with_row_address=True)
+    table = fragment.to_table(columns=plain, with_row_address=True)
     table = table.filter(pc.is_in(table.column("sequence_id"), pa.array(sorted(keep), pa.string())))
     addresses = table.column("_rowaddr").to_pylist()
     ids = table.column("sequence_id").to_pylist()

@@ -1,0 +1,94 @@
+"""--incremental on a Lance dataset: unchanged sequences' rows and blob videos are taken from the
+previous version, changed ones converted again, deleted ones gone, and the result is ONE new
+version; the previous version stays readable by number."""
+
+from __future__ import annotations
+
+import io
+import pathlib
+import shutil
+import tempfile
+
+import numpy as np
+import pytest
+
+from formats.reader import open_dataset
+from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
+from pipelines import conversion
+
+lance = pytest.importorskip("lance", reason="pylance is installed by setup.py's lance and test extras")
+
+
+def _write_night(src: pathlib.Path, lengths, seed: int = 1) -> None:
+    """The source as it is tonight: files whose bytes did not change keep their mtime (as a sync
+    tool leaves them), so --incremental sees which episodes changed."""
+    fresh = pathlib.Path(tempfile.mkdtemp(dir=src.parent)) / "ds"
+    write_dataset(str(fresh), SyntheticLeRobot(lengths=lengths, codec="h264", gop=None, episodes_per_video_file=1,
+                                               episodes_per_data_file=1, cameras=("observation.images.front",), seed=seed))
+    for path in sorted(src.rglob("*"), reverse=True) if src.exists() else []:
+        if not (fresh / path.relative_to(src)).exists():
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    for path in sorted(fresh.rglob("*")):
+        target = src / path.relative_to(fresh)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif not target.exists() or target.read_bytes() != path.read_bytes():
+            shutil.copyfile(path, target)
+    shutil.rmtree(fresh.parent)
+
+
+def _run(src, dst, *extra) -> str:
+    out, console = io.StringIO(), io.StringIO()
+    code = conversion.run([f"--input={src}", f"--output={dst}", "--progress=off", "--num_shards=2", *extra], out=out, console=console)
+    assert code == 0, console.getvalue()
+    return out.getvalue()
+
+
+def _contents(dataset) -> dict:
+    """sequence id -> (every non-video cell, as bytes where it is an array; each video's bytes)."""
+    found = {}
+    for sequence_id in dataset.sequence_ids():
+        row = dataset.sequence(sequence_id)
+        cells = {name: value.tobytes() if isinstance(value, np.ndarray) else value
+                 for name, value in row.items() if name not in dataset.video_columns}
+        videos = {}
+        for column in dataset.video_columns:
+            with dataset.video_file(sequence_id, column) as handle:
+                videos[column] = handle.read()
+        found[sequence_id] = (cells, videos)
+    return found
+
+
+def test_incremental_lance_reuses_unchanged_sequences_and_commits_one_new_version(tmp_path):
+    src, dst = tmp_path / "src", tmp_path / "out"
+    _write_night(src, (6, 5, 7, 4))
+    _run(src, dst, "--table_format=lance")
+    first = _contents(open_dataset(str(dst)))
+    _write_night(src, (6, 5, 8))  # episode 2 modified (longer), episode 3 deleted
+    summary = _run(src, dst, "--table_format=lance", "--incremental")
+    reference = tmp_path / "reference"
+    _run(src, reference)  # the standalone output of tonight's source, converted from scratch
+    latest = open_dataset(str(dst))
+    assert latest.version == 2 and len(lance.dataset(str(dst)).versions()) == 2
+    assert latest.metadata["incremental"]["reused_sequences"] == 2 and latest.metadata["incremental"]["converted_units"] == 1
+    assert "2 unchanged sequences reused" in summary.strip().splitlines()[-1]
+    second = _contents(latest)
+    assert second == _contents(open_dataset(str(reference)))  # exactly tonight's dataset, blobs = the standalone MP4s
+    assert sorted(second) == sorted(first)[:3]  # episode 3 is gone
+    unchanged = sorted(first)[:2]
+    assert {k: second[k] for k in unchanged} == {k: first[k] for k in unchanged}  # rows and blobs byte for byte
+    changed = sorted(first)[2]
+    assert second[changed][0]["length"] == 8 and first[changed][0]["length"] == 7
+    assert _contents(open_dataset(str(dst), version=1)) == first  # the previous version, still readable by number
+
+
+def test_incremental_lance_with_nothing_changed_reuses_everything(tmp_path):
+    src, dst = tmp_path / "src", tmp_path / "out"
+    _write_night(src, (5, 4))
+    _run(src, dst, "--table_format=lance")
+    before = _contents(open_dataset(str(dst)))
+    _run(src, dst, "--table_format=lance", "--incremental")
+    after = open_dataset(str(dst))
+    assert after.version == 2 and after.metadata["incremental"] == {**after.metadata["incremental"], "reused_sequences": 2,
+                                                                    "converted_units": 0}
+    assert _contents(after) == before
