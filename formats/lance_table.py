@@ -9,10 +9,12 @@ gives them back as a file-like object, byte for byte the standalone file); with
 published under `files/` beside the dataset's own folders. Files that are not videos (audio,
 URDF assets...) are always published under `files/`.
 
-Publication: the run stages the finished standalone layout as usual; `publish` writes one Lance
-fragment per staged shard (rows streamed a few at a time, videos read as they go) and commits
-all of them as ONE new version with `LanceDataset.commit`: a reader sees the previous version or
-the new one. Every run adds a version; earlier ones stay readable (time travel) until cleaned up.
+Publication: the run stages the finished standalone layout as usual; the worker that wrote a
+shard writes its rows as Lance fragments (`stage_shard`: file version 2.2, zstd on every leaf but
+the blobs), and `publish` commits all of them as ONE new version with `LanceDataset.commit`: a
+reader sees the previous version or the new one. Every run adds a version; earlier ones stay
+readable (time travel) until cleaned up. The version's metadata also keeps the run's fingerprints,
+from which --incremental reuses unchanged sequences (`reusable`, `reused_rows`).
 """
 
 from __future__ import annotations

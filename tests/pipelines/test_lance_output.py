@@ -1,6 +1,6 @@
-"""--incremental on a Lance dataset: unchanged sequences' rows and blob videos are taken from the
-previous version, changed ones converted again, deleted ones gone, and the result is ONE new
-version; the previous version stays readable by number."""
+"""--table_format=lance storage: --incremental takes unchanged sequences' rows and blob videos from
+the previous version (changed ones converted again, deleted ones gone, ONE new version, the
+previous one still readable by number), and the rows are compressed while the blobs are not."""
 
 from __future__ import annotations
 
@@ -92,3 +92,31 @@ def test_incremental_lance_with_nothing_changed_reuses_everything(tmp_path):
     assert after.version == 2 and after.metadata["incremental"] == {**after.metadata["incremental"], "reused_sequences": 2,
                                                                     "converted_units": 0}
     assert _contents(after) == before
+
+
+def test_lance_rows_are_zstd_compressed_except_blobs_and_fixed_size_lists(tmp_path):
+    """What lance_table writes: file version 2.2, zstd on leaves (a compressible binary column
+    shrinks), blob columns verbatim (random MP4-like bytes take their full size and read back
+    identical), fixed-size lists left as Lance stores them."""
+    import pyarrow as pa
+
+    from formats import lance_table
+
+    rng = np.random.default_rng(0)
+    videos = [rng.integers(0, 256, 20_000, dtype=np.uint8).tobytes() for _ in range(20)]
+    cells = [bytes(8_000) for _ in range(20)]  # zeros: zstd shrinks them to almost nothing
+    table = pa.table({"sequence_id": [f"e{i}" for i in range(20)], "action": pa.array(cells, pa.binary()),
+                      "state": pa.array([[[1.0, 2.0]] * 10] * 20, pa.list_(pa.list_(pa.float32(), 2))),
+                      "video_front": pa.array(videos, pa.large_binary())})
+    schema = lance_table.lance_schema(table.schema, ["video_front"])
+    assert schema.field("action").metadata == {b"lance-encoding:compression": b"zstd"}
+    assert b"lance-encoding:compression" not in (schema.field("video_front").metadata or {})
+    dst = tmp_path / "ds"
+    lance.write_dataset(pa.Table.from_batches(table.to_batches(), schema), str(dst), data_storage_version=lance_table.FILE_VERSION)
+    dataset = lance.dataset(str(dst))
+    size = sum(p.stat().st_size for p in (dst / "data").rglob("*") if p.is_file())
+    assert sum(map(len, videos)) <= size < sum(map(len, videos)) + sum(map(len, cells)) // 10
+    assert [blob.readall() for blob in dataset.take_blobs("video_front", indices=list(range(20)))] == videos
+    assert dataset.to_table(columns=["action"]).column(0).to_pylist() == cells
+    assert {(f.file_major_version, f.file_minor_version) for fragment in dataset.get_fragments()
+            for f in fragment.metadata.data_files()} == {(2, 2)}
