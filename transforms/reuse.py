@@ -34,8 +34,8 @@ class _ReuseShardFn(beam.DoFn):
         self._fs, self._previous = storage.open_root(self._previous_url)
         self._out_fs, self._staging = storage.open_root(self._staging_url)
         # Files that were lossless encodes, not packet copies, stay named as such in the new mixtrain.json.
-        read_sidecar = lance_table.read_sidecar if lance_table.is_dataset(self._fs, self._previous) else mixtrain.read_sidecar
-        types = read_sidecar(self._fs, self._previous).get("column_types") or {}
+        self._lance = lance_table.is_dataset(self._fs, self._previous)
+        types = (lance_table.read_sidecar if self._lance else mixtrain.read_sidecar)(self._fs, self._previous).get("column_types") or {}
         self._notes = {column: entry["not_copied"] for column, entry in types.items() if isinstance(entry, dict) and entry.get("not_copied")}
 
     def process(self, shard: str):
@@ -59,7 +59,7 @@ class _ReuseShardFn(beam.DoFn):
 
     def _link(self, relative: str) -> None:
         source, target = storage.join(self._previous, relative), storage.join(self._staging, relative)
-        if self._out_fs.exists(target):  # already staged (a video taken out of a Lance blob)
+        if self._lance and self._out_fs.exists(target):  # already staged: a video taken out of a Lance blob
             return
         self._out_fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
         if storage.local_path(self._out_fs, target) is not None and storage.local_path(self._fs, source) is not None:
