@@ -8,7 +8,9 @@ pipeline closes them (formats/mixtrain.py ROW_GROUP_ROWS / ROW_GROUP_BYTES), zst
   lists       list<fixed_size_list<float32, D>>, no BYTE_STREAM_SPLIT: the baseline (ratio 1.00)
   lists+bss   the same with BYTE_STREAM_SPLIT on the float leaves
   bytes       --array_layout=bytes: one binary cell of raw little-endian values per sequence
-  lance/*     the lists and bytes tables written as a Lance dataset (pylance)
+  lance/*     the lists and bytes tables written as a Lance dataset the way --table_format=lance
+              writes its fragments (formats/lance_table.py: file version 2.2, zstd on the leaves)
+  lance2.0/*  the same with pylance's default file version (2.0: no compression), for comparison
 and read back, single-threaded, by pyarrow, DuckDB and polars (Parquet) and by Lance's scanner
 and DuckDB over the Lance dataset, each time into one numpy [T, D] view or array per sequence and
 column (the fastest way each layout allows: offsets into the flat values, or np.frombuffer).
@@ -77,9 +79,15 @@ def write_parquet(table: pa.Table, path: pathlib.Path, *, byte_stream_split: boo
             writer.write_table(table, row_group_size=rows_per_group)
 
 
-def write_lance(table: pa.Table, path: pathlib.Path) -> None:
+def write_lance(table: pa.Table, path: pathlib.Path, *, as_converter: bool = True) -> None:
     import lance
-    lance.write_dataset(table, str(path))
+
+    from formats import lance_table
+    if not as_converter:
+        lance.write_dataset(table, str(path))  # pylance's default file version
+        return
+    table = pa.Table.from_batches(table.to_batches(), lance_table.lance_schema(table.schema, []))
+    lance.write_dataset(table, str(path), data_storage_version=lance_table.FILE_VERSION)
 
 
 # --- to numpy -------------------------------------------------------------------------------------
@@ -169,6 +177,7 @@ def main() -> None:
         files = {
             "lists": work / "lists.parquet", "lists+bss": work / "lists_bss.parquet", "bytes": work / "bytes.parquet",
             "lance/lists": work / "lists.lance", "lance/bytes": work / "bytes.lance",
+            "lance2.0/lists": work / "lists20.lance", "lance2.0/bytes": work / "bytes20.lance",
         }
         lists, raw = table_of(data, "lists", args.dims), table_of(data, "bytes", args.dims)
         write_parquet(lists, files["lists"], byte_stream_split=False)
@@ -176,10 +185,13 @@ def main() -> None:
         write_parquet(raw, files["bytes"], byte_stream_split=False)
         write_lance(lists, files["lance/lists"])
         write_lance(raw, files["lance/bytes"])
+        write_lance(lists, files["lance2.0/lists"], as_converter=False)
+        write_lance(raw, files["lance2.0/bytes"], as_converter=False)
         del lists, raw
         readers = {"pyarrow": read_pyarrow, "duckdb": read_duckdb, "polars": read_polars}
         plan = [(variant, name) for variant in ("lists", "lists+bss", "bytes") for name in readers]
-        plan += [(variant, name) for variant in ("lance/lists", "lance/bytes") for name in ("lance", "duckdb")]
+        plan += [(variant, name) for variant in ("lance/lists", "lance/bytes", "lance2.0/lists", "lance2.0/bytes")
+                 for name in ("lance", "duckdb")]
         lance_readers = {"lance": read_lance, "duckdb": read_duckdb_lance}
         results: dict[tuple[str, str], float] = {}
         readable = []

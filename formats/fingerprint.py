@@ -15,6 +15,7 @@ import bisect
 import dataclasses
 import hashlib
 import json
+from collections.abc import Callable
 from typing import Any
 
 import fsspec
@@ -92,23 +93,35 @@ def reusable(fs: fsspec.AbstractFileSystem, root: str, units: list, current: dic
     `context_changed` says that the previous output was written with another `context` (other
     options, another converter version or schema): then no unit can be reused, and the user
     should be told why rather than find a full conversion where they expected an incremental one."""
+    from formats import lance_table  # a Lance output keeps its fingerprints in the dataset's metadata
+
+    if lance_table.is_dataset(fs, root):
+        return lance_table.reusable(fs, root, units, current, context)
     if not fs.exists(storage.join(root, mixtrain.SIDECAR)) or not fs.exists(storage.join(root, mixtrain.FINGERPRINTS_FILE)):
         return None
     text = fs.cat_file(storage.join(root, mixtrain.FINGERPRINTS_FILE)).decode() or "{}"  # empty: nothing recorded
-    recorded = json.loads(text)
-    previous = recorded.get("units", {})
-    context_changed = context is not None and bool(previous) and recorded.get("context") != context
+    same, owns, context_changed = unchanged(units, current, json.loads(text), context)
     sidecar = mixtrain.read_sidecar(fs, root)
-    same = {key for key, value in current.items() if previous.get(key, {}).get("fingerprint") == value["fingerprint"]}
     published = publish.published_root(fs, root)
     ids = set()
+    for shard in sidecar.get("shards", []):
+        with storage.open_input(fs, storage.join(published, shard)) as handle:
+            ids.update(filter(owns, pq.read_table(handle, columns=["sequence_id"]).column("sequence_id").to_pylist()))
+    return {"units": same, "ids": ids, "shards": sidecar.get("shards", []), "context_changed": context_changed,
+            "root_url": storage.url_for(fs, published), "created_at": sidecar.get("created_at")}
+
+
+def unchanged(units: list, current: dict, recorded: dict, context: str | None) -> tuple[set, Callable[[str], bool], bool]:
+    """Against the fingerprints a previous run recorded: the keys of the units that did not
+    change, a test of whether a sequence id belongs to one of them, and whether the previous run's
+    context differed (then nothing matches, and the user is told why)."""
+    previous = recorded.get("units", {})
+    same = {key for key, value in current.items() if previous.get(key, {}).get("fingerprint") == value["fingerprint"]}
     owners = [unit for unit, _ in units if unit.key in same]
     exact = {unit.key for unit in owners if unit.prefix is None}
     prefixes = tuple(unit.prefix for unit in owners if unit.prefix is not None)
-    for shard in sidecar.get("shards", []):
-        with storage.open_input(fs, storage.join(published, shard)) as handle:
-            for sequence_id in pq.read_table(handle, columns=["sequence_id"]).column("sequence_id").to_pylist():
-                if sequence_id in exact or (prefixes and sequence_id.startswith(prefixes)):
-                    ids.add(sequence_id)
-    return {"units": same, "ids": ids, "shards": sidecar.get("shards", []), "context_changed": context_changed,
-            "root_url": storage.url_for(fs, published), "created_at": sidecar.get("created_at")}
+
+    def owns(sequence_id: str) -> bool:
+        return sequence_id in exact or bool(prefixes and sequence_id.startswith(prefixes))
+
+    return same, owns, context is not None and bool(previous) and recorded.get("context") != context

@@ -9,10 +9,12 @@ gives them back as a file-like object, byte for byte the standalone file); with
 published under `files/` beside the dataset's own folders. Files that are not videos (audio,
 URDF assets...) are always published under `files/`.
 
-Publication: the run stages the finished standalone layout as usual; `publish` writes one Lance
-fragment per staged shard (rows streamed a few at a time, videos read as they go) and commits
-all of them as ONE new version with `LanceDataset.commit`: a reader sees the previous version or
-the new one. Every run adds a version; earlier ones stay readable (time travel) until cleaned up.
+Publication: the run stages the finished standalone layout as usual; the worker that wrote a
+shard writes its rows as Lance fragments (`stage_shard`: file version 2.2, zstd on every leaf but
+the blobs), and `publish` commits all of them as ONE new version with `LanceDataset.commit`: a
+reader sees the previous version or the new one. Every run adds a version; earlier ones stay
+readable (time travel) until cleaned up. The version's metadata also keeps the run's fingerprints,
+from which --incremental reuses unchanged sequences (`reusable`, `reused_rows`).
 """
 
 from __future__ import annotations
@@ -26,17 +28,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from formats import mixtrain, storage
+from formats import fingerprint, mixtrain, storage
 from formats import publish as standalone  # this module's own `publish` commits a Lance version
 from formats.errors import ConversionError, FormatError
 
-__all__ = ["BLOB", "REFERENCE", "VIDEO_STORAGE", "SIDECAR_KEY", "STATS_KEY", "ERRORS_KEY", "is_dataset", "publish", "publish_table",
+__all__ = ["reusable", "reused_rows", "FRAGMENT_PART",
+           "BLOB", "REFERENCE", "VIDEO_STORAGE", "SIDECAR_KEY", "STATS_KEY", "ERRORS_KEY", "is_dataset", "publish", "publish_table",
            "read_metadata", "read_sidecar", "lance_schema", "open_rows", "BLOB_CELL"]
 
 BLOB, REFERENCE = "blob", "reference"
 VIDEO_STORAGE = (BLOB, REFERENCE)
 SIDECAR_KEY, STATS_KEY, ERRORS_KEY = mixtrain.SIDECAR, mixtrain.STATS_FILE, mixtrain.ERRORS_FILE
+FINGERPRINTS_KEY = mixtrain.FINGERPRINTS_FILE  # what the next --incremental run compares with
+FRAGMENT_PART = "lance-fragment:"  # a previous version's fragment, as --incremental reuse names it: lance-fragment:<version>:<id>
 BLOB_METADATA = {"lance-encoding:blob": "true"}
+# Lance file version of the fragments. 2.0 (pylance 14's default) applies no general compression at
+# all; 2.1+ honours `lance-encoding:compression` on a leaf field (a primitive, string or binary
+# field, not the list around it). 2.2 is what pylance 14 calls "stable". Fixed-size lists stay
+# uncompressed in every version (Lance's miniblock encoder stores them as plain values).
+FILE_VERSION = "2.2"
+COMPRESSION_METADATA = {"lance-encoding:compression": "zstd"}
 VERSIONS = "_versions"
 LANCE_STAGING = "_lance"  # in a run's staging folder: the workers' fragments until publication
 BATCH_ROWS = 16  # rows (and their videos) held in memory while a fragment is written
@@ -51,11 +62,28 @@ def _video_columns(sidecar: dict) -> list[str]:
     return [name for name, entry in sidecar["column_types"].items() if entry.get("type") == "video"]
 
 
+def _compressed(field: pa.Field) -> pa.Field:
+    """`field` with zstd asked for on every leaf (where Lance reads the setting): the rows compress
+    as in zstd Parquet, except fixed-size lists, which Lance 14 never compresses."""
+    kind = field.type
+    if pa.types.is_struct(kind):
+        return field.with_type(pa.struct([_compressed(child) for child in kind]))
+    if pa.types.is_fixed_size_list(kind):
+        return field.with_type(pa.list_(_compressed(kind.value_field), kind.list_size))
+    if pa.types.is_large_list(kind):
+        return field.with_type(pa.large_list(_compressed(kind.value_field)))
+    if pa.types.is_list(kind):
+        return field.with_type(pa.list_(_compressed(kind.value_field)))
+    if pa.types.is_null(kind) or pa.types.is_dictionary(kind) or pa.types.is_map(kind):
+        return field
+    return field.with_metadata({**(field.metadata or {}), **{k.encode(): v.encode() for k, v in COMPRESSION_METADATA.items()}})
+
+
 def lance_schema(schema: pa.Schema, blobs: list[str]) -> pa.Schema:
     """The Parquet schema with the `blobs` video columns as blob columns (large_binary with Lance's
-    blob encoding: the MP4 bytes, not their paths)."""
-    return pa.schema([pa.field(f.name, pa.large_binary(), nullable=True, metadata=BLOB_METADATA) if f.name in blobs else f
-                      for f in schema])
+    blob encoding: the MP4 bytes verbatim, never compressed) and zstd on every other leaf."""
+    return pa.schema([pa.field(f.name, pa.large_binary(), nullable=True, metadata=BLOB_METADATA) if f.name in blobs
+                      else _compressed(f) for f in schema])
 
 
 def _batches(fs, staging: str, shard: str, schema: pa.Schema, blobs: list[str]) -> Iterator[pa.RecordBatch]:
@@ -100,7 +128,7 @@ def _write_fragments(fs, staging: str, shard: str, blobs: list[str]) -> None:
     schema = lance_schema(parquet_schema, blobs)
     reader = pa.RecordBatchReader.from_batches(schema, _batches(fs, staging, shard, schema, blobs))
     written = lance.fragment.write_fragments(reader, _uri(fs, _staged(staging, shard)), schema, mode="overwrite",
-                                             return_transaction=True)
+                                             return_transaction=True, data_storage_version=FILE_VERSION)
     record = {"fragments": [fragment.to_json() for fragment in written.operation.fragments],
               # Lance's own schema (blob columns as Lance stores them): the one the commit must name.
               "schema": base64.b64encode(written.operation.new_schema.to_pyarrow().serialize().to_pybytes()).decode()}
@@ -146,7 +174,7 @@ def publish(fs, staging: str, output: str, sidecar: dict, *, videos: str = BLOB)
     sidecar["column_types"] = {name: dict(entry, **({"stored_as": "blob"} if name in blobs else {}))
                                for name, entry in sidecar["column_types"].items()}
     metadata = {SIDECAR_KEY: mixtrain.dumps(sidecar), STATS_KEY: _text(fs, staging, mixtrain.STATS_FILE) or "{}",
-                ERRORS_KEY: _text(fs, staging, mixtrain.ERRORS_FILE)}
+                ERRORS_KEY: _text(fs, staging, mixtrain.ERRORS_FILE), FINGERPRINTS_KEY: _text(fs, staging, mixtrain.FINGERPRINTS_FILE)}
     fragments, schema = [], None
     for shard in shards:
         if not fs.exists(_staged(staging, shard, ".json")):
@@ -206,6 +234,60 @@ def read_metadata(dataset) -> tuple[dict, dict, str]:
     sidecar = json.loads(metadata[SIDECAR_KEY.encode()])
     stats = json.loads(metadata.get(STATS_KEY.encode(), b"{}") or b"{}")
     return sidecar, stats, metadata.get(ERRORS_KEY.encode(), b"").decode()
+
+
+# --- --incremental: the previous version's rows -------------------------------------------------
+
+def _open(fs, root: str, version: int | None = None):
+    return _lance().dataset(_lance_uri(fs, root), version=version)
+
+
+def reusable(fs, root: str, units: list, current: dict, context: str | None = None) -> dict | None:
+    """formats.fingerprint.reusable on a Lance dataset: the units whose fingerprint (kept in the
+    latest version's metadata) did not change, the ids of their sequences, and that version's
+    fragments as the parts to read them from (`reused_rows`). None when nothing was recorded."""
+    dataset = _open(fs, root)
+    sidecar = read_metadata(dataset)[0]
+    text = (dataset.schema.metadata or {}).get(FINGERPRINTS_KEY.encode(), b"").decode()
+    if not text:
+        return None
+    same, owns, context_changed = fingerprint.unchanged(units, current, json.loads(text), context)
+    ids = set(filter(owns, dataset.to_table(columns=["sequence_id"]).column("sequence_id").to_pylist()))
+    parts = [f"{FRAGMENT_PART}{dataset.version}:{fragment.fragment_id}" for fragment in dataset.get_fragments()]
+    return {"units": same, "ids": ids, "shards": parts, "root_url": storage.url_for(fs, root),
+            "created_at": sidecar.get("created_at"), "version": dataset.version, "context_changed": context_changed}
+
+
+def reused_rows(fs, root: str, part: str, keep: frozenset, out_fs, staging: str) -> pa.Table:
+    """The rows of sequences `keep` in one fragment of the previous version (`part`, from
+    `reusable`), as a staged shard holds them: each blob video written verbatim to the standalone
+    path under `staging` (files/<column>/<id>.mp4) and the cell that relative path, so the shard
+    writer puts the same bytes back into the new version."""
+    version, fragment_id = (int(value) for value in part[len(FRAGMENT_PART):].split(":"))
+    dataset = _open(fs, root, version)
+    sidecar = read_metadata(dataset)[0]
+    blobs = [name for name, entry in sidecar["column_types"].items() if entry.get("stored_as") == "blob"]
+    plain = [field.name for field in dataset.schema if field.name not in blobs]
+    fragment = dataset.get_fragment(fragment_id)
+    table = fragment.to_table(columns=plain, with_row_address=True)
+    table = table.filter(pc.is_in(table.column("sequence_id"), pa.array(sorted(keep), pa.string())))
+    addresses = table.column("_rowaddr").to_pylist()
+    ids = table.column("sequence_id").to_pylist()
+    for name in blobs:
+        paths = []
+        files = dataset.take_blobs(name, addresses=addresses) if addresses else []
+        for sequence_id, blob in zip(ids, files):
+            data = blob.readall() if blob is not None else None
+            if data is None:
+                paths.append(None)
+                continue
+            relative = mixtrain.video_path(name, sequence_id)
+            target = storage.join(staging, relative)
+            out_fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+            out_fs.pipe_file(target, data)
+            paths.append(relative)
+        table = table.append_column(name, pa.array(paths, pa.string()))
+    return table.drop_columns(["_rowaddr"])
 
 
 # --- reading ------------------------------------------------------------------------------------

@@ -373,6 +373,9 @@ def _summary(fs, root: str, output_url: str, seconds: float) -> tuple[str, int]:
         f"converted {sidecar['num_sequences']} sequences, {sidecar['num_timesteps']} timesteps, "
         f"{total_bytes / 1e6:.2f} MB in {seconds:.1f} s -> {output_url}"
     )
+    incremental = sidecar.get("incremental") or {}
+    if incremental:
+        line += f" (--incremental: {incremental.get('reused_sequences', 0)} unchanged sequences reused)"
     non_finite = sidecar.get("non_finite_values") or {}
     if non_finite:
         line += f"; kept {sum(non_finite.values())} NaN/inf value(s) (" + ", ".join(f"{k}: {v}" for k, v in non_finite.items()) + ")"

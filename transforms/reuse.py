@@ -1,6 +1,7 @@
 """ReusePrevious: an incremental run's unchanged sequences, taken from the published dataset.
 
-Each previous shard is read once on a worker; the rows of sequences to keep become Sequences
+Each previous shard (or, for a Lance dataset, each fragment of its latest version) is read once on
+a worker; the rows of sequences to keep become Sequences
 again (`mixtrain.table_to_sequences`), and their video and other files are linked (a hard link
 on a local disk: no bytes copied) or copied server-side (object stores) into this run's staging
 output, so the new version is complete on its own and the old one can be collected.
@@ -14,7 +15,7 @@ import apache_beam as beam
 import pyarrow.parquet as pq
 from apache_beam.metrics import Metrics
 
-from formats import mixtrain, storage
+from formats import lance_table, mixtrain, storage
 from formats.sequence import ColumnSpec
 
 __all__ = ["ReusePrevious"]
@@ -33,12 +34,16 @@ class _ReuseShardFn(beam.DoFn):
         self._fs, self._previous = storage.open_root(self._previous_url)
         self._out_fs, self._staging = storage.open_root(self._staging_url)
         # Files that were lossless encodes, not packet copies, stay named as such in the new mixtrain.json.
-        types = mixtrain.read_sidecar(self._fs, self._previous).get("column_types") or {}
+        self._lance = lance_table.is_dataset(self._fs, self._previous)
+        types = (lance_table.read_sidecar if self._lance else mixtrain.read_sidecar)(self._fs, self._previous).get("column_types") or {}
         self._notes = {column: entry["not_copied"] for column, entry in types.items() if isinstance(entry, dict) and entry.get("not_copied")}
 
     def process(self, shard: str):
-        with self._fs.open(storage.join(self._previous, shard), "rb") as handle:
-            table = pq.read_table(handle)
+        if shard.startswith(lance_table.FRAGMENT_PART):  # a Lance version's fragment; blob videos written to staging
+            table = lance_table.reused_rows(self._fs, self._previous, shard, self._keep, self._out_fs, self._staging)
+        else:
+            with self._fs.open(storage.join(self._previous, shard), "rb") as handle:
+                table = pq.read_table(handle)
         ids = table.column("sequence_id").to_pylist()
         rows = [i for i, sequence_id in enumerate(ids) if sequence_id in self._keep]
         if not rows:
@@ -54,6 +59,8 @@ class _ReuseShardFn(beam.DoFn):
 
     def _link(self, relative: str) -> None:
         source, target = storage.join(self._previous, relative), storage.join(self._staging, relative)
+        if self._lance and self._out_fs.exists(target):  # already staged: a video taken out of a Lance blob
+            return
         self._out_fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
         if storage.local_path(self._out_fs, target) is not None and storage.local_path(self._fs, source) is not None:
             try:
