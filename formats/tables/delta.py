@@ -92,10 +92,10 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
     from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 
     output_url = storage.url_for(fs, output)
-    value = lake.property_value(sidecar, settings.run_id, "delta")
-    lake.write_run_metadata(fs, staging, value, sidecar)
     shards = lake.staged_shards(fs, staging, sidecar)
-    lake.concrete_shards(fs, shards)
+    untyped = lake.concrete_shards(fs, shards)
+    value = lake.property_value(sidecar, settings.run_id, "delta", untyped)
+    lake.write_run_metadata(fs, staging, value, sidecar)
     file_schema = pq.read_schema(fs.open(shards[0], "rb"))
     lake.check_unsigned(fs, shards, file_schema)
     schema = table_schema(file_schema)

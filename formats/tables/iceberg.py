@@ -131,11 +131,11 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
 
     output_url = storage.url_for(fs, output)
     shards = lake.staged_shards(fs, staging, sidecar)
-    lake.concrete_shards(fs, shards)
+    untyped = lake.concrete_shards(fs, shards)
     if settings.partition_by:
         shards = lake.split_by_partition(fs, shards, settings.partition_by)
         sidecar = {**sidecar, "shards": [shard[len(staging) + 1:] for shard in shards]}
-    value = lake.property_value(sidecar, settings.run_id, "iceberg")
+    value = lake.property_value(sidecar, settings.run_id, "iceberg", untyped)
     lake.write_run_metadata(fs, staging, value, sidecar)
     schema = pq.read_schema(fs.open(shards[0], "rb"))
     lake.check_unsigned(fs, shards, schema)  # pyiceberg declares uint64 as long

@@ -60,9 +60,10 @@ def with_run_prefix(sequence: Sequence, prefix: str) -> Sequence:
     return sequence
 
 
-def property_value(sidecar: dict, run_id: str, table_format: str) -> dict:
+def property_value(sidecar: dict, run_id: str, table_format: str, untyped: list[str] = ()) -> dict:
     """The `mixtrain` table property: the sidecar, its file names relative to the table location
-    (stats, errors; the shards are the table's business, listed for reference)."""
+    (stats, errors; the shards are the table's business, listed for reference), and the columns
+    this run left out of its files because no row gave them a type (`concrete_shards`)."""
     prefix = run_prefix(run_id)
     value = dict(sidecar)
     value["stats"] = prefix + mixtrain.STATS_FILE
@@ -70,6 +71,8 @@ def property_value(sidecar: dict, run_id: str, table_format: str) -> dict:
         value["errors"] = prefix + mixtrain.ERRORS_FILE
     value["shards"] = [prefix + shard for shard in sidecar.get("shards", [])]
     value["table"] = {"format": table_format, "run": run_id, "file_references": "relative to the table location"}
+    if untyped:
+        value["table"]["untyped_columns"] = list(untyped)
     return value
 
 
@@ -132,22 +135,25 @@ def check_unsigned(fs, shards: list[str], schema: pa.Schema) -> None:
 
 
 def concrete_shards(fs, shards: list[str]) -> list[str]:
-    """Give all-null columns (Arrow null type: a source field no episode filled) the type string,
-    rewriting those shards of this run before they are committed: Iceberg v2 and Delta have no
-    null type. The values (all null) are unchanged. Returns the columns so declared."""
-    declared: set[str] = set()
+    """Leave out of this run's shards the columns no row filled (Arrow null type, or lists of it):
+    Iceberg v2 and Delta have no null type, and declaring one (say string) would refuse the run
+    that first fills the column with another type. Such a column joins the table's schema when a
+    run gives it a type (schema evolution: the rows before read null); a table column a run leaves
+    out reads null in that run's rows. Returns the columns left out (recorded in the property)."""
+    from formats.arrow_types import is_empty_type
+
+    untyped: set[str] = set()
     for shard in shards:
         schema = pq.read_schema(fs.open(shard, "rb"))
-        nulls = [field.name for field in schema if pa.types.is_null(field.type)]
+        nulls = [field.name for field in schema if is_empty_type(field.type)]
         if not nulls:
             continue
         with fs.open(shard, "rb") as handle:
             table = pq.read_table(handle)
-        target = pa.schema([field.with_type(pa.string()) if field.name in nulls else field for field in schema])
         with fs.open(shard, "wb") as handle:
-            mixtrain.write_shard(table.cast(target), handle)
-        declared.update(nulls)
-    return sorted(declared)
+            mixtrain.write_shard(table.drop_columns(nulls), handle)
+        untyped.update(nulls)
+    return sorted(untyped)
 
 
 def _partition_name(values: dict) -> str:

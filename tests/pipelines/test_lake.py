@@ -353,3 +353,36 @@ def test_partitioning_by_split_prunes_files_and_keeps_every_row(tmp_path, capsys
     assert _convert(src, tmp_path / "other", "--table_format=iceberg", "--partition_by=video_front") == 2
     assert "--partition_by=video_front: not a scalar column" in capsys.readouterr().err
     assert validate.validate(str(dst)) == []
+
+
+def _set_episode_column(src, name, values):
+    """An extra per-episode column of the ORTF episode table (a feature the source added)."""
+    path = src / "meta" / "episodes.parquet"
+    table = pq.read_table(path)
+    column = values if isinstance(values, pa.Array) else pa.array(values)
+    table = table.set_column(table.column_names.index(name), name, column) if name in table.column_names else table.append_column(name, column)
+    pq.write_table(table, path)
+
+
+@pytest.mark.parametrize("table_format", FORMATS)
+def test_a_column_no_row_filled_joins_the_table_when_a_later_night_fills_it(tmp_path, table_format):
+    src, dst = tmp_path / "ortf", tmp_path / "lake"
+    write_ortf(str(src), SyntheticORTF(lengths=(6, 5, 7), slow_camera=None))
+    settings = TableSettings(format=table_format)
+    _set_episode_column(src, "quality", pa.nulls(3))  # declared by the source, no episode filled it yet
+    assert _convert(src, dst, f"--table_format={table_format}") == 0
+    first = lake.current_property(f"file://{dst}", settings)
+    assert first["table"]["untyped_columns"] == ["quality"]
+    assert "quality" not in _lake_rows(dst, table_format).column_names
+    _set_episode_column(src, "quality", [0.5, 1.5, 2.5])
+    assert _convert(src, dst, f"--table_format={table_format}", "--incremental") == 0
+    rows = _lake_rows(dst, table_format)
+    assert rows.schema.field("quality").type == pa.float64() and rows.column("quality").to_pylist() == [0.5, 1.5, 2.5]
+    assert "untyped_columns" not in lake.current_property(f"file://{dst}", settings)["table"]
+    _set_episode_column(src, "quality", pa.nulls(3))  # a night that fills it nowhere: null rows, the column stays
+    assert _convert(src, dst, f"--table_format={table_format}", "--incremental") == 0
+    assert _lake_rows(dst, table_format).column("quality").to_pylist() == [None, None, None]
+    committed = lake.versions(f"file://{dst}", settings)
+    assert len(committed) == 3
+    assert _lake_rows(dst, table_format, committed[1]["version"]).column("quality").to_pylist() == [0.5, 1.5, 2.5]
+    assert validate.validate(str(dst)) == []
