@@ -386,3 +386,20 @@ def test_a_column_no_row_filled_joins_the_table_when_a_later_night_fills_it(tmp_
     assert len(committed) == 3
     assert _lake_rows(dst, table_format, committed[1]["version"]).column("quality").to_pylist() == [0.5, 1.5, 2.5]
     assert validate.validate(str(dst)) == []
+
+
+def test_iceberg_promotes_int_to_long_and_float_to_double(tmp_path):
+    src, dst = tmp_path / "ortf", tmp_path / "lake"
+    write_ortf(str(src), SyntheticORTF(lengths=(6, 5, 7), slow_camera=None))
+    _set_episode_column(src, "attempt", pa.array([1, 2, 3], pa.int32()))
+    _set_episode_column(src, "score", pa.array([0.5, 1.5, 2.5], pa.float32()))
+    assert _convert(src, dst, "--table_format=iceberg") == 0
+    _set_episode_column(src, "attempt", pa.array([4, 5, 2 ** 40], pa.int64()))
+    _set_episode_column(src, "score", pa.array([0.25, 1.25, 1e300], pa.float64()))
+    assert _convert(src, dst, "--table_format=iceberg", "--incremental") == 0
+    rows = _lake_rows(dst, "iceberg")
+    assert (rows.schema.field("attempt").type, rows.schema.field("score").type) == (pa.int64(), pa.float64())
+    assert rows.column("attempt").to_pylist() == [4, 5, 2 ** 40] and rows.column("score").to_pylist() == [0.25, 1.25, 1e300]
+    first = lake.versions(f"file://{dst}", TableSettings(format="iceberg"))[0]["version"]
+    assert _lake_rows(dst, "iceberg", first).column("attempt").to_pylist() == [1, 2, 3]
+    assert validate.validate(str(dst)) == []
