@@ -28,7 +28,6 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 
 from formats import errors, lance_table, mixtrain, publish, sources, storage, tables
-from formats.sequence import SCALAR
 from formats.tables import lake
 from pipelines import cli, failures, local_workers
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
@@ -142,11 +141,6 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     plan = make_plan(options, output_url=output_url, previous_root=previous_root,
                      created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     meta = plan.meta
-    scalars = [spec.name for spec in meta.columns if spec.kind == SCALAR and spec.name != "sequence_id"]
-    for column in settings.partition_by:
-        if column not in scalars:
-            raise UsageError(f"--partition_by={column}: not a scalar column of this {plan.source.id} dataset "
-                             f"(scalar columns: {', '.join(scalars)})")
     staging = staging_root(out_fs, out_root, run_id, options)
     staging_url = storage.url_for(out_fs, staging)
     if write_assets:

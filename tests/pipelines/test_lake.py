@@ -351,7 +351,13 @@ def test_partitioning_by_split_prunes_files_and_keeps_every_row(tmp_path, capsys
     assert _convert(src, dst, "--num_shards=2", "--table_format=iceberg", "--partition_by=task", "--overwrite") == 1
     assert "the table is partitioned by (split), this run asks for --partition_by=task" in capsys.readouterr().err
     assert _convert(src, tmp_path / "other", "--table_format=iceberg", "--partition_by=video_front") == 2
-    assert "--partition_by=video_front: not a scalar column" in capsys.readouterr().err
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "error: --partition_by=video_front: not a scalar column of this lerobot_v3 dataset that a table can partition by (a video "
+        "column); columns it can partition by: length, duration_seconds, episode_index, task, split")
+    assert _convert(src, tmp_path / "other", "--table_format=iceberg", "--partition_by=tasks") == 2  # list<string>
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "error: --partition_by=tasks: not a scalar column of this lerobot_v3 dataset that a table can partition by (a list<string> "
+        "column); columns it can partition by: length, duration_seconds, episode_index, task, split")
     assert validate.validate(str(dst)) == []
 
 
