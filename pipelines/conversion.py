@@ -275,6 +275,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
     local = runner in LOCAL_RUNNERS
     out_fs, out_root = storage.open_root(options.output)
     staging = staging_root(out_fs, out_root, run_id, options)
+    created = not out_fs.exists(out_root)  # a failed run then removes the folder it made (the output as it was)
     try:
         try:
             if not launch_only:
@@ -307,7 +308,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
             if lake.is_lake(options.table_format) and lake.is_committed(out_fs, staging, table_settings(options, run_id)):
                 pass  # the table references this run's files (a commit landed before the failure): keep them
             else:
-                _discard(out_fs, staging, out_root)
+                _discard(out_fs, staging, out_root, created)
             raise
     except UsageError as error:
         _usage(console, error)
@@ -328,7 +329,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
     if launch_only or options.detach:
         print(_launched(result, all_options, launch_only or "submitted"), file=out, flush=True)
         if launch_only:
-            _discard(out_fs, staging, out_root)
+            _discard(out_fs, staging, out_root, created)
         return EXIT_OK
     if lake.is_lake(options.table_format):
         summary, skipped = _lake_summary(out_fs, out_root, options, run_id, time.monotonic() - started)
@@ -338,12 +339,17 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
     return EXIT_SKIPPED if skipped else EXIT_OK
 
 
-def _discard(fs, staging: str, out_root: str) -> None:
-    """Best effort after a failure: drop this run's staging (on object stores, where folders exist
-    only through their objects, also an output folder left empty)."""
+def _discard(fs, staging: str, out_root: str, created: bool) -> None:
+    """Best effort after a failure, so the output is left as it was: drop this run's staging, a
+    lake table's `runs/` when no other run's folder is in it, and the output folder when this run
+    created it and nothing else is in it (on object stores, where folders exist only through
+    their objects, any output folder left empty)."""
     try:
         publish.discard_staging(fs, staging, out_root)
-        if not storage.is_local(fs) and fs.exists(out_root) and not fs.ls(out_root):
+        runs = storage.join(out_root, lake.RUNS_DIR)
+        if staging.startswith(runs + "/") and fs.exists(runs) and not fs.ls(runs):
+            fs.rm(runs, recursive=True)
+        if (created or not storage.is_local(fs)) and fs.exists(out_root) and not fs.ls(out_root):
             fs.rm(out_root, recursive=True)
     except OSError:
         pass

@@ -409,3 +409,17 @@ def test_iceberg_promotes_int_to_long_and_float_to_double(tmp_path):
     first = lake.versions(f"file://{dst}", TableSettings(format="iceberg"))[0]["version"]
     assert _lake_rows(dst, "iceberg", first).column("attempt").to_pylist() == [1, 2, 3]
     assert validate.validate(str(dst)) == []
+
+
+@pytest.mark.parametrize("table_format", FORMATS)
+def test_a_refused_lake_run_leaves_the_output_as_it_was(tmp_path, table_format, capsys):
+    src = tmp_path / "ortf"
+    write_ortf(str(src), SyntheticORTF(lengths=(4, 5), slow_camera=None))
+    new, empty = tmp_path / "new", tmp_path / "empty"
+    empty.mkdir()
+    extra = ("--partition_by=nosuch",) if table_format == "iceberg" else ("--fps=3",)  # refused once the source is read
+    for dst in (new, empty):
+        assert _convert(src, dst, f"--table_format={table_format}", *extra) == 2
+        assert capsys.readouterr().err.startswith("error: --")
+    assert not new.exists() and empty.is_dir() and os.listdir(empty) == []
+    assert _convert(src, new) == 0 and _convert(src, empty) == 0  # a standalone run may use them as before
