@@ -423,3 +423,27 @@ def test_a_refused_lake_run_leaves_the_output_as_it_was(tmp_path, table_format, 
         assert capsys.readouterr().err.startswith("error: --")
     assert not new.exists() and empty.is_dir() and os.listdir(empty) == []
     assert _convert(src, new) == 0 and _convert(src, empty) == 0  # a standalone run may use them as before
+
+
+@pytest.mark.parametrize("statistics", [True, False])
+def test_uint64_values_beyond_int64_are_refused_with_or_without_parquet_statistics(tmp_path, statistics):
+    from fsspec.implementations.local import LocalFileSystem
+
+    from formats.errors import ConversionError
+
+    def shard(name, values, nested):
+        path = tmp_path / f"{name}.parquet"
+        table = pa.table({"sequence_id": [f"s{i}" for i in range(len(values))], "count": pa.array(values, pa.uint64()),
+                          "nested": pa.array([[value] for value in nested], pa.list_(pa.uint64()))})
+        pq.write_table(table, path, write_statistics=statistics)
+        return str(path)
+
+    fs, small, big = LocalFileSystem(), [1, 2 ** 63 - 1], [0, 2 ** 63]
+    fitting = shard("fits", small, small)
+    schema = pq.read_schema(fitting)
+    lake.check_unsigned(fs, [fitting], schema)  # every value fits int64: accepted
+    with pytest.raises(ConversionError, match="^column count: uint64 values exceed int64"):
+        lake.check_unsigned(fs, [fitting, shard("top", big, small)], schema)
+    with pytest.raises(ConversionError, match="^column nested: uint64 values exceed int64"):
+        lake.check_unsigned(fs, [shard("inner", small, big)], schema)
+    assert lake.unsigned_64_fit(fs, [fitting]) == {"count": True, "nested": True}
