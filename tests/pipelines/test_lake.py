@@ -447,3 +447,28 @@ def test_uint64_values_beyond_int64_are_refused_with_or_without_parquet_statisti
     with pytest.raises(ConversionError, match="^column nested: uint64 values exceed int64"):
         lake.check_unsigned(fs, [shard("inner", small, big)], schema)
     assert lake.unsigned_64_fit(fs, [fitting]) == {"count": True, "nested": True}
+
+
+def test_a_delta_run_is_one_log_entry_holding_its_rows_and_its_property(tmp_path):
+    from deltalake import DeltaTable
+    from fsspec.implementations.local import LocalFileSystem
+
+    from formats.tables import delta
+
+    src, dst = tmp_path / "src", tmp_path / "lake"
+    _write_night(src, (6, 5, 7), seed=1)
+    assert _convert(src, dst, "--num_shards=2", "--table_format=delta") == 0
+    _write_night(src, (6, 9, 7, 4), seed=1)
+    assert _convert(src, dst, "--num_shards=2", "--table_format=delta", "--incremental") == 0
+    assert sorted(os.listdir(dst / "_delta_log")) == ["00000000000000000000.json", "00000000000000000001.json"]
+    committed = lake.versions(f"file://{dst}", TableSettings(format="delta"))
+    assert [entry["version"] for entry in committed] == ["0", "1"]
+    for entry, rows in zip(committed, (3, 4)):
+        version = DeltaTable(f"file://{dst}", version=int(entry["version"]))
+        value = json.loads(version.metadata().configuration["mixtrain"])  # every version: its own run's metadata
+        assert value["table"]["run"] == entry["run"] and value["num_sequences"] == rows == version.to_pyarrow_table().num_rows
+    entry = dst / "_delta_log" / "00000000000000000001.json"
+    before = entry.read_bytes()
+    assert not delta._put_if_absent(LocalFileSystem(), str(entry), b"{}\n")  # a writer racing for a taken version loses
+    assert entry.read_bytes() == before and [p.name for p in (dst / "_delta_log").iterdir() if p.name.startswith(".")] == []
+    assert validate.validate(str(dst)) == []
