@@ -472,3 +472,49 @@ def test_a_delta_run_is_one_log_entry_holding_its_rows_and_its_property(tmp_path
     assert not delta._put_if_absent(LocalFileSystem(), str(entry), b"{}\n")  # a writer racing for a taken version loses
     assert entry.read_bytes() == before and [p.name for p in (dst / "_delta_log").iterdir() if p.name.startswith(".")] == []
     assert validate.validate(str(dst)) == []
+
+
+@pytest.mark.parametrize("table_format", FORMATS)
+def test_the_reader_and_inspect_open_a_lake_tables_current_run(tmp_path, table_format, capsys):
+    import numpy as np
+
+    from formats import reader
+    from formats.errors import FormatError
+    from pipelines import inspect
+
+    src, dst, reference = tmp_path / "src", tmp_path / "lake", tmp_path / "standalone"
+    _write_night(src, (6, 5, 7), seed=1)
+    assert _convert(src, dst, "--num_shards=2", f"--table_format={table_format}") == 0
+    _write_night(src, (6, 9, 7, 4), seed=1)
+    assert _convert(src, dst, "--num_shards=2", f"--table_format={table_format}", "--incremental") == 0
+    assert _convert(src, reference, "--num_shards=2") == 0
+    lake_ds, standalone = reader.open_dataset(str(dst)), reader.open_dataset(str(reference))
+    assert len(lake_ds) == len(standalone) == 4 and sorted(lake_ds.sequence_ids()) == sorted(standalone.sequence_ids())
+    for sequence_id in standalone.sequence_ids():
+        got, expected = lake_ds.sequence(sequence_id), standalone.sequence(sequence_id)
+        assert np.array_equal(got["action"], expected["action"]) and got["length"] == expected["length"]
+        assert np.array_equal(lake_ds.frames(sequence_id, "video_front", 0, 3), standalone.frames(sequence_id, "video_front", 0, 3))
+    capsys.readouterr()
+    assert inspect.main([str(dst)]) == 0
+    out = capsys.readouterr().out
+    assert "sequences   4" in out and "video_front  h264" in out and "4 files" in out
+
+    empty = tmp_path / "empty_table"
+    if table_format == "delta":
+        from deltalake import DeltaTable
+
+        DeltaTable.create(f"file://{empty}", schema=pa.schema([pa.field("sequence_id", pa.string())]))
+    else:
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        empty.mkdir()
+        catalog = SqlCatalog("mixtrain", uri=f"sqlite:///{empty}/catalog.db", warehouse=f"file://{empty}")
+        catalog.create_namespace("default")
+        catalog.create_table("default.dataset", schema=pa.schema([pa.field("sequence_id", pa.string())]), location=f"file://{empty}")
+    name, library = {"iceberg": ("an Iceberg", "pyiceberg"), "delta": ("a Delta", "deltalake")}[table_format]
+    with pytest.raises(FormatError) as raised:
+        reader.open_dataset(str(empty))
+    assert str(raised.value) == f"{empty}: {name} table without a readable Mixtrain run: read it with {library}/DuckDB (docs/lake.md)"
+    assert inspect.main([str(empty)]) == 1
+    assert capsys.readouterr().err == f"error: {empty}: {name} table without a readable Mixtrain run: read it with {library}/DuckDB " \
+                                      "(docs/lake.md)\n"
