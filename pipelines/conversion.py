@@ -379,8 +379,10 @@ def _lake_summary(fs, root: str, options: ConvertOptions, run_id: str, seconds: 
     """The success line of a lake run: what was committed, where the table is and how to open it."""
     value, where = lake.summary(storage.url_for(fs, root), table_settings(options, run_id))
     skipped = int(value.get("num_skipped", 0)) + int(value.get("num_skipped_units", 0))
-    line = (f"converted {value.get('num_sequences')} sequences, {value.get('num_timesteps')} timesteps in {seconds:.1f} s -> "
-            f"{options.output}: {where}")
+    # What this run wrote (its folder: every shard, and the videos it converted; reused ones stay in earlier runs' folders).
+    written = sum(info["size"] for info in fs.find(lake.run_root(root, run_id), detail=True).values())
+    line = (f"converted {value.get('num_sequences')} sequences, {value.get('num_timesteps')} timesteps, {written / 1e6:.2f} MB in "
+            f"{seconds:.1f} s -> {options.output}: {where}")
     if skipped:
         line += f"; skipped {skipped}, listed in {storage.join(root, value.get('errors', mixtrain.ERRORS_FILE))}"
     return line, skipped

@@ -73,7 +73,9 @@ def _duckdb():
 def _duckdb_rows(dst, table_format) -> pa.Table:
     connection = _duckdb()
     if table_format == "iceberg":
-        metadata = max(glob.glob(str(dst / "metadata" / "*.metadata.json")), key=os.path.getmtime)
+        from formats.tables import iceberg
+
+        metadata = iceberg.open_table(f"file://{dst}").metadata_location.removeprefix("file://")  # the catalog's current one
         query = f"SELECT * FROM iceberg_scan('{metadata}')"
     else:
         query = f"SELECT * FROM delta_scan('file://{dst}')"
@@ -486,7 +488,15 @@ def test_the_reader_and_inspect_open_a_lake_tables_current_run(tmp_path, table_f
     _write_night(src, (6, 5, 7), seed=1)
     assert _convert(src, dst, "--num_shards=2", f"--table_format={table_format}") == 0
     _write_night(src, (6, 9, 7, 4), seed=1)
+    capsys.readouterr()
     assert _convert(src, dst, "--num_shards=2", f"--table_format={table_format}", "--incremental") == 0
+    import re
+
+    summary = re.fullmatch(r"converted 4 sequences, (\d+) timesteps, ([0-9.]+) MB in [0-9.]+ s -> (.*): (Iceberg|Delta) table.*",
+                           capsys.readouterr().out.splitlines()[-1])
+    run = lake.current_property(f"file://{dst}", TableSettings(format=table_format))["table"]["run"]
+    written = sum(path.stat().st_size for path in (dst / "runs" / run).rglob("*") if path.is_file())
+    assert summary and summary[1] == "26" and summary[2] == f"{written / 1e6:.2f}" and summary[3] == str(dst)
     assert _convert(src, reference, "--num_shards=2") == 0
     lake_ds, standalone = reader.open_dataset(str(dst)), reader.open_dataset(str(reference))
     assert len(lake_ds) == len(standalone) == 4 and sorted(lake_ds.sequence_ids()) == sorted(standalone.sequence_ids())
