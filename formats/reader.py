@@ -44,13 +44,18 @@ PER_STEP = (TIMESTAMPS, TRAJECTORY, STEPS)
 
 def open_dataset(url: str, *, version: int | None = None) -> Dataset:
     """Open the dataset at a local path or fsspec URL (reads mixtrain.json only; a Lance dataset's
-    metadata for `--table_format=lance`, its latest version unless `version` names an earlier one)."""
+    metadata for `--table_format=lance`, its latest version unless `version` names an earlier one;
+    an Iceberg / Delta table's current run for `--table_format=iceberg|delta`, embedded catalog)."""
     fs, root = storage.open_root(url)
     path = storage.join(root, mixtrain.SIDECAR)
     if not fs.exists(path) and fs.exists(storage.join(root, "_versions")):  # --table_format=lance
         from formats import lance_table
         if lance_table.is_dataset(fs, root):
             return lance_table.open_rows(fs, root, version)
+    if not fs.exists(path) and version is None:
+        lake_format = _lake_format(fs, root)
+        if lake_format is not None:
+            return _open_lake(fs, root, lake_format)
     if version is not None:
         raise ValueError(f"{url}: versions are a Lance dataset's (--table_format=lance); this is a standalone dataset")
     sidecar = storage.read_json(fs, path, missing="not found: not a finished Mixtrain dataset (no mixtrain.json)")
@@ -58,6 +63,32 @@ def open_dataset(url: str, *, version: int | None = None) -> Dataset:
         raise FormatError(f"{path}: format version {sidecar.get('mixtrain')!r} is not one this reader knows ({mixtrain.VERSION!r})")
     _check_sidecar(sidecar, path)
     return Dataset(fs, root, sidecar)
+
+
+def _lake_format(fs, root: str) -> str | None:
+    from formats.tables import lake
+
+    return lake.detect(fs, root)
+
+
+def _open_lake(fs, root: str, table_format: str) -> Dataset:
+    """An Iceberg / Delta table this converter wrote (embedded catalog): its current run. The
+    `mixtrain` property names that run's shards, which hold exactly the current snapshot's rows
+    (a kept shard is byte-identical to the committed one) with the types as written; file
+    references are relative to the table location, the root here."""
+    from formats.tables import TableSettings, lake
+
+    name = {"iceberg": "an Iceberg", "delta": "a Delta"}[table_format]
+    try:
+        value = lake.current_property(storage.url_for(fs, root), TableSettings(format=table_format))
+    except ImportError:
+        value = None
+    if not isinstance(value, dict) or value.get("mixtrain") != mixtrain.VERSION:
+        raise FormatError(f"{root}: {name} table without a readable Mixtrain run: read it with "
+                          f"{'pyiceberg' if table_format == 'iceberg' else 'deltalake'}/DuckDB (docs/lake.md)")
+    where = f"{root} ({table_format} table, property {lake.PROPERTY!r})"
+    _check_sidecar(value, where)
+    return Dataset(fs, root, value)
 
 
 def _check_sidecar(sidecar: dict, path: str) -> None:

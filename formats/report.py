@@ -59,6 +59,13 @@ def _du(ds: Dataset, relative: str) -> tuple[int, int]:
     return len(sizes), int(sum(sizes))
 
 
+def _referenced(ds: Dataset, column: str) -> tuple[int, int]:
+    """(files, bytes) a file column's rows reference, where they are not under files/<column>
+    (a lake table: each run's files are in its own folder)."""
+    paths = {path for path in ds.scan([column]).column(column).to_pylist() if isinstance(path, str) and "://" not in path}
+    return len(paths), sum(ds.fs.size(storage.join(ds.root, path)) for path in paths)
+
+
 def summarize(ds: Dataset) -> dict[str, Any]:
     """Everything the terminal summary and the page show, as plain values."""
     meta = ds.metadata
@@ -74,12 +81,13 @@ def summarize(ds: Dataset) -> dict[str, Any]:
     cameras = []
     for name in ds.video_columns:
         entry = ds.column_types[name]
-        files, size = _du(ds, f"files/{name}")
+        files, size = _du(ds, f"files/{name}") if ds.fs.exists(storage.join(ds.root, f"files/{name}")) else _referenced(ds, name)
         resolution = entry.get("resolution") or {}
         cameras.append({"name": name, "codec": entry.get("codec"), "width": resolution.get("width"), "height": resolution.get("height"),
                         "fps": entry.get("fps"), "pix_fmt": entry.get("pix_fmt"), "written_as": entry.get("written_as"),
                         "depth": bool(entry.get("is_depth_map")), "files": files, "bytes": size})
-    shard_files, shard_bytes = _du(ds, "data")
+    shard_files, shard_bytes = _du(ds, "data") if all(shard.startswith("data/") for shard in ds.shards) else \
+        (len(ds.shards), sum(ds.fs.size(storage.join(ds.root, shard)) for shard in ds.shards))
     converter = meta.get("converter") or {}
     source = meta.get("source") or {}
     histogram = None

@@ -28,7 +28,6 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 
 from formats import errors, lance_table, mixtrain, publish, sources, storage, tables
-from formats.sequence import SCALAR
 from formats.tables import lake
 from pipelines import cli, failures, local_workers
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
@@ -150,11 +149,6 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     plan = make_plan(options, output_url=output_url, previous_root=previous_root,
                      created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     meta = plan.meta
-    scalars = [spec.name for spec in meta.columns if spec.kind == SCALAR and spec.name != "sequence_id"]
-    for column in settings.partition_by:
-        if column not in scalars:
-            raise UsageError(f"--partition_by={column}: not a scalar column of this {plan.source.id} dataset "
-                             f"(scalar columns: {', '.join(scalars)})")
     staging = staging_root(out_fs, out_root, run_id, options)
     staging_url = storage.url_for(out_fs, staging)
     if write_assets:
@@ -289,6 +283,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
     local = runner in LOCAL_RUNNERS
     out_fs, out_root = storage.open_root(options.output)
     staging = staging_root(out_fs, out_root, run_id, options)
+    created = not out_fs.exists(out_root)  # a failed run then removes the folder it made (the output as it was)
     try:
         try:
             if not launch_only:
@@ -321,7 +316,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
             if lake.is_lake(options.table_format) and lake.is_committed(out_fs, staging, table_settings(options, run_id)):
                 pass  # the table references this run's files (a commit landed before the failure): keep them
             else:
-                _discard(out_fs, staging, out_root)
+                _discard(out_fs, staging, out_root, created)
             raise
     except UsageError as error:
         _usage(console, error)
@@ -342,7 +337,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
     if launch_only or options.detach:
         print(_launched(result, all_options, launch_only or "submitted"), file=out, flush=True)
         if launch_only:
-            _discard(out_fs, staging, out_root)
+            _discard(out_fs, staging, out_root, created)
         return EXIT_OK
     if lake.is_lake(options.table_format):
         summary, skipped = _lake_summary(out_fs, out_root, options, run_id, time.monotonic() - started)
@@ -352,12 +347,17 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
     return EXIT_SKIPPED if skipped else EXIT_OK
 
 
-def _discard(fs, staging: str, out_root: str) -> None:
-    """Best effort after a failure: drop this run's staging (on object stores, where folders exist
-    only through their objects, also an output folder left empty)."""
+def _discard(fs, staging: str, out_root: str, created: bool) -> None:
+    """Best effort after a failure, so the output is left as it was: drop this run's staging, a
+    lake table's `runs/` when no other run's folder is in it, and the output folder when this run
+    created it and nothing else is in it (on object stores, where folders exist only through
+    their objects, any output folder left empty)."""
     try:
         publish.discard_staging(fs, staging, out_root)
-        if not storage.is_local(fs) and fs.exists(out_root) and not fs.ls(out_root):
+        runs = storage.join(out_root, lake.RUNS_DIR)
+        if staging.startswith(runs + "/") and fs.exists(runs) and not fs.ls(runs):
+            fs.rm(runs, recursive=True)
+        if (created or not storage.is_local(fs)) and fs.exists(out_root) and not fs.ls(out_root):
             fs.rm(out_root, recursive=True)
     except OSError:
         pass
@@ -390,8 +390,10 @@ def _lake_summary(fs, root: str, options: ConvertOptions, run_id: str, seconds: 
     """The success line of a lake run: what was committed, where the table is and how to open it."""
     value, where = lake.summary(storage.url_for(fs, root), table_settings(options, run_id))
     skipped = int(value.get("num_skipped", 0)) + int(value.get("num_skipped_units", 0))
-    line = (f"converted {value.get('num_sequences')} sequences, {value.get('num_timesteps')} timesteps in {seconds:.1f} s -> "
-            f"{options.output}: {where}")
+    # What this run wrote (its folder: every shard, and the videos it converted; reused ones stay in earlier runs' folders).
+    written = sum(info["size"] for info in fs.find(lake.run_root(root, run_id), detail=True).values())
+    line = (f"converted {value.get('num_sequences')} sequences, {value.get('num_timesteps')} timesteps, {written / 1e6:.2f} MB in "
+            f"{seconds:.1f} s -> {options.output}: {where}")
     if skipped:
         line += f"; skipped {skipped}, listed in {storage.join(root, value.get('errors', mixtrain.ERRORS_FILE))}"
     return line, skipped

@@ -14,9 +14,11 @@ import dataclasses
 import math
 from typing import Any
 
+import pyarrow as pa
+
 import formats
 from formats import array_layout, errors, fingerprint, mixtrain, sources, storage, video_policy
-from formats.sequence import TRAJECTORY, VIDEO, DatasetMeta
+from formats.sequence import SCALAR, TRAJECTORY, VIDEO, DatasetMeta
 from formats.source import Source, SourceRef
 from pipelines import cli
 from pipelines.cli import UsageError
@@ -98,6 +100,26 @@ def plan_videos(meta: DatasetMeta, mode: str, requested: video_policy.EncodeOpti
     return dataclasses.replace(meta, columns=columns), encode, sizes
 
 
+def partitionable(kind: pa.DataType) -> bool:
+    """A type a lake table can partition by identity: a plain value (not a list, struct, binary or null)."""
+    return (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind)
+            or pa.types.is_boolean(kind) or pa.types.is_date(kind))
+
+
+def check_partition_by(options: Any, source: Source, meta: DatasetMeta) -> None:
+    """--partition_by names scalar columns of plain values (refused before anything is written)."""
+    columns = [column for column in (getattr(options, "partition_by", "") or "").split(",") if column]
+    allowed = [spec.name for spec in meta.columns if spec.kind == SCALAR and spec.name != "sequence_id" and partitionable(spec.arrow_type)]
+    specs = {spec.name: spec for spec in meta.columns}
+    for column in columns:
+        if column not in allowed:
+            spec = specs.get(column)
+            what = ("not a column" if spec is None else f"a {spec.kind} column" if spec.kind != SCALAR
+                    else f"a {str(spec.arrow_type).replace('item: ', '')} column")
+            raise UsageError(f"--partition_by={column}: not a scalar column of this {source.id} dataset that a table can partition "
+                             f"by ({what}); columns it can partition by: {', '.join(allowed) or 'none'}")
+
+
 def estimate_num_shards(meta: DatasetMeta, refs: list[SourceRef], target_mb: float) -> int:
     """Shards from the planned size of the rows (trajectories + timestamps, plus what each ref
     knows it holds beyond them), at least one; at most one per ref when every ref knows its steps."""
@@ -119,7 +141,8 @@ def make_plan(options: Any, *, output_url: str, created_at: str, previous_root: 
     path on the output's filesystem): "" for the output itself, None when there is none (a lake
     table's current snapshot names the run folder that holds them).
 
-    Raises UsageError for an option that has no effect on this dataset, ConversionError for a
+    Raises UsageError for an option that has no effect on this dataset (or a --partition_by
+    column a table cannot partition by), ConversionError for a
     source that cannot be converted.
     """
     with blame(options.input, "cannot read the input"):
@@ -133,6 +156,7 @@ def make_plan(options: Any, *, output_url: str, created_at: str, previous_root: 
     requested = requested_encoding(options)
     meta, encode, sizes = plan_videos(meta, options.video, requested)
     check_effective(options, source, meta, encode)
+    check_partition_by(options, source, meta)
     num_shards = options.num_shards or estimate_num_shards(meta, refs, options.target_shard_mb or cli.DEFAULT_SHARD_MB)
     # After the size estimate, which reads the list types.
     meta = dataclasses.replace(meta, columns=array_layout.with_layout(meta.columns, options.array_layout))

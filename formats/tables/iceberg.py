@@ -104,19 +104,27 @@ def _type_text(kind) -> str:
     return re.sub(r"-?\d+: ", "", str(kind))
 
 
-def _check_schema(table, name: str, schema: pa.Schema) -> None:
-    """A column the table has must keep its type (a new column is added, older rows null)."""
+def _schema_changes(table, name: str, schema: pa.Schema) -> list[str]:
+    """The columns the commit must add or promote (int -> long, float -> double); a column the
+    table has must otherwise keep its type (refused with one line)."""
     from pyiceberg.io.pyarrow import _ConvertToIcebergWithoutIDs, visit_pyarrow
 
     current = {field.name: field for field in table.schema().fields}
+    changes = []
     for field in schema:
         if field.name not in current:
+            changes.append(field.name)
             continue
         new_type = visit_pyarrow(field.type, _ConvertToIcebergWithoutIDs())
         old = current[field.name].field_type
-        if _type_text(new_type) != _type_text(old) and not _widens(old, new_type):
+        if _type_text(new_type) == _type_text(old):
+            continue
+        if _widens(old, new_type):
+            changes.append(field.name)
+        else:
             raise ConversionError(f"{name}: column {field.name} changed type from {old} to {new_type}; a table keeps its "
                                   "column types (convert to a new --output, or rename the column at the source)")
+    return changes
 
 
 def _widens(old, new) -> bool:
@@ -131,11 +139,11 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
 
     output_url = storage.url_for(fs, output)
     shards = lake.staged_shards(fs, staging, sidecar)
-    lake.concrete_shards(fs, shards)
+    untyped = lake.concrete_shards(fs, shards)
     if settings.partition_by:
         shards = lake.split_by_partition(fs, shards, settings.partition_by)
         sidecar = {**sidecar, "shards": [shard[len(staging) + 1:] for shard in shards]}
-    value = lake.property_value(sidecar, settings.run_id, "iceberg")
+    value = lake.property_value(sidecar, settings.run_id, "iceberg", untyped)
     lake.write_run_metadata(fs, staging, value, sidecar)
     schema = pq.read_schema(fs.open(shards[0], "rb"))
     lake.check_unsigned(fs, shards, schema)  # pyiceberg declares uint64 as long
@@ -161,7 +169,7 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
     if (str(current.snapshot_id) if current else "") != settings.base:
         raise ConversionError(f"{output_url}: another writer committed snapshot {current.snapshot_id if current else 'none'} to "
                               f"{name} after this run started; nothing was committed (rerun to convert against it)")
-    _check_schema(table, name, schema)
+    changes = _schema_changes(table, name, schema)
     committed = {posixpath.basename(task.file.file_path): task.file for task in table.scan().plan_files()} if current else {}
     keep, add = [], []
     for shard in shards:
@@ -176,8 +184,7 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
     summary = {lake.SNAPSHOT_RUN: settings.run_id, "mixtrain.kept-files": str(len(keep))}
     try:
         with table.transaction() as transaction:
-            new_columns = [field.name for field in schema if field.name not in {f.name for f in table.schema().fields}]
-            if new_columns:
+            if changes:  # new columns (older rows null) and promotions
                 with transaction.update_schema() as update:
                     update.union_by_name(schema)
             transaction.set_properties(**{lake.PROPERTY: lake.dumps(value),

@@ -60,9 +60,10 @@ def with_run_prefix(sequence: Sequence, prefix: str) -> Sequence:
     return sequence
 
 
-def property_value(sidecar: dict, run_id: str, table_format: str) -> dict:
+def property_value(sidecar: dict, run_id: str, table_format: str, untyped: list[str] = ()) -> dict:
     """The `mixtrain` table property: the sidecar, its file names relative to the table location
-    (stats, errors; the shards are the table's business, listed for reference)."""
+    (stats, errors; the shards are the table's business, listed for reference), and the columns
+    this run left out of its files because no row gave them a type (`concrete_shards`)."""
     prefix = run_prefix(run_id)
     value = dict(sidecar)
     value["stats"] = prefix + mixtrain.STATS_FILE
@@ -70,6 +71,8 @@ def property_value(sidecar: dict, run_id: str, table_format: str) -> dict:
         value["errors"] = prefix + mixtrain.ERRORS_FILE
     value["shards"] = [prefix + shard for shard in sidecar.get("shards", [])]
     value["table"] = {"format": table_format, "run": run_id, "file_references": "relative to the table location"}
+    if untyped:
+        value["table"]["untyped_columns"] = list(untyped)
     return value
 
 
@@ -100,54 +103,95 @@ def staged_shards(fs, staging: str, sidecar: dict) -> list[str]:
     return shards
 
 
+def _has_uint64(kind: pa.DataType) -> bool:
+    if pa.types.is_uint64(kind):
+        return True
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _has_uint64(kind.value_type)
+    if pa.types.is_struct(kind):
+        return any(_has_uint64(field.type) for field in kind)
+    return False
+
+
+def _uint64_max(array) -> int | None:
+    """The largest uint64 value anywhere inside an Arrow array (lists flattened, struct fields visited)."""
+    import pyarrow.compute as pc
+
+    kind = array.type
+    if pa.types.is_uint64(kind):
+        return pc.max(array).as_py()
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _uint64_max(array.flatten())
+    if pa.types.is_struct(kind):
+        found = [_uint64_max(array.field(index)) for index in range(kind.num_fields)]
+        return max((value for value in found if value is not None), default=None)
+    return None
+
+
 def unsigned_64_fit(fs, shards: list[str]) -> dict[str, bool]:
-    """Per uint64 leaf (Parquet path) of the shards: whether every value fits a signed int64, the
-    widest integer lake tables have (from the row groups' statistics; no statistics: not proven)."""
+    """Per column holding uint64 values (found from the Arrow schema): whether every value fits a
+    signed int64, the widest integer lake tables have. From the row groups' Parquet statistics
+    when every one has them, else from the values themselves (a shard written without statistics
+    proves nothing)."""
     fits: dict[str, bool] = {}
     for shard in shards:
         with fs.open(shard, "rb") as handle:
-            metadata = pq.ParquetFile(handle).metadata
-        for group in range(metadata.num_row_groups):
-            for index in range(metadata.num_columns):
-                column = metadata.row_group(group).column(index)
-                logical = str(column.statistics.logical_type) if column.statistics is not None else ""
-                if column.physical_type != "INT64" or "isSigned=false" not in logical.replace(" ", ""):
-                    if column.physical_type == "INT64" and column.statistics is None:
-                        fits.setdefault(column.path_in_schema, True)
-                    continue
-                known = column.statistics.has_min_max or column.statistics.null_count == column.num_values
-                ok = known and (not column.statistics.has_min_max or int(column.statistics.max) < 2 ** 63)
-                fits[column.path_in_schema] = fits.get(column.path_in_schema, True) and ok
+            parquet = pq.ParquetFile(handle)
+            columns = [field.name for field in parquet.schema_arrow if _has_uint64(field.type)]
+            metadata = parquet.metadata
+            unproven = set()
+            for column in columns:
+                for group in range(metadata.num_row_groups):
+                    for index in range(metadata.num_columns):
+                        chunk = metadata.row_group(group).column(index)
+                        if chunk.path_in_schema != column and not chunk.path_in_schema.startswith(column + "."):
+                            continue
+                        statistics = chunk.statistics
+                        if statistics is None or not (statistics.has_min_max or statistics.null_count == chunk.num_values):
+                            unproven.add(column)
+                        elif statistics.has_min_max and isinstance(statistics.max, int) and statistics.max >= 2 ** 63:
+                            fits[column] = False
+            if unproven:
+                table = parquet.read(columns=sorted(unproven))
+                for column in unproven:
+                    largest = _uint64_max(table.column(column).combine_chunks())
+                    if largest is not None and largest >= 2 ** 63:
+                        fits[column] = False
+        for column in columns:
+            fits.setdefault(column, True)
     return fits
 
 
 def check_unsigned(fs, shards: list[str], schema: pa.Schema) -> None:
     """Refuse a uint64 value a lake table's int64 would wrap (uint64 columns are declared int64)."""
-    if "uint64" not in str(schema):
+    if not any(_has_uint64(field.type) for field in schema):
         return
-    for path, ok in unsigned_64_fit(fs, shards).items():
+    for column, ok in unsigned_64_fit(fs, shards).items():
         if not ok:
-            raise ConversionError(f"column {path.split('.')[0]}: uint64 values of {path} exceed int64, the widest integer of lake "
-                                  "tables; nothing was committed (use --table_format=parquet)")
+            raise ConversionError(f"column {column}: uint64 values exceed int64, the widest integer of lake tables; nothing was "
+                                  "committed (use --table_format=parquet)")
 
 
 def concrete_shards(fs, shards: list[str]) -> list[str]:
-    """Give all-null columns (Arrow null type: a source field no episode filled) the type string,
-    rewriting those shards of this run before they are committed: Iceberg v2 and Delta have no
-    null type. The values (all null) are unchanged. Returns the columns so declared."""
-    declared: set[str] = set()
+    """Leave out of this run's shards the columns no row filled (Arrow null type, or lists of it):
+    Iceberg v2 and Delta have no null type, and declaring one (say string) would refuse the run
+    that first fills the column with another type. Such a column joins the table's schema when a
+    run gives it a type (schema evolution: the rows before read null); a table column a run leaves
+    out reads null in that run's rows. Returns the columns left out (recorded in the property)."""
+    from formats.arrow_types import is_empty_type
+
+    untyped: set[str] = set()
     for shard in shards:
         schema = pq.read_schema(fs.open(shard, "rb"))
-        nulls = [field.name for field in schema if pa.types.is_null(field.type)]
+        nulls = [field.name for field in schema if is_empty_type(field.type)]
         if not nulls:
             continue
         with fs.open(shard, "rb") as handle:
             table = pq.read_table(handle)
-        target = pa.schema([field.with_type(pa.string()) if field.name in nulls else field for field in schema])
         with fs.open(shard, "wb") as handle:
-            mixtrain.write_shard(table.cast(target), handle)
-        declared.update(nulls)
-    return sorted(declared)
+            mixtrain.write_shard(table.drop_columns(nulls), handle)
+        untyped.update(nulls)
+    return sorted(untyped)
 
 
 def _partition_name(values: dict) -> str:

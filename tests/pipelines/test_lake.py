@@ -73,7 +73,9 @@ def _duckdb():
 def _duckdb_rows(dst, table_format) -> pa.Table:
     connection = _duckdb()
     if table_format == "iceberg":
-        metadata = max(glob.glob(str(dst / "metadata" / "*.metadata.json")), key=os.path.getmtime)
+        from formats.tables import iceberg
+
+        metadata = iceberg.open_table(f"file://{dst}").metadata_location.removeprefix("file://")  # the catalog's current one
         query = f"SELECT * FROM iceberg_scan('{metadata}')"
     else:
         query = f"SELECT * FROM delta_scan('file://{dst}')"
@@ -351,5 +353,178 @@ def test_partitioning_by_split_prunes_files_and_keeps_every_row(tmp_path, capsys
     assert _convert(src, dst, "--num_shards=2", "--table_format=iceberg", "--partition_by=task", "--overwrite") == 1
     assert "the table is partitioned by (split), this run asks for --partition_by=task" in capsys.readouterr().err
     assert _convert(src, tmp_path / "other", "--table_format=iceberg", "--partition_by=video_front") == 2
-    assert "--partition_by=video_front: not a scalar column" in capsys.readouterr().err
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "error: --partition_by=video_front: not a scalar column of this lerobot_v3 dataset that a table can partition by (a video "
+        "column); columns it can partition by: length, duration_seconds, episode_index, task, split")
+    assert _convert(src, tmp_path / "other", "--table_format=iceberg", "--partition_by=tasks") == 2  # list<string>
+    assert capsys.readouterr().err.splitlines()[0] == (
+        "error: --partition_by=tasks: not a scalar column of this lerobot_v3 dataset that a table can partition by (a list<string> "
+        "column); columns it can partition by: length, duration_seconds, episode_index, task, split")
     assert validate.validate(str(dst)) == []
+
+
+def _set_episode_column(src, name, values):
+    """An extra per-episode column of the ORTF episode table (a feature the source added)."""
+    path = src / "meta" / "episodes.parquet"
+    table = pq.read_table(path)
+    column = values if isinstance(values, pa.Array) else pa.array(values)
+    table = table.set_column(table.column_names.index(name), name, column) if name in table.column_names else table.append_column(name, column)
+    pq.write_table(table, path)
+
+
+@pytest.mark.parametrize("table_format", FORMATS)
+def test_a_column_no_row_filled_joins_the_table_when_a_later_night_fills_it(tmp_path, table_format):
+    src, dst = tmp_path / "ortf", tmp_path / "lake"
+    write_ortf(str(src), SyntheticORTF(lengths=(6, 5, 7), slow_camera=None))
+    settings = TableSettings(format=table_format)
+    _set_episode_column(src, "quality", pa.nulls(3))  # declared by the source, no episode filled it yet
+    assert _convert(src, dst, f"--table_format={table_format}") == 0
+    first = lake.current_property(f"file://{dst}", settings)
+    assert first["table"]["untyped_columns"] == ["quality"]
+    assert "quality" not in _lake_rows(dst, table_format).column_names
+    _set_episode_column(src, "quality", [0.5, 1.5, 2.5])
+    assert _convert(src, dst, f"--table_format={table_format}", "--incremental") == 0
+    rows = _lake_rows(dst, table_format)
+    assert rows.schema.field("quality").type == pa.float64() and rows.column("quality").to_pylist() == [0.5, 1.5, 2.5]
+    assert "untyped_columns" not in lake.current_property(f"file://{dst}", settings)["table"]
+    _set_episode_column(src, "quality", pa.nulls(3))  # a night that fills it nowhere: null rows, the column stays
+    assert _convert(src, dst, f"--table_format={table_format}", "--incremental") == 0
+    assert _lake_rows(dst, table_format).column("quality").to_pylist() == [None, None, None]
+    committed = lake.versions(f"file://{dst}", settings)
+    assert len(committed) == 3
+    assert _lake_rows(dst, table_format, committed[1]["version"]).column("quality").to_pylist() == [0.5, 1.5, 2.5]
+    assert validate.validate(str(dst)) == []
+
+
+def test_iceberg_promotes_int_to_long_and_float_to_double(tmp_path):
+    src, dst = tmp_path / "ortf", tmp_path / "lake"
+    write_ortf(str(src), SyntheticORTF(lengths=(6, 5, 7), slow_camera=None))
+    _set_episode_column(src, "attempt", pa.array([1, 2, 3], pa.int32()))
+    _set_episode_column(src, "score", pa.array([0.5, 1.5, 2.5], pa.float32()))
+    assert _convert(src, dst, "--table_format=iceberg") == 0
+    _set_episode_column(src, "attempt", pa.array([4, 5, 2 ** 40], pa.int64()))
+    _set_episode_column(src, "score", pa.array([0.25, 1.25, 1e300], pa.float64()))
+    assert _convert(src, dst, "--table_format=iceberg", "--incremental") == 0
+    rows = _lake_rows(dst, "iceberg")
+    assert (rows.schema.field("attempt").type, rows.schema.field("score").type) == (pa.int64(), pa.float64())
+    assert rows.column("attempt").to_pylist() == [4, 5, 2 ** 40] and rows.column("score").to_pylist() == [0.25, 1.25, 1e300]
+    first = lake.versions(f"file://{dst}", TableSettings(format="iceberg"))[0]["version"]
+    assert _lake_rows(dst, "iceberg", first).column("attempt").to_pylist() == [1, 2, 3]
+    assert validate.validate(str(dst)) == []
+
+
+@pytest.mark.parametrize("table_format", FORMATS)
+def test_a_refused_lake_run_leaves_the_output_as_it_was(tmp_path, table_format, capsys):
+    src = tmp_path / "ortf"
+    write_ortf(str(src), SyntheticORTF(lengths=(4, 5), slow_camera=None))
+    new, empty = tmp_path / "new", tmp_path / "empty"
+    empty.mkdir()
+    extra = ("--partition_by=nosuch",) if table_format == "iceberg" else ("--fps=3",)  # refused once the source is read
+    for dst in (new, empty):
+        assert _convert(src, dst, f"--table_format={table_format}", *extra) == 2
+        assert capsys.readouterr().err.startswith("error: --")
+    assert not new.exists() and empty.is_dir() and os.listdir(empty) == []
+    assert _convert(src, new) == 0 and _convert(src, empty) == 0  # a standalone run may use them as before
+
+
+@pytest.mark.parametrize("statistics", [True, False])
+def test_uint64_values_beyond_int64_are_refused_with_or_without_parquet_statistics(tmp_path, statistics):
+    from fsspec.implementations.local import LocalFileSystem
+
+    from formats.errors import ConversionError
+
+    def shard(name, values, nested):
+        path = tmp_path / f"{name}.parquet"
+        table = pa.table({"sequence_id": [f"s{i}" for i in range(len(values))], "count": pa.array(values, pa.uint64()),
+                          "nested": pa.array([[value] for value in nested], pa.list_(pa.uint64()))})
+        pq.write_table(table, path, write_statistics=statistics)
+        return str(path)
+
+    fs, small, big = LocalFileSystem(), [1, 2 ** 63 - 1], [0, 2 ** 63]
+    fitting = shard("fits", small, small)
+    schema = pq.read_schema(fitting)
+    lake.check_unsigned(fs, [fitting], schema)  # every value fits int64: accepted
+    with pytest.raises(ConversionError, match="^column count: uint64 values exceed int64"):
+        lake.check_unsigned(fs, [fitting, shard("top", big, small)], schema)
+    with pytest.raises(ConversionError, match="^column nested: uint64 values exceed int64"):
+        lake.check_unsigned(fs, [shard("inner", small, big)], schema)
+    assert lake.unsigned_64_fit(fs, [fitting]) == {"count": True, "nested": True}
+
+
+def test_a_delta_run_is_one_log_entry_holding_its_rows_and_its_property(tmp_path):
+    from deltalake import DeltaTable
+    from fsspec.implementations.local import LocalFileSystem
+
+    from formats.tables import delta
+
+    src, dst = tmp_path / "src", tmp_path / "lake"
+    _write_night(src, (6, 5, 7), seed=1)
+    assert _convert(src, dst, "--num_shards=2", "--table_format=delta") == 0
+    _write_night(src, (6, 9, 7, 4), seed=1)
+    assert _convert(src, dst, "--num_shards=2", "--table_format=delta", "--incremental") == 0
+    assert sorted(os.listdir(dst / "_delta_log")) == ["00000000000000000000.json", "00000000000000000001.json"]
+    committed = lake.versions(f"file://{dst}", TableSettings(format="delta"))
+    assert [entry["version"] for entry in committed] == ["0", "1"]
+    for entry, rows in zip(committed, (3, 4)):
+        version = DeltaTable(f"file://{dst}", version=int(entry["version"]))
+        value = json.loads(version.metadata().configuration["mixtrain"])  # every version: its own run's metadata
+        assert value["table"]["run"] == entry["run"] and value["num_sequences"] == rows == version.to_pyarrow_table().num_rows
+    entry = dst / "_delta_log" / "00000000000000000001.json"
+    before = entry.read_bytes()
+    assert not delta._put_if_absent(LocalFileSystem(), str(entry), b"{}\n")  # a writer racing for a taken version loses
+    assert entry.read_bytes() == before and [p.name for p in (dst / "_delta_log").iterdir() if p.name.startswith(".")] == []
+    assert validate.validate(str(dst)) == []
+
+
+@pytest.mark.parametrize("table_format", FORMATS)
+def test_the_reader_and_inspect_open_a_lake_tables_current_run(tmp_path, table_format, capsys):
+    import numpy as np
+
+    from formats import reader
+    from formats.errors import FormatError
+    from pipelines import inspect
+
+    src, dst, reference = tmp_path / "src", tmp_path / "lake", tmp_path / "standalone"
+    _write_night(src, (6, 5, 7), seed=1)
+    assert _convert(src, dst, "--num_shards=2", f"--table_format={table_format}") == 0
+    _write_night(src, (6, 9, 7, 4), seed=1)
+    capsys.readouterr()
+    assert _convert(src, dst, "--num_shards=2", f"--table_format={table_format}", "--incremental") == 0
+    import re
+
+    summary = re.fullmatch(r"converted 4 sequences, (\d+) timesteps, ([0-9.]+) MB in [0-9.]+ s -> (.*): (Iceberg|Delta) table.*",
+                           capsys.readouterr().out.splitlines()[-1])
+    run = lake.current_property(f"file://{dst}", TableSettings(format=table_format))["table"]["run"]
+    written = sum(path.stat().st_size for path in (dst / "runs" / run).rglob("*") if path.is_file())
+    assert summary and summary[1] == "26" and summary[2] == f"{written / 1e6:.2f}" and summary[3] == str(dst)
+    assert _convert(src, reference, "--num_shards=2") == 0
+    lake_ds, standalone = reader.open_dataset(str(dst)), reader.open_dataset(str(reference))
+    assert len(lake_ds) == len(standalone) == 4 and sorted(lake_ds.sequence_ids()) == sorted(standalone.sequence_ids())
+    for sequence_id in standalone.sequence_ids():
+        got, expected = lake_ds.sequence(sequence_id), standalone.sequence(sequence_id)
+        assert np.array_equal(got["action"], expected["action"]) and got["length"] == expected["length"]
+        assert np.array_equal(lake_ds.frames(sequence_id, "video_front", 0, 3), standalone.frames(sequence_id, "video_front", 0, 3))
+    capsys.readouterr()
+    assert inspect.main([str(dst)]) == 0
+    out = capsys.readouterr().out
+    assert "sequences   4" in out and "video_front  h264" in out and "4 files" in out
+
+    empty = tmp_path / "empty_table"
+    if table_format == "delta":
+        from deltalake import DeltaTable
+
+        DeltaTable.create(f"file://{empty}", schema=pa.schema([pa.field("sequence_id", pa.string())]))
+    else:
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        empty.mkdir()
+        catalog = SqlCatalog("mixtrain", uri=f"sqlite:///{empty}/catalog.db", warehouse=f"file://{empty}")
+        catalog.create_namespace("default")
+        catalog.create_table("default.dataset", schema=pa.schema([pa.field("sequence_id", pa.string())]), location=f"file://{empty}")
+    name, library = {"iceberg": ("an Iceberg", "pyiceberg"), "delta": ("a Delta", "deltalake")}[table_format]
+    with pytest.raises(FormatError) as raised:
+        reader.open_dataset(str(empty))
+    assert str(raised.value) == f"{empty}: {name} table without a readable Mixtrain run: read it with {library}/DuckDB (docs/lake.md)"
+    assert inspect.main([str(empty)]) == 1
+    assert capsys.readouterr().err == f"error: {empty}: {name} table without a readable Mixtrain run: read it with {library}/DuckDB " \
+                                      "(docs/lake.md)\n"

@@ -69,3 +69,17 @@ def test_an_incremental_run_says_so_when_the_previous_output_was_written_with_ot
     assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--incremental"]) == convert.EXIT_OK
     assert ("[mixtrain-convert] --incremental: the previous output was written with other options or by another converter "
             "version; every sequence is converted again") in capsys.readouterr().out.splitlines()
+
+
+def test_partition_columns_are_checked_by_the_plan_before_anything_is_written(tmp_path):
+    from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
+
+    src, dst = tmp_path / "lerobot", tmp_path / "out"
+    write_dataset(str(src), SyntheticLeRobot(lengths=(4, 3), codec="h264", gop=None, cameras=("observation.images.front",)))
+    with pytest.raises(cli.UsageError) as raised:
+        _plan(src, dst, "--table_format=iceberg", "--partition_by=task,tasks")
+    assert str(raised.value) == ("--partition_by=tasks: not a scalar column of this lerobot_v3 dataset that a table can partition by "
+                                 "(a list<string> column); columns it can partition by: length, duration_seconds, episode_index, "
+                                 "task, split")
+    assert _plan(src, dst, "--table_format=iceberg", "--partition_by=task").meta is not None
+    assert not dst.exists()
