@@ -190,10 +190,15 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
         entries.append({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}})
     entries.append({"metaData": _metadata_action(table, _schema_json(table, schema, added if table is not None else []),
                                                  property_text, now)})
-    version = 0 if table is None else table.version() + 1
+    _commit(fs, output, output_url, 0 if table is None else table.version() + 1, entries + actions)
+
+
+def _commit(fs, output: str, output_url: str, version: str | int, entries: list[dict]) -> None:
+    """Write the log entry of `version` (one JSON action a line), refused if another writer took it."""
+    version = int(version)
     log = storage.join(output, LOG_DIR)
     fs.makedirs(log, exist_ok=True)
-    data = "".join(json.dumps(entry, separators=(",", ":")) + "\n" for entry in entries + actions).encode()
+    data = "".join(json.dumps(entry, separators=(",", ":")) + "\n" for entry in entries).encode()
     if not _put_if_absent(fs, storage.join(log, f"{version:020d}.json"), data):
         raise ConversionError(f"{output_url}: another writer committed version {version} during this run's commit; nothing was "
                               "committed (rerun to convert against it)")
@@ -225,7 +230,22 @@ def versions(output_url: str, settings: TableSettings) -> list[dict]:
 
 
 def rollback(output_url: str, settings: TableSettings, version: str, property_text: str) -> None:
-    """Delta's RESTORE to that version, then the property of its run (a second commit)."""
-    found = open_table(output_url)
-    found.restore(int(version))
-    open_table(output_url).alter.set_table_properties({lake.PROPERTY: property_text}, raise_if_not_exists=False)
+    """Delta's RESTORE in one log entry, the property of the run with it: that version's files
+    added back, the current ones it did not have removed, its schema, the run's `mixtrain`."""
+    from deltalake import DeltaTable
+
+    fs, output = storage.open_root(output_url)
+    current, target = open_table(output_url), DeltaTable(output_url, version=int(version))
+    files = {name: target.get_add_actions(flatten=True).column(name).to_pylist() for name in ("path", "size_bytes", "num_records")}
+    restored = dict(zip(files["path"], zip(files["size_bytes"], files["num_records"])))
+    now = int(time.time() * 1000)
+    actions = [{"add": {"path": path, "partitionValues": {}, "size": size, "modificationTime": now, "dataChange": True,
+                        **({"stats": json.dumps({"numRecords": rows})} if rows is not None else {})}}
+               for path, (size, rows) in restored.items() if path not in set(committed_files(current))]
+    actions += [{"remove": {"path": path, "deletionTimestamp": now, "dataChange": True, "extendedFileMetadata": True,
+                            "partitionValues": {}, "size": fs.size(storage.join(output, path))}}
+                for path in committed_files(current) if path not in restored]
+    info = {"timestamp": now, "operation": "RESTORE", "operationParameters": {"version": int(version)},
+            "engineInfo": "mixtrain-convert"}
+    metadata = _metadata_action(current, target.schema().to_json(), property_text, now)
+    _commit(fs, output, output_url, current.version() + 1, [{"commitInfo": info}, {"metaData": metadata}, *actions])

@@ -474,6 +474,14 @@ def test_a_delta_run_is_one_log_entry_holding_its_rows_and_its_property(tmp_path
     assert not delta._put_if_absent(LocalFileSystem(), str(entry), b"{}\n")  # a writer racing for a taken version loses
     assert entry.read_bytes() == before and [p.name for p in (dst / "_delta_log").iterdir() if p.name.startswith(".")] == []
     assert validate.validate(str(dst)) == []
+    lake.rollback(f"file://{dst}", TableSettings(format="delta"), "0")  # one entry too: the first night's rows and property
+    assert len(os.listdir(dst / "_delta_log")) == 3
+    restored = DeltaTable(f"file://{dst}")
+    assert restored.to_pyarrow_table().num_rows == 3 and json.loads(restored.metadata().configuration["mixtrain"])["table"]["run"] \
+        == committed[0]["run"]
+    assert _duckdb_rows(dst, "delta").column("sequence_id").to_pylist() == restored.to_pyarrow_table().sort_by("sequence_id").column(
+        "sequence_id").to_pylist()
+    assert validate.validate(str(dst)) == []
 
 
 @pytest.mark.parametrize("table_format", FORMATS)
