@@ -291,23 +291,30 @@ def _remove(fs, path: str) -> None:
 
 
 def _delete(fs, objects: list[str]) -> None:
+    """Delete listed objects in windows. fsspec reads a name holding `*`, `?` or `[` as a pattern
+    (`mesh[1].stl` would match `mesh1.stl`, or nothing): such names are deleted one by one."""
+    literal = [name for name in objects if not any(char in name for char in "*?[")]
+    for name in objects:
+        if name not in literal:
+            fs.rm_file(name)
     window = IN_FLIGHT * _DELETES_PER_REQUEST
-    for start in range(0, len(objects), window):
-        fs.rm(objects[start:start + window])
+    for start in range(0, len(literal), window):
+        fs.rm(literal[start:start + window])
 
 
 def _move(fs, source: str, target: str) -> None:
     """A rename on a local disk; on object stores (no rename there) a server-side copy of every
-    object listed once, IN_FLIGHT at a time, then their deletion in batches. gcsfs' own `mv` was
-    measured at 33 s per call against the GCS emulator (it probes a folder-rename API first)."""
+    object listed once, IN_FLIGHT at a time. The staged objects are deleted with the staging
+    folder after mixtrain.json is written (`discard_staging`), not here: a publish step retried
+    after a failure (Dataflow retries a bundle) then finds the staging complete and copies again,
+    instead of removing the output's new files and finding nothing left to move. gcsfs' own `mv`
+    was measured at 33 s per call against the GCS emulator (it probes a folder-rename API first)."""
     if storage.is_local(fs):
         fs.mv(source, target, recursive=True)
         return
     objects = _objects(fs, source)
     if objects:
         fs.copy(objects, [target + name[len(source):] for name in objects], batch_size=IN_FLIGHT)
-        _delete(fs, objects)
-        fs.invalidate_cache(source)
 
 
 def copy_assets(fs, root: str, out_fs, staging: str, assets: list[str]) -> None:

@@ -129,3 +129,39 @@ def test_gs_publish_moves_every_object_in_windows_and_replaces_the_previous_data
     assert published == set(staged) | {"mixtrain.json", "_errors.jsonl", "_fingerprints.json"}
     assert fs.cat_file(f"{output}/files/cam/episode_063.mp4") == b"video 63"
     assert json.loads(fs.cat_file(f"{output}/mixtrain.json"))["run"] == 1
+
+
+def test_gs_publish_keeps_names_with_pattern_characters_and_can_be_retried(gcs, monkeypatch):
+    """`mesh[1].stl` is a name, not a pattern (beside `mesh1.stl`), in the previous dataset and the
+    new one; and a publish step that failed after moving some entries, run again (as Dataflow
+    retries a bundle), publishes the complete dataset from the staging, which it still finds whole."""
+    from formats import publish
+
+    fs, output = storage.open_root("gs://bucket/mixtrain/patterns")
+    fs.pipe({f"{output}/files/_dataset/robot/mesh[1].stl": b"old", f"{output}/mixtrain.json": b"{}"})
+    staging = f"{output}/_staging/run1"
+    staged = {"files/_dataset/robot/mesh[1].stl": b"bracket", "files/_dataset/robot/mesh1.stl": b"plain",
+              "data/part-00000.parquet": b"new", "stats.json": b"{}"}
+    fs.pipe({f"{staging}/{name}": data for name, data in staged.items()})
+    fs.invalidate_cache()
+    moved = []
+    real_move = publish._move
+
+    def failing_move(fs_, source, target):
+        if source.endswith("/files"):
+            raise OSError("connection reset while copying files/")
+        moved.append(source)
+        real_move(fs_, source, target)
+
+    monkeypatch.setattr(publish, "_move", failing_move)
+    with pytest.raises(OSError):
+        publish.publish(fs, staging, output, {"run": 1})
+    assert moved == [f"{staging}/data"] and not fs.exists(f"{output}/mixtrain.json")
+    monkeypatch.setattr(publish, "_move", real_move)
+    fs.invalidate_cache()
+    publish.publish(fs, staging, output, {"run": 1})
+    fs.invalidate_cache()
+    published = {path[len(output) + 1:]: fs.cat_file(path) for path in fs.find(output)}
+    assert {name: published[name] for name in staged} == staged
+    assert not fs.exists(staging) and json.loads(published["mixtrain.json"]) == {"run": 1}
+
