@@ -12,6 +12,7 @@ split further, each half would need the other's internals.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import os
@@ -459,8 +460,11 @@ def encode_frames(
             frame.pts = count
             frame.time_base = 1 / rate
             frame.pict_type = av.video.frame.PictureType.NONE
-            for packet in stream.encode(frame):
+            scheduling = _scheduling() if count == 0 else None
+            for packet in stream.encode(frame):  # the first call opens the encoder
                 output.mux(packet)
+            if scheduling is not None:
+                _undo_realtime_scheduling(scheduling)
             count += 1
         if stream is None:
             raise VideoError("no frames to encode")
@@ -472,6 +476,24 @@ def encode_frames(
         output.close()
     width, height = padded or (0, 0)
     return EncodeResult(count, width, height, size if padded != size else None, options)
+
+
+def _scheduling() -> int | None:
+    return os.sched_getscheduler(0) if hasattr(os, "sched_getscheduler") else None
+
+
+def _undo_realtime_scheduling(before: int | None) -> None:
+    """SVT-AV1, opened by root (containers, Dataflow workers), moves the calling thread and its own
+    twenty threads to SCHED_FIFO priority 99: busy real-time threads then starve every other thread
+    and process on the machine, and children inherit the policy (seen: a 26 s conversion took 90 s
+    and interrupts went unanswered). Back to the policy the thread had; the bytes are the same."""
+    if before is None or os.sched_getscheduler(0) == before:
+        return
+    realtime = (os.SCHED_FIFO, os.SCHED_RR)
+    for task in os.listdir("/proc/self/task"):
+        with contextlib.suppress(OSError):  # a thread that has ended meanwhile
+            if os.sched_getscheduler(int(task)) in realtime:
+                os.sched_setscheduler(int(task), before, os.sched_param(0))
 
 
 def _decode_threads(stream, threads: int | None) -> None:

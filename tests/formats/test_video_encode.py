@@ -1,6 +1,8 @@
 """Re-encode and image-sequence encoding: options, quality bar, odd sizes, depth, verification."""
 
+import contextlib
 import io
+import os
 
 import av
 import numpy as np
@@ -318,3 +320,24 @@ def test_lossless_encoders_write_the_same_bytes_whatever_the_threads():
         return buffer.getvalue()
 
     assert encode(None) == encode(1) == encode(2)
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="SVT-AV1 raises thread priorities only when run by root")
+def test_av1_encoding_leaves_no_thread_real_time():
+    """SVT-AV1 opened by root sets its caller and its own threads to SCHED_FIFO 99, which starved
+    the machine; the encoder is put back to the caller's policy and its bytes do not change."""
+    def realtime_threads():
+        policies = []
+        for task in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError):
+                policies.append(os.sched_getscheduler(int(task)))
+        return sum(policy in (os.SCHED_FIFO, os.SCHED_RR) for policy in policies)
+
+    frames = synthetic_frames(3, 0, 12, 64, 48)
+    before = os.sched_getscheduler(0)
+    buffers = [io.BytesIO(), io.BytesIO()]
+    for buffer in buffers:
+        video.encode_frames(list(frames), buffer, fps=10, options=video_policy.EncodeOptions(codec="av1"))
+        assert os.sched_getscheduler(0) == before == os.SCHED_OTHER
+        assert realtime_threads() == 0
+    assert buffers[0].getvalue() == buffers[1].getvalue() and len(buffers[0].getvalue()) > 0
