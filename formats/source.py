@@ -23,6 +23,7 @@ that subclasses these three and calls `formats.sources.register(TheSource())` at
       sequence_count            sequences it holds (1; None: unknown before it is read)
       estimated_steps           steps it will write, None when unknown (sizes the shards)
       estimated_bytes           bytes the source knows it holds beyond its steps (shard sizing)
+      read_group                refs loaded one after another by one reader (None: any order)
       unit_key / unit_files / unit_prefix   its --incremental fingerprint unit
 
 What `plan` returns is split in two by audience: `meta.source` is published as mixtrain.json's
@@ -74,6 +75,13 @@ class SourceRef:
     @property
     def estimated_bytes(self) -> float:
         return 0.0
+
+    @property
+    def read_group(self) -> str | None:
+        """Refs that read the same source data (a data file's row group, a chunk file) share a
+        read group: the pipeline hands them to one reader one after another, in plan order, so
+        that the reader decodes the shared data once. None: nothing shared."""
+        return None
 
     @property
     def unit_key(self) -> str:
