@@ -1,12 +1,16 @@
 """The hand-written peer: what a user writes instead of adopting mixtrain-convert.
 
-    python bench/peer.py SRC DST
+    python bench/peer.py SRC DST [--mp4-floor]
 
 A straight-line, single-process LeRobot v3 -> one-row-per-episode Parquet conversion with pyarrow
 and PyAV only: read the episode index, each data file once, slice each episode's rows into
 list<fixed_size_list> cells, cut each camera's segment out of its MP4 by packet remux, write one
 zstd Parquet file. No planning, checks, statistics, staging or publication: a fair floor for
 what the framework adds, not a strawman (it reads each data file once and never decodes video).
+
+`--mp4-floor` is the one-process floor instead: each source MP4's moov parsed once and every cut
+written as a valid MP4 with one kernel copy of its samples (formats/mp4.py, what the pipeline's
+copy path uses), plus per-column statistics: the least work that writes the same files.
 """
 
 from __future__ import annotations
@@ -49,7 +53,40 @@ def _segment(source: str, target: str, start: float, end: float, fps: float) -> 
     container.close()
 
 
-def main(src: str, dst: str) -> None:
+class _Cutter:
+    """Cuts by sample table, each source file's table parsed once (files are visited in order)."""
+
+    def __init__(self):
+        self._path, self._table = None, None
+
+    def __call__(self, source: str, target: str, start: float, end: float, fps: float) -> None:
+        from fractions import Fraction
+
+        from formats import mp4
+
+        if source != self._path:
+            with open(source, "rb") as handle:
+                self._path, self._table = source, mp4.read_sample_table(handle)
+        scale, half = Fraction(self._table.timescale), 0.5 / fps
+        cut = mp4.plan_cut(self._table, int(round((start - half) * scale)), int(round((end - half) * scale)))
+        with open(source, "rb") as handle, open(target, "wb") as out:
+            mp4.write_cut(cut, handle, out)
+
+
+def _stats(table: pa.Table) -> dict:
+    """Per-dimension mean, std, min and max of every list column, as stats.json holds them."""
+    stats = {}
+    for name in table.column_names:
+        column = table.column(name)
+        if pa.types.is_list(column.type) and pa.types.is_fixed_size_list(column.type.value_type):
+            steps = column.combine_chunks().flatten()
+            values = steps.flatten().to_numpy().reshape(len(steps), column.type.value_type.list_size)
+            stats[name] = [values.mean(0), values.std(0), values.min(0), values.max(0)]
+    return stats
+
+
+def main(src: str, dst: str, floor: bool = False) -> None:
+    segment = _Cutter() if floor else _segment
     info = json.load(open(f"{src}/meta/info.json"))
     fps = info["fps"]
     episodes = pa.concat_tables([pq.read_table(p) for p in sorted(glob.glob(f"{src}/meta/episodes/*/*.parquet"))]).to_pylist()
@@ -80,7 +117,7 @@ def main(src: str, dst: str) -> None:
                                                            file_index=episode[prefix + "file_index"])
             relative = f"files/{camera}/{sequence_id}.mp4"
             os.makedirs(os.path.dirname(f"{dst}/{relative}"), exist_ok=True)
-            _segment(source, f"{dst}/{relative}", episode[prefix + "from_timestamp"], episode[prefix + "to_timestamp"], fps)
+            segment(source, f"{dst}/{relative}", episode[prefix + "from_timestamp"], episode[prefix + "to_timestamp"], fps)
             columns[camera].append(relative)
     lengths = np.array(columns["length"])
     offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32))
@@ -93,8 +130,11 @@ def main(src: str, dst: str) -> None:
         arrays[key] = pa.ListArray.from_arrays(offsets, pa.concat_arrays(columns[key]))
     for camera in cameras:
         arrays[camera] = pa.array(columns[camera])
-    pq.write_table(pa.table(arrays), f"{dst}/data/part-00000.parquet", compression="zstd")
+    table = pa.table(arrays)
+    pq.write_table(table, f"{dst}/data/part-00000.parquet", compression="zstd")
+    if floor:
+        _stats(table)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1], sys.argv[2], floor="--mp4-floor" in sys.argv[3:])

@@ -9,11 +9,16 @@ Workloads (generated here, no downloads; LeRobot v3 as lerobot writes it):
   (c) 2,000 episodes of trajectories only
   (d) 3 episodes of 20,000 steps x 64 dims
   (e) RLDS, 200 episodes x 60 steps, two JPEG cameras at 128x128, encoded to H.264
+  (f) LeRobot copy, 3,200 episodes x 30 frames in 40 data files, two AV1 cameras: data files
+      rewritten with one row group each (pandas: lerobot's merge and modify_tasks tools), and
+      lerobot's own layout (a row group per episode)
 `--scale` multiplies the episode counts (0.1 for a quick look; frames per episode stay).
 
 Baselines, each measured in this run on the same data:
   copy floor      a recursive copy of the source (read every byte, write as many)
   peer            bench/peer.py: the straight-line pyarrow + PyAV script a user would write
+  MP4 floor       bench/peer.py --mp4-floor: one process writing the same valid MP4s (moov parsed
+                  once per file, one kernel copy per cut), each data file read once, stats
   bare encode     decoding and encoding the same frames with PyAV in a loop (bench_reencode.py)
   RLDS peer       bench/peer_rlds.py: the same for RLDS, the pipeline's encoder settings with the
                   encoder's default threading; with --videos-only, the bare JPEG -> H.264 loop
@@ -81,6 +86,18 @@ def workload(name: str, spec: SyntheticLeRobot) -> pathlib.Path:
     return path
 
 
+def one_row_group_per_file(source: pathlib.Path, target: pathlib.Path) -> pathlib.Path:
+    """A copy of a LeRobot dataset whose data files hold one row group each, as pandas rewrites them."""
+    import pyarrow.parquet as pq
+
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("*.parquet"), dirs_exist_ok=True)
+    for path in source.rglob("*.parquet"):
+        table = pq.read_table(path)
+        (target / path.relative_to(source)).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(table, target / path.relative_to(source), row_group_size=max(1, table.num_rows), compression="snappy")
+    return target
+
+
 def rlds_workload(episodes: int, steps: int = 60, size: int = 128) -> pathlib.Path:
     """(e): an RLDS dataset with two JPEG cameras (textured frames: a gradient plus noise, so x264
     has real work), written once into CACHE."""
@@ -120,7 +137,7 @@ def rlds_workload(episodes: int, steps: int = 60, size: int = 128) -> pathlib.Pa
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scale", type=float, default=1.0)
-    parser.add_argument("--only", default="a,b,c,d,e")
+    parser.add_argument("--only", default="a,b,c,d,e,f")
     parser.add_argument("--repeat", type=int, default=3, help="runs per command; the fastest counts ((b) runs once)")
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -212,6 +229,21 @@ def main() -> None:
                        f"(e) 2 workers vs 1: speed-up {one[0] / two[0]:.2f}",
                        f"(e) CPU per frame, pipeline 2 workers / bare loop: {two[1] / bare[1]:.3f} (target <= 1.05); "
                        f"1 worker: {one[1] / bare[1]:.3f}; bare loop {1000 * bare[1] / frames:.2f} ms per frame"]
+        if "f" in only:
+            own = workload("f", SyntheticLeRobot(lengths=[30] * max(80, int(3200 * args.scale)), episodes_per_data_file=80,
+                                                 episodes_per_video_file=80, video_variants=8))
+            rewritten = one_row_group_per_file(own, work / "f_rewritten")
+            copy_only = "--verify_copies=false"
+            peer = record("f", "peer", [sys.executable, "bench/peer.py", str(rewritten), str(work / "f_peer")], output=work / "f_peer")
+            floor = record("f", "MP4 floor", [sys.executable, "bench/peer.py", str(rewritten), str(work / "f_floor"), "--mp4-floor"],
+                           output=work / "f_floor")
+            two = record("f", "pipeline, 2 workers", convert(rewritten, work / "f_out2", 2, copy_only), output=work / "f_out2")
+            one = record("f", "pipeline, 1 worker", convert(rewritten, work / "f_out1", 1, copy_only), output=work / "f_out1")
+            own_two = record("f", "lerobot layout, 2 workers", convert(own, work / "f_own2", 2, copy_only), output=work / "f_own2")
+            ratios += [f"(f) pipeline, 2 workers / peer: {two[0] / peer[0]:.2f} (target <= 0.35)",
+                       f"(f) pipeline, 2 workers / MP4 floor: {two[0] / floor[0]:.2f} (target <= 1.5)",
+                       f"(f) 2 workers vs 1: speed-up {one[0] / two[0]:.2f} (target >= 1.7)",
+                       f"(f) lerobot's own layout / one row group per file, 2 workers: {own_two[0] / two[0]:.2f} (target <= 1.0)"]
         print(f"\n{'workload':<9}{'run':<26}{'wall s':>9}{'CPU s':>9}{'peak MB':>9}")
         for label, name, wall, cpu, rss in rows:
             print(f"{label:<9}{name:<26}{wall:9.2f}{cpu:9.2f}{rss:9.1f}")
