@@ -138,7 +138,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     refs = [_episode_ref(row, parsed, data_template, video_template, splits, extra_scalars, info_path) for row in episodes.to_pylist()]
     key_ranges: dict[str, tuple[str, list]] = {}
     data_types = _data_types(fs, root, data_template, episodes, [f.key for f in parsed if f.dtype != "video"], footers, key_ranges)
-    refs = _with_read_groups(refs, key_ranges)
+    refs = parquet_rows.with_first_row_groups(refs, lambda ref: ref.data_file, key_ranges, _key_span)
     for feature in parsed:
         _check_declared_dtype(feature, data_types, info_path)
         columns.append(_column_for(feature, features[feature.key], data_types, fps))
@@ -478,24 +478,9 @@ def _data_types(fs, root: str, template: str, episodes: pa.Table, keys: list[str
     return {key: kind for key, (kind, _) in seen.items()}
 
 
-def _with_read_groups(refs: list[EpisodeRef], key_ranges: dict[str, tuple[str, list]]) -> list[EpisodeRef]:
-    """Each episode with the first row group its rows are in (what the reader will read first):
-    the episodes of one row group form a read group, decoded once by one reader. A data file
-    whose footer could not be read leaves its episodes without one (load reports the file)."""
-    by_file: dict[str, list[int]] = {}
-    for position, ref in enumerate(refs):
-        by_file.setdefault(ref.data_file, []).append(position)
-    grouped = list(refs)
-    for data_file, positions in by_file.items():
-        if data_file not in key_ranges:
-            continue
-        key, ranges = key_ranges[data_file]
-        spans = [(refs[p].from_index, refs[p].to_index - 1) if key == "index" else (refs[p].episode_index, refs[p].episode_index)
-                 for p in positions]
-        for position, first in zip(positions, parquet_rows.first_row_groups(ranges, spans)):
-            if first is not None:
-                grouped[position] = dataclasses.replace(refs[position], first_row_group=first)
-    return grouped
+def _key_span(ref: EpisodeRef, key: str) -> tuple[int, int]:
+    """The episode's rows as the reader finds them: its `index` range, or its episode_index."""
+    return (ref.from_index, ref.to_index - 1) if key == "index" else (ref.episode_index, ref.episode_index)
 
 
 def _fill(template: str, info_path: str, key: str, **values) -> str:

@@ -217,10 +217,10 @@ def _chunk_file(fs, root: str, chunk: int, cache: dict) -> str:
 
 
 def _steps_schema(fs, root: str, chunks: list[int], chunk_files: dict, footers: storage.ParquetFooters,
-                  key_ranges: dict[str, list]) -> pa.Schema:
+                  key_ranges: dict[str, tuple[str, list]]) -> pa.Schema:
     """The steps schema, the same in every chunk file (one footer each): drift is an error here,
     not a column silently missing from some episodes. The same pass fills `key_ranges` (steps
-    file -> per-row-group episode_id statistics) for the episodes' read groups."""
+    file -> "episode_id" and its per-row-group statistics) for the episodes' read groups."""
     schema = None
     first = None
     for chunk in chunks:
@@ -230,7 +230,7 @@ def _steps_schema(fs, root: str, chunks: list[int], chunk_files: dict, footers: 
             found = footers.schema(path)
         except (OSError, pa.ArrowException) as error:
             raise FormatError(f"{path}: cannot read the steps file: {error}") from error
-        key_ranges[relative] = parquet_rows.key_ranges(footers, path, "episode_id")
+        key_ranges[relative] = ("episode_id", parquet_rows.key_ranges(footers, path, "episode_id"))
         if schema is None:
             schema, first = found, relative
             continue
@@ -268,7 +268,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     chunk_files: dict[int, str] = {}
     first_file = _chunk_file(fs, root, int(rows[0]["chunk_id"]), chunk_files)
     footers = storage.ParquetFooters(fs)
-    key_ranges: dict[str, list] = {}
+    key_ranges: dict[str, tuple[str, list]] = {}
     schema = _steps_schema(fs, root, sorted({int(row["chunk_id"]) for row in rows}), chunk_files, footers, key_ranges)
     for name, accepts, wanted in (("timestamp", lambda t: pa.types.is_integer(t) or pa.types.is_floating(t), "a number"),
                                   ("step_index", pa.types.is_integer, "an integer")):
@@ -351,7 +351,8 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             annotations=_annotation_folder(annotation_folders, row, position),
             scalars=tuple(scalars.items()),
         ))
-    refs = _with_read_groups(refs, key_ranges)
+    refs = parquet_rows.with_first_row_groups(refs, lambda ref: ref.steps_file, key_ranges,
+                                              lambda ref, _: (ref.episode_key, ref.episode_key))
     meta = DatasetMeta(
         format=FORMAT,
         uri=storage.url_for(fs, root),
@@ -364,21 +365,6 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
                 "assets": sorted(p[len(root) + 1:] for p in fs.find(storage.join(root, "robot"))) if fs.exists(storage.join(root, "robot")) else []},
     )
     return meta, refs
-
-
-def _with_read_groups(refs: list[EpisodeRef], key_ranges: dict[str, list]) -> list[EpisodeRef]:
-    """Each episode with the first row group of its steps file that can hold its episode_id:
-    the episodes of one row group form a read group, decoded once by one reader."""
-    by_file: dict[str, list[int]] = {}
-    for position, ref in enumerate(refs):
-        by_file.setdefault(ref.steps_file, []).append(position)
-    grouped = list(refs)
-    for steps_file, positions in by_file.items():
-        spans = [(refs[p].episode_key, refs[p].episode_key) for p in positions]
-        for position, first in zip(positions, parquet_rows.first_row_groups(key_ranges.get(steps_file, []), spans)):
-            if first is not None:
-                grouped[position] = dataclasses.replace(refs[position], first_row_group=first)
-    return grouped
 
 
 def _step_rate(manifest: dict, path: str) -> float:

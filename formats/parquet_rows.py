@@ -13,6 +13,7 @@ so episodes loaded one after another decode each row group once instead of once 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,7 +25,8 @@ from formats import storage
 from formats.sequence import DatasetMeta
 from formats.source import SourceReader
 
-__all__ = ["ParquetSourceReader", "DecodedRowGroups", "key_ranges", "row_groups_holding", "first_row_groups", "table_or_empty"]
+__all__ = ["ParquetSourceReader", "DecodedRowGroups", "key_ranges", "row_groups_holding", "first_row_groups", "with_first_row_groups",
+           "table_or_empty"]
 
 
 class ParquetSourceReader(SourceReader):
@@ -119,6 +121,27 @@ def first_row_groups(ranges: list[tuple[Any, Any] | None], spans: Sequence[tuple
             holds = (first < len(ranges)) & (mins[np.minimum(first, len(ranges) - 1)] <= highs)  # ... and whose min is below high
             return [int(group) if held else None for group, held in zip(first.tolist(), holds.tolist())]
     return [next((group for group, bounds in enumerate(ranges) if _holds(bounds, low, high)), None) for low, high in spans]
+
+
+def with_first_row_groups(refs: list, file_of: Callable[[Any], str], key_ranges: dict[str, tuple[str, list]],
+                          span_of: Callable[[Any, str], tuple[Any, Any]]) -> list:
+    """The refs, each with `first_row_group` (a dataclass field) set to the first row group of its
+    file that can hold its key span: the row group the reader decodes first, which names its read
+    group. `key_ranges`: file -> (key column, `key_ranges` of it), from the footers the plan read
+    anyway; `span_of(ref, key column)` -> [low, high]. Refs of a file not in `key_ranges` (its
+    footer unreadable: load reports it) or that no row group can hold keep None."""
+    by_file: dict[str, list[int]] = {}
+    for position, ref in enumerate(refs):
+        by_file.setdefault(file_of(ref), []).append(position)
+    grouped = list(refs)
+    for file, positions in by_file.items():
+        if file not in key_ranges:
+            continue
+        key, ranges = key_ranges[file]
+        for position, first in zip(positions, first_row_groups(ranges, [span_of(refs[p], key) for p in positions])):
+            if first is not None:
+                grouped[position] = dataclasses.replace(refs[position], first_row_group=first)
+    return grouped
 
 
 def table_or_empty(tables: list[pa.Table], schema: pa.Schema, columns: list[str] | None) -> pa.Table:
