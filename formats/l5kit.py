@@ -70,6 +70,8 @@ class SceneRef(SourceRef):
     extras: tuple = ()  # (column, value) of scene fields beyond the format's
     # Average bytes a frame's agents and faces take (not part of the scene's identity: no repr).
     agent_bytes_per_frame: float = dataclasses.field(default=0.0, repr=False)
+    # The `frames` chunk the scene starts in (None: not known); where it is, not what it is: no repr.
+    frames_chunk: int | None = dataclasses.field(default=None, repr=False)
 
     @property
     def estimated_steps(self) -> int:
@@ -78,6 +80,15 @@ class SceneRef(SourceRef):
     @property
     def estimated_bytes(self) -> float:
         return self.length * self.agent_bytes_per_frame
+
+    @property
+    def read_group(self) -> str | None:
+        """Scenes starting in the same `frames` chunk: loaded one after another by one reader,
+        they decode that chunk, and the agents and faces chunks their frames point into (agents
+        are stored in frame order), once each; the reader's chunk cache keeps the last chunks it
+        decoded. A scene running into the next chunk shares it with the next group: that chunk
+        is decoded once more only when the two groups go to different readers."""
+        return f"frames#{self.frames_chunk}" if self.frames_chunk is not None else None
 
 
 def _python(value):
@@ -196,7 +207,8 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             raise FormatError(f"{arrays['scenes'].path}: {sequence_id}: scene has no frames")
         extras = episode_field_values(scene, _extra_fields(scenes.dtype, "scenes"), _python)
         refs.append(SceneRef(index, sequence_id, end - start, start, end, str(scene["host"]),
-                             int(scene["start_time"]), int(scene["end_time"]), extras, agent_bytes))
+                             int(scene["start_time"]), int(scene["end_time"]), extras, agent_bytes,
+                             start // arrays["frames"].chunk_length))
     _check_coverage(scenes, frame_rows, arrays["scenes"].path)
 
     columns = base_columns() + [

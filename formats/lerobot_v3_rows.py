@@ -2,7 +2,10 @@
 
 The metadata side (info.json, the episode index, the columns) is formats/lerobot_v3.py; this module
 only reads what a planned EpisodeRef points at. An episode is read by its `index` range: only the
-row groups whose statistics overlap it (formats/parquet_rows.py).
+row groups whose statistics overlap it (formats/parquet_rows.py). The reader keeps the row groups
+it decoded for the last episode, and cuts the next episode out of them when it lives there too:
+episodes of a read group (the row group they start in) arrive one after another, so a data file
+of one row group holding 80 episodes is decoded once, not 80 times.
 """
 
 from __future__ import annotations
@@ -37,10 +40,19 @@ class EpisodeRef(SourceRef):
     tasks: tuple[str, ...]
     videos: tuple[tuple[str, VideoSegment], ...]  # (column, segment)
     scalars: tuple[tuple[str, Any], ...]  # episode-level fields: (column, value)
+    # The first row group of the data file the episode's rows are in, from the footer read while
+    # planning (None: not known). Where the rows are, not what the episode is: no repr, so not
+    # part of its --incremental fingerprint.
+    first_row_group: int | None = dataclasses.field(default=None, repr=False)
 
     @property
     def estimated_steps(self) -> int:
         return self.length
+
+    @property
+    def read_group(self) -> str | None:
+        """Episodes starting in the same row group of a data file decode it once, one after another."""
+        return f"{self.data_file}#{self.first_row_group}" if self.first_row_group is not None else None
 
     @property
     def unit_files(self) -> tuple[str, ...]:
@@ -48,18 +60,20 @@ class EpisodeRef(SourceRef):
 
 
 class Reader(parquet_rows.ParquetSourceReader):
-    """Opened once per worker: data-file footers and key ranges are read once per file."""
+    """Opened once per worker: data-file footers and key ranges are read once per file, and the
+    row groups decoded for one episode serve the next ones that live in them."""
 
     def load(self, ref: EpisodeRef) -> Sequence:
-        return _load(self.fs, self.root, ref, self.meta, self.footers)
+        return _load(self.fs, self.root, ref, self.meta, self.footers, self.decoded)
 
 
-def _load(fs, root: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.ParquetFooters) -> Sequence:
+def _load(fs, root: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.ParquetFooters,
+          decoded: parquet_rows.DecodedRowGroups) -> Sequence:
     data_path = storage.resolve_inside(root, ref.data_file, what="data file", fs=fs)
     try:
         if _changed_since_plan(fs, data_path, footers, meta):
             raise FormatError(f"{data_path}: {ref.sequence_id}: changed while it was being converted (rerun the conversion)")
-        table = _read_episode_rows(fs, data_path, ref, meta, footers)
+        table = _read_episode_rows(fs, data_path, ref, meta, footers, decoded)
         sequence = _to_sequence(table, ref, meta)
         for spec in meta.columns:
             if spec.kind == VIDEO and spec.meta.get("encoded_from") == FROM_IMAGES:
@@ -106,7 +120,8 @@ def _changed_since_read(fs, path: str, footers: storage.ParquetFooters) -> bool:
 _READ_BATCH_ROWS = 4096
 
 
-def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.ParquetFooters) -> pa.Table:
+def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.ParquetFooters,
+                       decoded: parquet_rows.DecodedRowGroups) -> pa.Table:
     if not fs.exists(path):
         raise FormatError(f"data file not found (episode {ref.episode_index})")
     metadata = footers.footer(path)
@@ -122,19 +137,8 @@ def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta, footer
     groups = parquet_rows.row_groups_holding(footers, path, key_column, low, high - 1)
     extra = [c for c in ("timestamp", "frame_index", "episode_index", "task_index") if schema.get_field_index(c) >= 0]
     columns = list(dict.fromkeys([key_column, *extra, *wanted]))
-    local = storage.local_path(fs, path)
-    with contextlib.nullcontext(local) if local else storage.open_input(fs, path) as handle:  # local: Arrow's own reads
-        # pre_buffer coalesces ranged reads: worth it on object stores, 60 % slower per small local read.
-        parquet = storage.parquet_file(handle, metadata=metadata, buffer_size=1 << 20, pre_buffer=not local)
-        if sum(metadata.row_group(g).num_rows for g in groups) <= _READ_BATCH_ROWS:
-            # One episode's rows are small: Arrow's thread pool costs more than it saves (0.29 -> 0.16 ms).
-            table = parquet.read_row_groups(groups, columns=columns, use_threads=False) if groups else schema.empty_table().select(columns)
-        else:  # in batches: decoding a long row group of list columns at once peaks at ~8x its size
-            table = pa.Table.from_batches(list(parquet.iter_batches(batch_size=_READ_BATCH_ROWS, row_groups=groups, columns=columns)))
-    keys = table.column(key_column)
-    mask = pc.and_(pc.greater_equal(keys, low), pc.less(keys, high))
-    if not pc.all(mask).as_py():  # row groups shared with neighbours: keep only this episode's rows (a copy)
-        table = table.filter(mask)
+    parts = decoded.get(path, metadata, columns, groups, lambda missing: _decode(fs, path, metadata, columns, key_column, missing))
+    table = _cut(parts, low, high, schema, columns, key_column)
     if table.num_rows != ref.length:
         raise FormatError(
             f"episode {ref.episode_index}: offsets {key_column} {low}..{high} point past the data file "
@@ -148,6 +152,52 @@ def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta, footer
             found = np.unique(table.column("episode_index").to_numpy())
             if found.tolist() != [ref.episode_index]:
                 raise FormatError(f"rows {low}..{high} belong to episode(s) {found.tolist()}, not episode {ref.episode_index}")
+    return table
+
+
+class _RowGroup:
+    """One decoded row group and its key column as numpy, when that is null-free integers."""
+
+    def __init__(self, table: pa.Table, key_column: str):
+        self.table = table
+        keys = table.column(key_column)
+        numeric = pa.types.is_integer(keys.type) and keys.null_count == 0
+        self.keys = keys.to_numpy() if numeric else None
+        self.sorted = self.keys is not None and bool((self.keys[1:] >= self.keys[:-1]).all())
+
+
+def _decode(fs, path: str, metadata, columns: list[str], key_column: str, groups: list[int]) -> dict[int, _RowGroup]:
+    """Decode `groups` of the data file (one open for all of them)."""
+    local = storage.local_path(fs, path)
+    decoded = {}
+    with contextlib.nullcontext(local) if local else storage.open_input(fs, path) as handle:  # local: Arrow's own reads
+        # pre_buffer coalesces ranged reads: worth it on object stores, 60 % slower per small local read.
+        parquet = storage.parquet_file(handle, metadata=metadata, buffer_size=1 << 20, pre_buffer=not local)
+        for group in groups:
+            if metadata.row_group(group).num_rows <= _READ_BATCH_ROWS:
+                # A small row group: Arrow's thread pool costs more than it saves (0.29 -> 0.16 ms).
+                table = parquet.read_row_group(group, columns=columns, use_threads=False)
+            else:  # in batches: decoding a long row group of list columns at once peaks at ~8x its size
+                table = pa.Table.from_batches(list(parquet.iter_batches(batch_size=_READ_BATCH_ROWS, row_groups=[group], columns=columns)))
+            decoded[group] = _RowGroup(table, key_column)
+    return decoded
+
+
+def _cut(parts: list[_RowGroup], low: int, high: int, schema: pa.Schema, columns: list[str], key_column: str) -> pa.Table:
+    """The rows whose key is in [low, high), in file order: zero-copy slices of row groups whose
+    key is sorted (a binary search each), else a filter (a copy) over the row groups read."""
+    if all(part.sorted for part in parts):
+        pieces = []
+        for part in parts:
+            start, stop = np.searchsorted(part.keys, [low, high], side="left").tolist()
+            if stop > start:
+                pieces.append(part.table.slice(start, stop - start))
+        return parquet_rows.table_or_empty(pieces, schema, columns)
+    table = parquet_rows.table_or_empty([part.table for part in parts], schema, columns)
+    keys = table.column(key_column)
+    mask = pc.and_(pc.greater_equal(keys, low), pc.less(keys, high))
+    if not pc.all(mask).as_py():  # row groups shared with neighbours: keep only this episode's rows (a copy)
+        table = table.filter(mask)
     return table
 
 

@@ -1,6 +1,8 @@
 """ORTF episodes read on a worker: one episode's steps out of its chunk file, its camera segments,
 audio and annotation files, as a Sequence. The metadata side (manifest, episode index, columns)
-is formats/ortf.py; this module only reads what a planned EpisodeRef points at.
+is formats/ortf.py; this module only reads what a planned EpisodeRef points at. The reader keeps
+the row groups of the steps file it decoded for the last episode (with an index of where each
+episode_id's rows are), so episodes of one read group decode each row group once.
 """
 
 from __future__ import annotations
@@ -11,7 +13,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from formats import parquet_rows, storage
 from formats.errors import ConversionError, FormatError, in_context
@@ -45,10 +46,18 @@ class EpisodeRef(SourceRef):
     audio: str | None
     annotations: str | None  # annotations/episode_XXXXXX when the dataset has annotations
     scalars: tuple[tuple[str, Any], ...]
+    # The first row group of the steps file holding the episode, from the plan's footer (None:
+    # not known). Where the steps are, not what the episode is: no repr, not fingerprinted.
+    first_row_group: int | None = dataclasses.field(default=None, repr=False)
 
     @property
     def estimated_steps(self) -> int:
         return self.length
+
+    @property
+    def read_group(self) -> str | None:
+        """Episodes starting in the same row group of a chunk's steps file decode it once, one after another."""
+        return f"{self.steps_file}#{self.first_row_group}" if self.first_row_group is not None else None
 
     @property
     def unit_files(self) -> tuple[str, ...]:
@@ -57,16 +66,18 @@ class EpisodeRef(SourceRef):
 
 
 class Reader(parquet_rows.ParquetSourceReader):
-    """Opened once per worker: a chunk's steps footer is read once for all its episodes."""
+    """Opened once per worker: a chunk's steps footer is read once for all its episodes, and the
+    row groups decoded for one episode serve the next ones that live in them."""
 
     def load(self, ref: EpisodeRef) -> Sequence:
-        return _load(self.fs, self.root, ref, self.meta, self.footers)
+        return _load(self.fs, self.root, ref, self.meta, self.footers, self.decoded)
 
 
-def _load(fs, root: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.ParquetFooters) -> Sequence:
+def _load(fs, root: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.ParquetFooters,
+          decoded: parquet_rows.DecodedRowGroups) -> Sequence:
     path = storage.resolve_inside(root, ref.steps_file, what="steps file", fs=fs)
     try:
-        table = _episode_rows(fs, path, ref, footers)
+        table = _episode_rows(fs, path, ref, footers, decoded)
         return _to_sequence(fs, root, table, ref, meta)
     except ConversionError as error:
         raise in_context(error, file=path, sequence=ref.sequence_id) from error
@@ -74,24 +85,18 @@ def _load(fs, root: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.Pa
         raise FormatError(f"{path}: {ref.sequence_id}: cannot read steps: {error}") from error
 
 
-def _episode_rows(fs, path: str, ref: EpisodeRef, footers: storage.ParquetFooters) -> pa.Table:
+def _episode_rows(fs, path: str, ref: EpisodeRef, footers: storage.ParquetFooters, decoded: parquet_rows.DecodedRowGroups) -> pa.Table:
     metadata = footers.footer(path)
     if not any(metadata.schema.column(i).path == "episode_id" for i in range(metadata.num_columns)):
         raise FormatError("steps have no episode_id column")
     starts = np.cumsum([0] + [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]).tolist()
     groups = parquet_rows.row_groups_holding(footers, path, "episode_id", ref.episode_key, ref.episode_key)
-    offsets = [starts[group] for group in groups]
-    with storage.open_input(fs, path) as handle:
-        parquet = storage.parquet_file(handle, metadata=metadata)
-        parts = []
-        for group, group_offset in zip(groups, offsets):
-            part = parquet.read_row_group(group)
-            column = part.column("episode_id")
-            key = ref.episode_key if _comparable(ref.episode_key, column.type) else ref.episode_id
-            mask = pc.equal(column if key is ref.episode_key else column.cast(pa.string()), key)
-            rows = np.flatnonzero(mask.to_numpy(zero_copy_only=False))
-            if len(rows):
-                parts.append((group_offset + rows, part.filter(mask)))
+    row_groups = decoded.get(path, metadata, None, groups, lambda missing: _decode(fs, path, metadata, missing))
+    parts = []
+    for group, row_group in zip(groups, row_groups):
+        rows, part = row_group.episode_rows(ref)
+        if len(rows):
+            parts.append((starts[group] + rows, part))
     if not parts:
         raise FormatError(f"episode {ref.episode_id!r} has no steps in this file (its chunk_id points here)")
     table = pa.concat_tables([part for _, part in parts])
@@ -104,6 +109,50 @@ def _episode_rows(fs, path: str, ref: EpisodeRef, footers: storage.ParquetFooter
     if contiguous and ref.start_step not in (first_row, ref.chunk_base + first_row, 0):
         raise FormatError(f"start_step {ref.start_step} does not match the episode's rows (row {first_row} of the file)")
     return table
+
+
+def _decode(fs, path: str, metadata, groups: list[int]) -> dict[int, _StepsRowGroup]:
+    """Decode `groups` of the steps file, every column (one open for all of them)."""
+    with storage.open_input(fs, path) as handle:
+        parquet = storage.parquet_file(handle, metadata=metadata)
+        return {group: _StepsRowGroup(parquet.read_row_group(group)) for group in groups}
+
+
+class _StepsRowGroup:
+    """One decoded row group of a steps file, and where each episode_id's rows are in it."""
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+        self._runs: dict[bool, dict[Any, list[tuple[int, int]]]] = {}  # as stored / as text -> id -> [start, stop) runs
+
+    def episode_rows(self, ref: EpisodeRef) -> tuple[np.ndarray, pa.Table]:
+        """The rows whose episode_id is the episode's (positions in the row group, and the rows:
+        a zero-copy slice when they are one run, as writers leave them); ids that cannot be
+        compared with the stored type (integer against string ids) are compared as text."""
+        column = self.table.column("episode_id")
+        as_text = not _comparable(ref.episode_key, column.type)
+        if as_text not in self._runs:
+            self._runs[as_text] = _runs(column.cast(pa.string()) if as_text else column)
+        runs = self._runs[as_text].get(ref.episode_id if as_text else ref.episode_key, [])
+        if len(runs) == 1:
+            start, stop = runs[0]
+            return np.arange(start, stop), self.table.slice(start, stop - start)
+        rows = np.concatenate([np.arange(start, stop) for start, stop in runs]) if runs else np.zeros(0, np.int64)
+        return rows, self.table.take(pa.array(rows, pa.int64()))
+
+
+def _runs(column: pa.ChunkedArray) -> dict[Any, list[tuple[int, int]]]:
+    """id -> the [start, stop) runs of rows holding it, in row order (nulls hold no id)."""
+    values = column.to_numpy(zero_copy_only=False) if column.null_count == 0 else np.array(column.to_pylist(), dtype=object)
+    if len(values) == 0:
+        return {}
+    changes = (np.flatnonzero(values[1:] != values[:-1]) + 1).tolist()
+    starts, stops = [0, *changes], [*changes, len(values)]
+    runs: dict[Any, list[tuple[int, int]]] = {}
+    for start, stop, key in zip(starts, stops, values[starts].tolist()):
+        if key is not None:
+            runs.setdefault(key, []).append((start, stop))
+    return runs
 
 
 def _comparable(value, other) -> bool:

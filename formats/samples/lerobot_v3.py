@@ -78,6 +78,9 @@ class SyntheticLeRobot:
     continuous_video: bool = False  # convert_image_to_video_dataset: a video file's episodes in one encode
     list_data_files: Seq[int] = ()  # data files rewritten through pandas (modify_tasks, merge_datasets): list<float>
     annotated_episodes: Seq[int] | None = None  # lerobot-annotate language columns (None: none); others hold []
+    # None: one row group per episode (lerobot's streaming writer); N: data files as pandas' to_parquet
+    # rewrites them (lerobot's merge and modify_tasks tools): row groups of N rows across episodes.
+    data_row_group_rows: int | None = None
 
 
 def synthetic_frames(episode: int, camera: int, length: int, height: int, width: int) -> np.ndarray:
@@ -204,8 +207,11 @@ def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
                                         for f in t.schema])) for t in tables]
         with fs.open(path, "wb") as handle:
             with pq.ParquetWriter(handle, tables[0].schema, compression="snappy") as writer:
-                for table in tables:  # one row group per episode, as lerobot's streaming writer does
-                    writer.write_table(table)
+                if spec.data_row_group_rows:
+                    writer.write_table(pa.concat_tables(tables), row_group_size=spec.data_row_group_rows)
+                else:
+                    for table in tables:  # one row group per episode, as lerobot's streaming writer does
+                        writer.write_table(table)
 
     # Videos: each episode encoded alone, then joined per file by stream copy.
     for camera_number, camera in enumerate((*spec.cameras, *spec.depth_cameras)):
