@@ -66,7 +66,11 @@ def fingerprints(units: list[tuple[Unit, Any]], signed: dict[str, str], shared_f
     """unit key -> {"fingerprint", "prefix"} for each (unit, ref) pair."""
     names = sorted(signed)  # a folder's files are one contiguous range of the sorted names
     base = _digest({"context": context, "shared": _signed(shared_files, signed, names)})
-    return {unit.key: {"fingerprint": _digest({"base": base, "ref": repr(ref), "files": _signed(unit.files, signed, names)}),
+    # _digest({"base": base, "ref": repr(ref), "files": files}) spelt out: the same JSON text (keys
+    # sorted, default separators), without building an encoder per unit (a third of planning at 100,000 episodes).
+    head = '{"base": ' + json.dumps(base) + ', "files": '
+    return {unit.key: {"fingerprint": hashlib.sha256((head + json.dumps(_signed(unit.files, signed, names)) + ', "ref": '
+                                                      + json.dumps(repr(ref)) + "}").encode()).hexdigest(),
                        "prefix": unit.prefix}
             for unit, ref in units}
 
