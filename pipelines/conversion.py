@@ -31,7 +31,7 @@ from formats import errors, lance_table, mixtrain, publish, sources, storage, ta
 from formats.tables import lake
 from pipelines import cli, failures, local_workers
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
-from pipelines.plan import ConversionPlan, blame, make_plan, requested_encoding
+from pipelines.plan import ConversionPlan, blame, make_plan, requested_encoding, without_cycle_collection
 from pipelines.progress import Progress
 from pipelines.session import Interrupted
 from transforms import staged_plan
@@ -39,7 +39,7 @@ from transforms.errors import ERRORS
 from transforms.read import ReadSequences, stage_refs
 from transforms.reuse import KEPT_IDS, ReusePrevious
 from transforms.video import WriteVideos
-from transforms.write import FINGERPRINTS, WriteMixtrain
+from transforms.write import WriteMixtrain, stage_fingerprints
 
 __all__ = ["ConvertOptions", "build_pipeline", "run"]
 
@@ -139,8 +139,8 @@ def codec_threads(options: PipelineOptions) -> int | None:
 def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str, *, write_assets: bool = True,
                    plan_url: str | None = None) -> ConversionPlan:
     """Plan on the launcher (`pipelines.plan.make_plan`) and add the conversion it describes to
-    `pipeline`. `write_assets=False` (dry runs, templates) leaves the output untouched: nothing is
-    staged on the launcher.
+    `pipeline`. `write_assets=False` (dry runs, templates) leaves the output untouched: no asset
+    is copied into the staging, and the plan files go elsewhere (below).
 
     The plan's per-unit data (the refs, the fingerprints, the ids an --incremental run reuses) is
     written to files the workers read (`transforms/staged_plan.py`), never into the graph: to
@@ -163,8 +163,9 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
         fs, root = storage.open_root(plan.source_url)
         publish.copy_assets(fs, root, out_fs, staging, list(plan.assets))
     plan_url = plan_url or (storage.join(staging_url, staged_plan.PLAN_DIR) if write_assets else _launcher_folder())
-    files = stage_refs(plan.to_convert, plan_url)
-    staged_plan.write_value(plan_url, FINGERPRINTS, plan.fingerprints)
+    with without_cycle_collection():
+        files = stage_refs(plan.to_convert, plan_url)
+        stage_fingerprints(plan.fingerprints, plan_url)
     read = pipeline | "Read" >> ReadSequences(plan.source, plan.source_url, meta, plan_url, files, options.on_error)
     videos = read["sequences"] | "Videos" >> WriteVideos(plan.source_url, staging_url, meta.fps or 30.0, plan.encode, plan.sizes,
                                                          options.video_stats, options.on_error, options.verify_copies,

@@ -24,7 +24,7 @@ from formats.source import Source, SourceRef
 from pipelines import cli
 from pipelines.cli import UsageError
 
-__all__ = ["ConversionPlan", "make_plan", "estimate_num_shards", "requested_encoding", "source_options"]
+__all__ = ["ConversionPlan", "make_plan", "without_cycle_collection", "estimate_num_shards", "requested_encoding", "source_options"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -146,17 +146,17 @@ def make_plan(options: Any, *, output_url: str, created_at: str, previous_root: 
     column a table cannot partition by), ConversionError for a
     source that cannot be converted.
     """
-    with _without_cycle_collection():
+    with without_cycle_collection():
         return _make_plan(options, output_url=output_url, created_at=created_at, previous_root=previous_root)
 
 
 @contextlib.contextmanager
-def _without_cycle_collection():
+def without_cycle_collection():
     """Planning builds a few objects per episode (refs, units, fingerprints: tens of millions at a
     million episodes), none of them in a reference cycle; Python's cycle collector walked them
     again and again as they piled up: 45 % of planning at 100,000 episodes. It is paused while
-    planning, and what planning made is frozen out of later collections (it lives until the
-    pipeline is built); reference counting still frees all of it."""
+    planning (and while the plan files are written), and what planning made is frozen out of later
+    collections (it lives until the pipeline is built); reference counting still frees all of it."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -35,7 +35,7 @@ from transforms.errors import ERRORS, FAIL, SKIP
 from transforms.progress import report
 from transforms.stats import MergeShardStatsFn
 
-__all__ = ["WriteMixtrain", "ShardResult"]
+__all__ = ["WriteMixtrain", "ShardResult", "stage_fingerprints", "staged_fingerprints"]
 
 
 @dataclasses.dataclass
@@ -51,7 +51,7 @@ class ShardResult:
 
 
 SPILL_DIR = "_rows"
-FINGERPRINTS = "fingerprints.pkl"  # in the plan folder: {"context": hash, "units": unit key -> fingerprint}
+FINGERPRINTS = "fingerprints.pkl"  # in the plan folder: the context hash, then pieces of {unit key -> fingerprint}
 SPILL_BYTES = 8 << 20  # a shard's buffered rows are written out once they reach this much Arrow data
 SPILL_BUFFER_BYTES = 64 << 20  # and the largest shard's rows whenever all shards' buffers reach this
 
@@ -231,6 +231,22 @@ class _WriteShardFn(beam.DoFn):
             result.non_finite[name] = result.non_finite.get(name, 0) + count
 
 
+def stage_fingerprints(fingerprints: dict, plan_url: str, piece: int = 100_000) -> None:
+    """The plan's fingerprints ({"context", "units"}) to the plan folder, for the publish step,
+    `piece` units per pickled piece."""
+    units = list(fingerprints["units"].items())
+    staged_plan.write_pieces(plan_url, FINGERPRINTS, [fingerprints["context"]]
+                             + [dict(units[start:start + piece]) for start in range(0, len(units), piece)])
+
+
+def staged_fingerprints(plan_url: str) -> dict:
+    pieces = staged_plan.read_pieces(plan_url, FINGERPRINTS)
+    context, units = next(pieces), {}
+    for piece in pieces:
+        units.update(piece)
+    return {"context": context, "units": units}
+
+
 def _failed(key: str, unit: dict, records: list[dict]) -> bool:
     """Whether a unit lost a sequence (its fingerprint is then not kept: the next run retries it)."""
     prefix = unit.get("prefix")
@@ -311,7 +327,7 @@ class _PublishFn(beam.DoFn):
         # Units with a skipped sequence are left out: retried next time. (A step retried after its
         # first attempt removed the plan folder keeps the _fingerprints.json that attempt wrote.)
         if self._plan_url is not None and staged_plan.exists(self._plan_url, FINGERPRINTS):
-            recorded = staged_plan.read_value(self._plan_url, FINGERPRINTS)
+            recorded = staged_fingerprints(self._plan_url)
             units = {key: value for key, value in recorded["units"].items() if not _failed(key, value, records)}
             fs.pipe_file(storage.join(staging, mixtrain.FINGERPRINTS_FILE),
                          mixtrain.dumps({"context": recorded["context"], "units": units}).encode())

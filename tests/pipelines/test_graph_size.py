@@ -11,7 +11,7 @@ from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
 from pipelines import conversion
 from transforms import staged_plan
 from transforms.read import refs_file
-from transforms.write import FINGERPRINTS
+from transforms.write import staged_fingerprints
 
 
 def _graph(tmp_path, episodes: int) -> tuple[int, conversion.ConversionPlan, str]:
@@ -31,4 +31,4 @@ def test_graph_size_does_not_grow_with_the_episodes(tmp_path):
     assert abs(large - small) < 2_000 and large < 2_000_000, (small, large)
     staged = [ref for number in range(2) for batch in staged_plan.read_value(plan_url, refs_file(number)) for ref in batch]
     assert staged == list(plan.to_convert) and len(staged) == 4000
-    assert staged_plan.read_value(plan_url, FINGERPRINTS) == plan.fingerprints
+    assert staged_fingerprints(plan_url) == plan.fingerprints
