@@ -42,7 +42,7 @@ class ConversionPlan:
     num_shards: int
     assets: tuple[str, ...]  # dataset-level files (relative to the source root) copied to files/_dataset/
     sidecar_extra: dict  # converter, options, created_at, incremental: mixtrain.json beside the metadata
-    fingerprints: dict  # {"context": hash, "units": unit key -> fingerprint}: written for the next --incremental
+    fingerprints: fingerprint.Fingerprints  # written for the next --incremental (computed as written, unless --incremental)
     reused: dict | None  # what --incremental keeps from the previous output (fingerprint.reusable), or None
 
 
@@ -196,15 +196,17 @@ def _make_plan(options: Any, *, output_url: str, created_at: str, previous_root:
                     **({"lance_videos": options.lance_videos} if options.table_format == "lance" else {})},
         "created_at": created_at,
     }
-    units, shared = source.incremental_units(refs)
     # What changes the output of a unit; not the shard count, the error policy or the table format
     # (array_layout changes the columns' types, which the context hashes already).
     unrecorded = ("num_shards", "on_error", "max_skipped", "array_layout", "table_format", "lance_videos")
     recorded = {k: v for k, v in sidecar_extra["options"].items() if k not in unrecorded}
     context = fingerprint.context_hash(formats.__version__, {**recorded, "fps": meta.fps}, meta.columns)
-    current = fingerprint.fingerprints(units, fingerprint.signatures(fs, root), shared, context)
+    fingerprints = fingerprint.Fingerprints(context, source, tuple(refs), fingerprint.signatures(fs, root))
     to_convert, reused = refs, None
     if options.incremental and previous_root is not None:
+        units, shared = source.incremental_units(refs)
+        current = fingerprint.fingerprints(units, fingerprints.signed, shared, context)
+        fingerprints = dataclasses.replace(fingerprints, known=current)
         out_fs, out_root = storage.open_root(output_url)
         reused = fingerprint.reusable(out_fs, previous_root or out_root, units, current, context)
         if reused is not None:
@@ -215,7 +217,7 @@ def _make_plan(options: Any, *, output_url: str, created_at: str, previous_root:
                                             "previous_created_at": reused["created_at"]}
     copied = frozenset(spec.name for spec in meta.columns if spec.kind == VIDEO and spec.meta.get("written_as") == "copy")
     return ConversionPlan(source, storage.url_for(fs, root), meta, tuple(refs), tuple(to_convert), encode, sizes, copied,
-                          num_shards, assets, sidecar_extra, {"context": context, "units": current}, reused)
+                          num_shards, assets, sidecar_extra, fingerprints, reused)
 
 
 @contextlib.contextmanager

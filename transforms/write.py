@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import json
 import uuid
 from collections import OrderedDict
@@ -28,6 +29,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from formats import mixtrain, storage, tables
 from formats.errors import ConversionError, FormatError, describe_skip_limit, error_record, skipped_counts
+from formats.fingerprint import Fingerprints
 from formats.sequence import VIDEO, ColumnSpec, DatasetMeta, Sequence
 from formats.stats import ColumnStats, non_finite_counts, table_stats
 from transforms import staged_plan
@@ -231,12 +233,10 @@ class _WriteShardFn(beam.DoFn):
             result.non_finite[name] = result.non_finite.get(name, 0) + count
 
 
-def stage_fingerprints(fingerprints: dict, plan_url: str, piece: int = 100_000) -> None:
-    """The plan's fingerprints ({"context", "units"}) to the plan folder, for the publish step,
-    `piece` units per pickled piece."""
-    units = list(fingerprints["units"].items())
-    staged_plan.write_pieces(plan_url, FINGERPRINTS, [fingerprints["context"]]
-                             + [dict(units[start:start + piece]) for start in range(0, len(units), piece)])
+def stage_fingerprints(fingerprints: Fingerprints, plan_url: str) -> None:
+    """The plan's fingerprints to the plan folder, for the publish step: the context, then the
+    units piece by piece (computed as they are written)."""
+    staged_plan.write_pieces(plan_url, FINGERPRINTS, itertools.chain([fingerprints.context], fingerprints.pieces()))
 
 
 def staged_fingerprints(plan_url: str) -> dict:
