@@ -31,14 +31,15 @@ from formats import errors, lance_table, mixtrain, publish, sources, storage, ta
 from formats.tables import lake
 from pipelines import cli, failures, local_workers
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
-from pipelines.plan import ConversionPlan, blame, make_plan, requested_encoding
+from pipelines.plan import ConversionPlan, blame, make_plan, requested_encoding, without_cycle_collection
 from pipelines.progress import Progress
 from pipelines.session import Interrupted
+from transforms import staged_plan
 from transforms.errors import ERRORS
-from transforms.read import ReadSequences
-from transforms.reuse import ReusePrevious
+from transforms.read import ReadSequences, stage_refs
+from transforms.reuse import KEPT_IDS, ReusePrevious
 from transforms.video import WriteVideos
-from transforms.write import WriteMixtrain
+from transforms.write import WriteMixtrain, stage_fingerprints
 
 __all__ = ["ConvertOptions", "build_pipeline", "run"]
 
@@ -135,10 +136,17 @@ def codec_threads(options: PipelineOptions) -> int | None:
     return local_workers.codec_threads(options.view_as(DirectOptions).direct_num_workers)
 
 
-def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str, *, write_assets: bool = True) -> ConversionPlan:
+def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str, *, write_assets: bool = True,
+                   plan_url: str | None = None) -> ConversionPlan:
     """Plan on the launcher (`pipelines.plan.make_plan`) and add the conversion it describes to
-    `pipeline`. `write_assets=False` (dry runs, templates) leaves the output untouched: nothing is
-    staged on the launcher."""
+    `pipeline`. `write_assets=False` (dry runs, templates) leaves the output untouched: no asset
+    is copied into the staging, and the plan files go elsewhere (below).
+
+    The plan's per-unit data (the refs, the fingerprints, the ids an --incremental run reuses) is
+    written to files the workers read (`transforms/staged_plan.py`), never into the graph: to
+    `plan_url` when given (a classic template's, beside it), else to the staging folder's `_plan/`
+    (removed before publication), or with `write_assets=False` to a temporary folder on the
+    launcher, removed when the process exits: a dry run builds the graph and runs nothing."""
     out_fs, out_root = storage.open_root(options.output)
     output_url = storage.url_for(out_fs, out_root)
     settings = table_settings(options, run_id)
@@ -154,7 +162,11 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     if write_assets:
         fs, root = storage.open_root(plan.source_url)
         publish.copy_assets(fs, root, out_fs, staging, list(plan.assets))
-    read = pipeline | "Read" >> ReadSequences(plan.source, plan.source_url, meta, list(plan.to_convert), options.on_error)
+    plan_url = plan_url or (storage.join(staging_url, staged_plan.PLAN_DIR) if write_assets else _launcher_folder())
+    with without_cycle_collection():
+        files = stage_refs(plan.to_convert, plan_url)
+        stage_fingerprints(plan.fingerprints, plan_url)
+    read = pipeline | "Read" >> ReadSequences(plan.source, plan.source_url, meta, plan_url, files, options.on_error)
     videos = read["sequences"] | "Videos" >> WriteVideos(plan.source_url, staging_url, meta.fps or 30.0, plan.encode, plan.sizes,
                                                          options.video_stats, options.on_error, options.verify_copies,
                                                          plan.copied, codec_threads(options))
@@ -163,14 +175,26 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
         sequences = sequences | "TablePaths" >> beam.Map(lake.with_run_prefix, lake.run_prefix(run_id))
     reused = plan.reused
     if reused is not None and reused["ids"]:
-        kept = pipeline | "Reuse" >> ReusePrevious(reused["root_url"], staging_url, meta.columns, reused["shards"], reused["ids"],
+        staged_plan.write_value(plan_url, KEPT_IDS, sorted(reused["ids"]))
+        kept = pipeline | "Reuse" >> ReusePrevious(reused["root_url"], staging_url, meta.columns, reused["shards"], plan_url,
                                                    link_files=not lake.is_lake(settings.format))
         sequences = (sequences, kept) | "AllSequences" >> beam.Flatten()
     bad = read[ERRORS] + videos[ERRORS] | "BadSequences" >> beam.Flatten()
     _ = {"sequences": sequences, ERRORS: bad} | "Write" >> WriteMixtrain(
-        staging_url, output_url, meta, plan.num_shards, plan.sidecar_extra, options.on_error, plan.fingerprints,
+        staging_url, output_url, meta, plan.num_shards, plan.sidecar_extra, options.on_error, plan_url,
         tuple(options.max_skipped), settings)
     return plan
+
+
+def _launcher_folder() -> str:
+    """A folder on the launcher for a plan no worker will read (a dry run), removed at exit."""
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="mixtrain-plan-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def _add_beam_options(parser, *, ours: bool):
@@ -295,7 +319,10 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                         prepare_output(options.output, options.overwrite or options.incremental, options.table_format)
                     publish.claim_staging(out_fs, staging)
             pipeline = beam.Pipeline(runner=_runner(all_options, zygote), options=all_options)
-            plan = build_pipeline(pipeline, options, run_id, write_assets=not launch_only)
+            # A classic template's plan files are read by every job launched from it: they stay beside it.
+            template_plan = all_options.view_as(GoogleCloudOptions).template_location.rstrip("/") + ".plan" \
+                if launch_only == "template" else None
+            plan = build_pipeline(pipeline, options, run_id, write_assets=not launch_only, plan_url=template_plan)
             total = sources.sequence_count(plan.to_convert)
             what = f"{total} sequences" if total is not None else f"{len(plan.to_convert)} source units"
             reused = len(plan.refs) - len(plan.to_convert)
@@ -420,7 +447,8 @@ def _launched(result, options: PipelineOptions, how: str) -> str:
         return f"[mixtrain-convert] dry run: job {name} was built and not submitted; nothing was written to {google.temp_location or 'GCS'} " \
                f"or to the output"
     if how == "template":
-        return f"[mixtrain-convert] template of job {name} written to {google.template_location}; nothing was converted"
+        return (f"[mixtrain-convert] template of job {name} written to {google.template_location} (its plan files to "
+                f"{google.template_location.rstrip('/')}.plan); nothing was converted")
     job_id = result.job_id() if hasattr(result, "job_id") else None
     url = f"https://console.cloud.google.com/dataflow/jobs/{google.region}/{job_id}?project={google.project}"
     return f"[mixtrain-convert] submitted job {name} (id {job_id}): {url}; it publishes the dataset when it finishes"

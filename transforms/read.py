@@ -1,16 +1,92 @@
-"""ReadSequences: EpisodeRefs planned on the launcher -> Sequences loaded on the workers."""
+"""ReadSequences: refs planned on the launcher -> Sequences loaded on the workers.
+
+The refs do not travel in the job graph: the launcher batches them (`ref_batches`) and writes
+the batches to files under the plan folder (`stage_refs`); the graph creates only the file
+numbers, and the workers read the files and load each batch's refs one after another.
+"""
 
 from __future__ import annotations
+
+import math
 
 import apache_beam as beam
 
 from formats import storage
 from formats.errors import ConversionError
 from formats.sequence import DatasetMeta
-from formats.source import Source
+from formats.source import Source, SourceRef
+from transforms import staged_plan
 from transforms.errors import ERRORS, FAIL, skip_or_raise
 
-__all__ = ["ReadSequences"]
+__all__ = ["ReadSequences", "ref_batches", "stage_refs", "MIN_BATCHES", "MAX_BATCH_REFS", "REFS_PER_FILE"]
+
+# A read group larger than its share is cut into consecutive pieces, so that a dataset of a few
+# large groups still gives the workers at least MIN_BATCHES batches (2 x 8 workers) and no batch
+# holds more than MAX_BATCH_REFS refs (one DoFn call that long cannot be rebalanced). Each extra
+# piece costs one more decode of the group's shared data: at most MIN_BATCHES extra decodes from
+# the first rule over the whole run, and one per MAX_BATCH_REFS refs from the second.
+MIN_BATCHES = 16
+MAX_BATCH_REFS = 2000
+REFS_PER_FILE = 2000  # whole batches per plan file, until it holds this many refs
+
+
+def ref_batches(refs: list[SourceRef]) -> list[list[SourceRef]]:
+    """The refs in plan order, cut into batches for the workers: consecutive refs of the same
+    read group (not None) form one batch, cut into even pieces of at most
+    min(MAX_BATCH_REFS, ceil(len(refs) / MIN_BATCHES)) refs; every ref without a group is a batch of one."""
+    limit = max(1, min(MAX_BATCH_REFS, math.ceil(len(refs) / MIN_BATCHES)))
+    batches: list[list[SourceRef]] = []
+    group: list[SourceRef] = []
+
+    def close() -> None:
+        pieces = math.ceil(len(group) / limit)
+        size, extra = divmod(len(group), pieces) if pieces else (0, 0)
+        start = 0
+        for piece in range(pieces):
+            end = start + size + (piece < extra)
+            batches.append(group[start:end])
+            start = end
+        group.clear()
+
+    for ref in refs:
+        key = ref.read_group
+        if group and (key is None or key != group[0].read_group):
+            close()
+        if key is None:
+            batches.append([ref])
+        else:
+            group.append(ref)
+    close()
+    return batches
+
+
+def refs_file(number: int) -> str:
+    return f"refs-{number:06d}.pkl"
+
+
+def stage_refs(refs: list[SourceRef], plan_url: str) -> int:
+    """Write the refs' batches to plan files of about REFS_PER_FILE refs; returns how many files."""
+    files, pending, count = 0, [], 0
+    for batch in ref_batches(refs):
+        pending.append(batch)
+        count += len(batch)
+        if count >= REFS_PER_FILE:
+            staged_plan.write_value(plan_url, refs_file(files), pending)
+            files, pending, count = files + 1, [], 0
+    if pending:
+        staged_plan.write_value(plan_url, refs_file(files), pending)
+        files += 1
+    return files
+
+
+class _ReadRefBatchesFn(beam.DoFn):
+    """A plan file's number -> its batches of refs."""
+
+    def __init__(self, plan_url: str):
+        self._plan_url = plan_url
+
+    def process(self, number: int):
+        yield from staged_plan.read_value(self._plan_url, refs_file(number))
 
 
 class _SourceFn(beam.DoFn):
@@ -28,13 +104,15 @@ class _SourceFn(beam.DoFn):
 
 
 class _LoadSequenceFn(_SourceFn):
-    """Loads one sequence per ref."""
+    """Loads a batch of refs, one sequence per ref, one after another (a read group's shared data
+    is then decoded once by the reader); each ref fails or is skipped on its own."""
 
-    def process(self, ref):
-        try:
-            yield self._reader.load(ref)
-        except ConversionError as error:
-            yield skip_or_raise(error, self._on_error, ref.sequence_id, "load")
+    def process(self, batch: list):
+        for ref in batch:
+            try:
+                yield self._reader.load(ref)
+            except ConversionError as error:
+                yield skip_or_raise(error, self._on_error, ref.sequence_id, "load")
 
 
 class _ExpandRefFn(_SourceFn):
@@ -47,11 +125,24 @@ class _ExpandRefFn(_SourceFn):
             yield skip_or_raise(error, self._on_error, None, "index", ref.sequence_count)
 
 
-class ReadSequences(beam.PTransform):
-    """Create the refs, spread them over workers, load each sequence.
+def _numbers(count: int):
+    return range(count)
 
-    Only the small refs cross the Reshuffle; sequence data is produced after it. A source with
-    `expands_refs` (a unit of many sequences -> its refs) gets a second fan-out on the workers. Returns
+
+def _each(batch: list):
+    return batch
+
+
+def _alone(ref):
+    return [ref]
+
+
+class ReadSequences(beam.PTransform):
+    """Read the staged refs, spread their batches over workers, load each sequence.
+
+    Only plan file numbers are in the graph and only the small refs cross a Reshuffle; sequence
+    data is produced after it. A source with `expands_refs` (a unit of many sequences -> its refs)
+    gets a second fan-out on the workers, one ref per element as before. Returns
     {"sequences": PCollection, "errors": [PCollections of error records]} (records only under
     on_error=skip; under fail the first bad sequence stops the run).
 
@@ -60,26 +151,37 @@ class ReadSequences(beam.PTransform):
         registered only on the launcher works too.
       root_url: the dataset root as a URL (`storage.url_for`).
       meta: the DatasetMeta from the source's `plan`.
-      refs: the EpisodeRefs from the source's `plan`.
+      plan_url: the folder `stage_refs` wrote the refs to.
+      files: how many files it wrote.
+
+    Example:
+      files = stage_refs(refs, plan_url)
+      read = pipeline | ReadSequences(source, root_url, meta, plan_url, files)
     """
 
-    def __init__(self, source: Source, root_url: str, meta: DatasetMeta, refs: list, on_error: str = FAIL):
+    def __init__(self, source: Source, root_url: str, meta: DatasetMeta, plan_url: str, files: int, on_error: str = FAIL):
         super().__init__()
         self._source = source
         self._root_url = root_url
         self._meta = meta
-        self._refs = refs
+        self._plan_url = plan_url
+        self._files = files
         self._on_error = on_error
 
     def expand(self, pbegin):
-        refs = pbegin | "CreateRefs" >> beam.Create(self._refs, reshuffle=False) | "SpreadRefs" >> beam.Reshuffle()
+        batches = (pbegin
+                   | "CountPlanFiles" >> beam.Create([self._files], reshuffle=False)
+                   | "PlanFiles" >> beam.FlatMap(_numbers)
+                   | "SpreadPlanFiles" >> beam.Reshuffle()
+                   | "ReadRefBatches" >> beam.ParDo(_ReadRefBatchesFn(self._plan_url))
+                   | "SpreadRefs" >> beam.Reshuffle())
         errors = []
         if self._source.expands_refs:
-            expanded = refs | "ExpandRefs" >> beam.ParDo(
+            expanded = batches | "Refs" >> beam.FlatMap(_each) | "ExpandRefs" >> beam.ParDo(
                 _ExpandRefFn(self._source, self._root_url, self._meta, self._on_error)).with_outputs(ERRORS, main="refs")
-            refs = expanded.refs | "SpreadExpandedRefs" >> beam.Reshuffle()
+            batches = expanded.refs | "SpreadExpandedRefs" >> beam.Reshuffle() | "Alone" >> beam.Map(_alone)
             errors.append(expanded[ERRORS])
-        loaded = refs | "LoadSequences" >> beam.ParDo(
+        loaded = batches | "LoadSequences" >> beam.ParDo(
             _LoadSequenceFn(self._source, self._root_url, self._meta, self._on_error)).with_outputs(ERRORS, main="sequences")
         errors.append(loaded[ERRORS])
         return {"sequences": loaded.sequences, ERRORS: errors}

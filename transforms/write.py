@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import json
 import uuid
 from collections import OrderedDict
@@ -28,13 +29,15 @@ from apache_beam.transforms.window import GlobalWindows
 
 from formats import mixtrain, storage, tables
 from formats.errors import ConversionError, FormatError, describe_skip_limit, error_record, skipped_counts
+from formats.fingerprint import Fingerprints
 from formats.sequence import VIDEO, ColumnSpec, DatasetMeta, Sequence
 from formats.stats import ColumnStats, non_finite_counts, table_stats
+from transforms import staged_plan
 from transforms.errors import ERRORS, FAIL, SKIP
 from transforms.progress import report
 from transforms.stats import MergeShardStatsFn
 
-__all__ = ["WriteMixtrain", "ShardResult"]
+__all__ = ["WriteMixtrain", "ShardResult", "stage_fingerprints", "staged_fingerprints"]
 
 
 @dataclasses.dataclass
@@ -50,6 +53,7 @@ class ShardResult:
 
 
 SPILL_DIR = "_rows"
+FINGERPRINTS = "fingerprints.pkl"  # in the plan folder: the context hash, then pieces of {unit key -> fingerprint}
 SPILL_BYTES = 8 << 20  # a shard's buffered rows are written out once they reach this much Arrow data
 SPILL_BUFFER_BYTES = 64 << 20  # and the largest shard's rows whenever all shards' buffers reach this
 
@@ -229,6 +233,20 @@ class _WriteShardFn(beam.DoFn):
             result.non_finite[name] = result.non_finite.get(name, 0) + count
 
 
+def stage_fingerprints(fingerprints: Fingerprints, plan_url: str) -> None:
+    """The plan's fingerprints to the plan folder, for the publish step: the context, then the
+    units piece by piece (computed as they are written)."""
+    staged_plan.write_pieces(plan_url, FINGERPRINTS, itertools.chain([fingerprints.context], fingerprints.pieces()))
+
+
+def staged_fingerprints(plan_url: str) -> dict:
+    pieces = staged_plan.read_pieces(plan_url, FINGERPRINTS)
+    context, units = next(pieces), {}
+    for piece in pieces:
+        units.update(piece)
+    return {"context": context, "units": units}
+
+
 def _failed(key: str, unit: dict, records: list[dict]) -> bool:
     """Whether a unit lost a sequence (its fingerprint is then not kept: the next run retries it)."""
     prefix = unit.get("prefix")
@@ -278,7 +296,7 @@ def _check_publishable(output: str, converted: int, records: list[dict], limit: 
 
 class _PublishFn(beam.DoFn):
     def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
-                 fingerprints: dict | None = None, max_skipped: tuple[str, float] = ("count", 0),
+                 plan_url: str | None = None, max_skipped: tuple[str, float] = ("count", 0),
                  table: tables.TableSettings | None = None):
         self._max_skipped = max_skipped
         self._table = table or tables.TableSettings()
@@ -287,7 +305,7 @@ class _PublishFn(beam.DoFn):
         self._meta = meta
         self._num_shards = num_shards
         self._sidecar_extra = sidecar_extra
-        self._fingerprints = fingerprints
+        self._plan_url = plan_url
 
     def process(self, _unused, shards: list[ShardResult], stats: dict, errors: list[dict]):
         fs, staging = storage.open_root(self._staging_url)
@@ -306,10 +324,13 @@ class _PublishFn(beam.DoFn):
         if records:
             lines = "".join(json.dumps(record, ensure_ascii=False, sort_keys=True) + "\n" for record in records)
             fs.pipe_file(storage.join(staging, mixtrain.ERRORS_FILE), lines.encode())
-        if self._fingerprints is not None:  # units with a skipped sequence are left out: retried next time
-            units = {key: value for key, value in self._fingerprints["units"].items() if not _failed(key, value, records)}
+        # Units with a skipped sequence are left out: retried next time. (A step retried after its
+        # first attempt removed the plan folder keeps the _fingerprints.json that attempt wrote.)
+        if self._plan_url is not None and staged_plan.exists(self._plan_url, FINGERPRINTS):
+            recorded = staged_fingerprints(self._plan_url)
+            units = {key: value for key, value in recorded["units"].items() if not _failed(key, value, records)}
             fs.pipe_file(storage.join(staging, mixtrain.FINGERPRINTS_FILE),
-                         mixtrain.dumps({"context": self._fingerprints["context"], "units": units}).encode())
+                         mixtrain.dumps({"context": recorded["context"], "units": units}).encode())
         sidecar = mixtrain.sidecar(
             self._meta,
             num_sequences=sum(shard.rows for shard in shards),
@@ -321,9 +342,9 @@ class _PublishFn(beam.DoFn):
             video_notes=_merge_notes(shard.video_notes for shard in shards),
             **self._sidecar_extra,
         )
-        spilled = storage.join(staging, SPILL_DIR)
-        if fs.exists(spilled):
-            fs.rm(spilled, recursive=True)
+        for scratch in (SPILL_DIR, staged_plan.PLAN_DIR):  # not published (a plan folder elsewhere stays: a template's)
+            if fs.exists(storage.join(staging, scratch)):
+                fs.rm(storage.join(staging, scratch), recursive=True)
         tables.publish(fs, staging, output, sidecar, self._table)
         yield {"sequences": sidecar["num_sequences"], "timesteps": sidecar["num_timesteps"]}
 
@@ -341,13 +362,15 @@ class WriteMixtrain(beam.PTransform):
       max_skipped: ("count", n) or ("fraction", f): under SKIP, more skipped sequences than this
         and nothing is published (nor is a dataset without sequences, ever).
       table: how the staged dataset is published (formats.tables; default: standalone Parquet).
+      plan_url: the plan folder (transforms/staged_plan.py) whose FINGERPRINTS file is published, filtered,
+        as _fingerprints.json for the next --incremental run; None: none recorded.
 
     The input is {"sequences": PCollection, "errors": PCollection of error records}; the error
     records end in DST/_errors.jsonl.
     """
 
     def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
-                 on_error: str = FAIL, fingerprints: dict | None = None, max_skipped: tuple[str, float] = ("count", 0),
+                 on_error: str = FAIL, plan_url: str | None = None, max_skipped: tuple[str, float] = ("count", 0),
                  table: tables.TableSettings | None = None):
         super().__init__()
         self._table = table
@@ -358,7 +381,7 @@ class WriteMixtrain(beam.PTransform):
         self._num_shards = num_shards
         self._sidecar_extra = sidecar_extra
         self._on_error = on_error
-        self._fingerprints = fingerprints
+        self._plan_url = plan_url
 
     def expand(self, inputs):
         sequences = inputs["sequences"]
@@ -377,7 +400,7 @@ class WriteMixtrain(beam.PTransform):
             sequences.pipeline
             | "PublishTrigger" >> beam.Create([None])
             | "Publish" >> beam.ParDo(
-                _PublishFn(self._staging_url, self._output_url, self._meta, self._num_shards, self._sidecar_extra, self._fingerprints,
+                _PublishFn(self._staging_url, self._output_url, self._meta, self._num_shards, self._sidecar_extra, self._plan_url,
                            self._max_skipped, self._table),
                 beam.pvalue.AsSingleton(results),
                 beam.pvalue.AsSingleton(stats),

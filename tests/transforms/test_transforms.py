@@ -7,16 +7,18 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from formats import lerobot_v3, sources, storage
 from formats.stats import ColumnStats, summarise
-from transforms.read import ReadSequences
+from transforms.read import ReadSequences, stage_refs
 from transforms.stats import MergeShardStatsFn
 
 
-def test_read_sequences_one_per_ref(multi_file_dataset):
+def test_read_sequences_one_per_ref(multi_file_dataset, tmp_path):
     path, truth = multi_file_dataset
     fs, root = storage.open_root(str(path))
     meta, refs = lerobot_v3.plan(fs, root)
+    files = stage_refs(refs, str(tmp_path / "plan"))
     with TestPipeline(runner="FnApiRunner") as pipeline:
-        loaded = (pipeline | ReadSequences(sources.get("lerobot_v3"), storage.url_for(fs, root), meta, refs))["sequences"]
+        loaded = (pipeline | ReadSequences(sources.get("lerobot_v3"), storage.url_for(fs, root), meta, str(tmp_path / "plan"),
+                                           files))["sequences"]
         summary = loaded | beam.Map(lambda s: (s.sequence_id, s.length, float(s.trajectories["action"].sum())))
         expected = [(f"episode_{i:06d}", len(a), float(a.sum())) for i, a in enumerate(truth["action"])]
         assert_that(summary, equal_to(expected))
