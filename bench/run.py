@@ -9,7 +9,7 @@ Workloads (generated here, no downloads; LeRobot v3 as lerobot writes it):
   (c) 2,000 episodes of trajectories only
   (d) 3 episodes of 20,000 steps x 64 dims
   (e) RLDS, 200 episodes x 60 steps, two JPEG cameras at 128x128, encoded to H.264
-  (f) LeRobot copy, 3,200 episodes x 30 frames in 40 data files, two AV1 cameras: data files
+  (f) LeRobot copy, 3,200 episodes x 150 frames in 40 data files, two AV1 cameras: data files
       rewritten with one row group each (pandas: lerobot's merge and modify_tasks tools), and
       lerobot's own layout (a row group per episode)
 `--scale` multiplies the episode counts (0.1 for a quick look; frames per episode stay).
@@ -230,7 +230,7 @@ def main() -> None:
                        f"(e) CPU per frame, pipeline 2 workers / bare loop: {two[1] / bare[1]:.3f} (target <= 1.05); "
                        f"1 worker: {one[1] / bare[1]:.3f}; bare loop {1000 * bare[1] / frames:.2f} ms per frame"]
         if "f" in only:
-            own = workload("f", SyntheticLeRobot(lengths=[30] * max(80, int(3200 * args.scale)), episodes_per_data_file=80,
+            own = workload("f", SyntheticLeRobot(lengths=[150] * max(80, int(3200 * args.scale)), episodes_per_data_file=80,
                                                  episodes_per_video_file=80, video_variants=8))
             rewritten = one_row_group_per_file(own, work / "f_rewritten")
             copy_only = "--verify_copies=false"

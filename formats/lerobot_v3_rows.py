@@ -51,8 +51,10 @@ class EpisodeRef(SourceRef):
 
     @property
     def read_group(self) -> str | None:
-        """Episodes starting in the same row group of a data file decode it once, one after another."""
-        return f"{self.data_file}#{self.first_row_group}" if self.first_row_group is not None else None
+        """A data file's episodes, one after another in key order: each row group is decoded once (the
+        reader keeps the row groups the last episode read), and the file's episodes travel as one
+        batch rather than one element each (lerobot's own writer puts each episode in a row group)."""
+        return self.data_file if self.first_row_group is not None else None
 
     @property
     def unit_files(self) -> tuple[str, ...]:

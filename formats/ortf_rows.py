@@ -56,8 +56,10 @@ class EpisodeRef(SourceRef):
 
     @property
     def read_group(self) -> str | None:
-        """Episodes starting in the same row group of a chunk's steps file decode it once, one after another."""
-        return f"{self.steps_file}#{self.first_row_group}" if self.first_row_group is not None else None
+        """A chunk's steps file's episodes, one after another in key order: each row group is decoded once (the
+        reader keeps the row groups the last episode read), and the file's episodes travel as one
+        batch rather than one element each (lerobot's own writer puts each episode in a row group)."""
+        return self.steps_file if self.first_row_group is not None else None
 
     @property
     def unit_files(self) -> tuple[str, ...]:

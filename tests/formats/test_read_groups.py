@@ -106,20 +106,14 @@ def test_lerobot_group_in_order_decodes_each_row_group_once_and_gives_the_alone_
     files = sorted(glob.glob(str(tmp_path / "ds/data/*/*.parquet")))
     every_group = sorted((path, group) for path in files for group in range(pq.ParquetFile(path).metadata.num_row_groups))
     assert sorted(reads.groups) == every_group  # each row group of each file decoded exactly once
-    groups = [ref.read_group for ref in refs]
-    assert None not in groups
-    if layout == "one_group_per_file":
-        assert groups == [f"data/chunk-000/file-00{i // 12}.parquet#0" for i in range(24)]
-    if layout == "one_group_per_episode":
-        assert len(set(groups)) == 24  # nothing shared: nothing holds episodes together
+    # Whatever the row groups: a data file's episodes are one read group (12 per file here).
+    assert [ref.read_group for ref in refs] == [f"data/chunk-000/file-00{i // 12}.parquet" for i in range(24)]
 
 
-def test_lerobot_episodes_spanning_two_row_groups_belong_to_the_group_they_start_in(tmp_path):
+def test_lerobot_episodes_spanning_two_row_groups_load_whole_alone_and_out_of_order(tmp_path):
     fs, root, meta, refs, truth = _lerobot(tmp_path, data_row_group_rows=23)
     starts = np.cumsum([0] + LENGTHS[:12])  # file 0: rows of episode i are starts[i]..starts[i+1]
-    for ref in refs[:12]:
-        first_row = starts[ref.episode_index]
-        assert ref.read_group == f"data/chunk-000/file-000.parquet#{first_row // 23}"
+    assert {ref.read_group for ref in refs[:12]} == {"data/chunk-000/file-000.parquet"}
     spanning = [ref for ref in refs[:12] if starts[ref.episode_index] // 23 != (starts[ref.episode_index + 1] - 1) // 23]
     assert spanning  # the layout does cut episodes
     reader = lerobot_v3.Reader(fs, root, meta)
@@ -165,7 +159,7 @@ def test_lerobot_long_row_groups_are_still_decoded_in_batches(tmp_path, monkeypa
 
 def test_lerobot_unsorted_rows_are_filtered_not_sliced(tmp_path):
     fs, root, meta, refs, truth = _lerobot(tmp_path, "shuffled")
-    assert {ref.read_group for ref in refs[:12]} == {"data/chunk-000/file-000.parquet#0"}  # statistics overlap: every group
+    assert {ref.read_group for ref in refs[:12]} == {"data/chunk-000/file-000.parquet"}
     reader = lerobot_v3.Reader(fs, root, meta)
     for ref in refs:
         _check_lerobot_truth(reader.load(ref), truth)
@@ -174,8 +168,8 @@ def test_lerobot_unsorted_rows_are_filtered_not_sliced(tmp_path):
 def test_lerobot_fixture_read_groups_and_fingerprints(so100_tiny):
     fs, root = storage.open_root(str(so100_tiny))
     meta, refs = lerobot_v3.plan(fs, root)
-    # lerobot's writer: one row group per episode, so nothing is shared and each episode is its own group.
-    assert [ref.read_group for ref in refs] == [f"data/chunk-000/file-000.parquet#{i}" for i in range(5)]
+    # lerobot's writer: one row group per episode; the file's episodes still travel as one batch.
+    assert [ref.read_group for ref in refs] == ["data/chunk-000/file-000.parquet"] * 5
     assert "first_row_group" not in repr(refs[0])  # --incremental fingerprints hash repr(ref): unchanged
 
 
@@ -225,7 +219,7 @@ def test_ortf_group_in_order_decodes_each_row_group_once_and_gives_the_alone_val
     assert set(decoded.values()) == {1}  # no row group decoded twice
     assert sorted(decoded) == sorted((path, group) for path in files for group in range(pq.ParquetFile(path).metadata.num_row_groups))
     if rewrite == "one_group":
-        assert [ref.read_group for ref in refs] == [f"data/chunk-00{i // 4}/steps.parquet#0" for i in range(8)]
+        assert [ref.read_group for ref in refs] == [f"data/chunk-00{i // 4}/steps.parquet" for i in range(8)]
     # Out of order, with the cache missing every time it can: the same sequences.
     backwards = ortf.Reader(fs, root, meta)
     for ref, single in list(zip(refs, alone))[::-1]:
