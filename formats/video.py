@@ -460,11 +460,16 @@ def encode_frames(
             frame.pts = count
             frame.time_base = 1 / rate
             frame.pict_type = av.video.frame.PictureType.NONE
-            scheduling = _scheduling() if count == 0 else None
-            for packet in stream.encode(frame):  # the first call opens the encoder
+            if count == 0:  # the first call opens the encoder, which may fail half-way
+                scheduling = _scheduling()
+                try:
+                    packets = stream.encode(frame)
+                finally:
+                    _undo_realtime_scheduling(scheduling)
+            else:
+                packets = stream.encode(frame)
+            for packet in packets:
                 output.mux(packet)
-            if scheduling is not None:
-                _undo_realtime_scheduling(scheduling)
             count += 1
         if stream is None:
             raise VideoError("no frames to encode")
@@ -484,13 +489,19 @@ def _scheduling() -> int | None:
 
 def _undo_realtime_scheduling(before: int | None) -> None:
     """SVT-AV1, opened by root (containers, Dataflow workers), moves the calling thread and its own
-    twenty threads to SCHED_FIFO priority 99: busy real-time threads then starve every other thread
-    and process on the machine, and children inherit the policy (seen: a 26 s conversion took 90 s
-    and interrupts went unanswered). Back to the policy the thread had; the bytes are the same."""
-    if before is None or os.sched_getscheduler(0) == before:
-        return
+    twenty threads to SCHED_FIFO priority 99, even when the open then fails: busy real-time threads
+    starve every other thread and process on the machine, and children inherit the policy (seen: a
+    26 s conversion took 90 s and interrupts went unanswered). Every real-time thread of this
+    process goes back to the caller's policy (unless the caller itself ran real-time); the bytes
+    are the same."""
     realtime = (os.SCHED_FIFO, os.SCHED_RR)
-    for task in os.listdir("/proc/self/task"):
+    if before is None or before in realtime:
+        return
+    try:
+        tasks = os.listdir("/proc/self/task")
+    except OSError:  # not Linux
+        return
+    for task in tasks:
         with contextlib.suppress(OSError):  # a thread that has ended meanwhile
             if os.sched_getscheduler(int(task)) in realtime:
                 os.sched_setscheduler(int(task), before, os.sched_param(0))

@@ -341,3 +341,6 @@ def test_av1_encoding_leaves_no_thread_real_time():
         assert os.sched_getscheduler(0) == before == os.SCHED_OTHER
         assert realtime_threads() == 0
     assert buffers[0].getvalue() == buffers[1].getvalue() and len(buffers[0].getvalue()) > 0
+    with pytest.raises(VideoError, match="cannot encode av1"):  # SVT-AV1 refuses 2-pixel-high frames after raising priorities
+        video.encode_frames(list(synthetic_frames(3, 0, 4, 64, 2)), io.BytesIO(), fps=10, options=video_policy.EncodeOptions(codec="av1"))
+    assert os.sched_getscheduler(0) == before and realtime_threads() == 0
