@@ -13,6 +13,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from formats import storage
+from formats.errors import FormatError
 from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
 from pipelines import convert
 
@@ -177,3 +179,22 @@ def test_a_flipped_bit_in_a_checksummed_page_is_refused(tmp_path, capsys):
     assert _convert(root, tmp_path / "out") == convert.EXIT_FAILED
     line = _error(capsys)
     assert line.startswith(f"error: {data}") and "CRC checksum verification failed" in line, line
+
+
+def test_a_folder_swapped_for_a_symlink_out_of_the_root_after_a_check_is_still_refused(tmp_path):
+    """The root's real path is resolved once per process; the folders below it are looked at on
+    every call, so one replaced by a symlink mid-run is caught at the next file."""
+
+    root, outside = tmp_path / "ds", tmp_path / "elsewhere"
+    (root / "videos/chunk-000").mkdir(parents=True)
+    (outside / "chunk-000").mkdir(parents=True)
+    for folder in (root / "videos", outside):
+        (folder / "chunk-000/file-000.mp4").write_bytes(b"")
+    fs, _ = storage.open_root(str(root))
+    assert storage.resolve_inside(str(root), "videos/chunk-000/file-000.mp4", what="video file", fs=fs) == \
+        f"{root}/videos/chunk-000/file-000.mp4"
+    (root / "videos").rename(root / "videos_before")
+    (root / "videos").symlink_to(outside)
+    with pytest.raises(FormatError, match=f"video file 'videos/chunk-000/file-000.mp4' is a symlink to {outside}/chunk-000/file-000.mp4, "
+                                          "outside the dataset root"):
+        storage.resolve_inside(str(root), "videos/chunk-000/file-000.mp4", what="video file", fs=fs)
