@@ -187,7 +187,8 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
 
 
 def _launcher_folder() -> str:
-    """A folder on the launcher for a plan no worker will read (a dry run), removed at exit."""
+    """A folder on the launcher for a plan no worker will read (a dry run), removed at exit (and,
+    when the command line leaves through os._exit, with the session's temporary folder)."""
     import atexit
     import shutil
     import tempfile
@@ -319,9 +320,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                         prepare_output(options.output, options.overwrite or options.incremental, options.table_format)
                     publish.claim_staging(out_fs, staging)
             pipeline = beam.Pipeline(runner=_runner(all_options, zygote), options=all_options)
-            # A classic template's plan files are read by every job launched from it: they stay beside it.
-            template_plan = all_options.view_as(GoogleCloudOptions).template_location.rstrip("/") + ".plan" \
-                if launch_only == "template" else None
+            template_plan = template_plan_url(all_options, run_id) if launch_only == "template" else None
             plan = build_pipeline(pipeline, options, run_id, write_assets=not launch_only, plan_url=template_plan)
             total = sources.sequence_count(plan.to_convert)
             what = f"{total} sequences" if total is not None else f"{len(plan.to_convert)} source units"
@@ -362,7 +361,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
             print(f"(Beam's and the workers' log of this run: {log_path})", file=console, flush=True)
         return EXIT_FAILED
     if launch_only or options.detach:
-        print(_launched(result, all_options, launch_only or "submitted"), file=out, flush=True)
+        print(_launched(result, all_options, launch_only or "submitted", run_id), file=out, flush=True)
         if launch_only:
             _discard(out_fs, staging, out_root, created)
         return EXIT_OK
@@ -438,7 +437,14 @@ def _usage(console: TextIO, error: UsageError) -> None:
         print(error.hint, file=console, flush=True)
 
 
-def _launched(result, options: PipelineOptions, how: str) -> str:
+def template_plan_url(options: PipelineOptions, run_id: str) -> str:
+    """Where a classic template's plan files go: beside it, since every job launched from it reads
+    them, in a folder of this run's own, so that writing the template again never mixes two plans
+    under a job being launched from the first."""
+    return f"{options.view_as(GoogleCloudOptions).template_location.rstrip('/')}.plan/{run_id}"
+
+
+def _launched(result, options: PipelineOptions, how: str, run_id: str) -> str:
     """What a launch that does not wait for the job prints instead of a summary."""
     google = options.view_as(GoogleCloudOptions)
     job = getattr(result, "job", None)
@@ -448,7 +454,7 @@ def _launched(result, options: PipelineOptions, how: str) -> str:
                f"or to the output"
     if how == "template":
         return (f"[mixtrain-convert] template of job {name} written to {google.template_location} (its plan files to "
-                f"{google.template_location.rstrip('/')}.plan); nothing was converted")
+                f"{template_plan_url(options, run_id)}, which its jobs' workers read); nothing was converted")
     job_id = result.job_id() if hasattr(result, "job_id") else None
     url = f"https://console.cloud.google.com/dataflow/jobs/{google.region}/{job_id}?project={google.project}"
     return f"[mixtrain-convert] submitted job {name} (id {job_id}): {url}; it publishes the dataset when it finishes"

@@ -86,7 +86,12 @@ class _ReadRefBatchesFn(beam.DoFn):
         self._plan_url = plan_url
 
     def process(self, number: int):
-        yield from staged_plan.read_value(self._plan_url, refs_file(number))
+        name = refs_file(number)
+        try:
+            yield from staged_plan.read_value(self._plan_url, name)
+        except FileNotFoundError as error:  # not worth retrying: say which plan is gone
+            raise ConversionError(f"{storage.join(self._plan_url, name)}: the run's plan file is missing (its folder was "
+                                  "removed or overwritten while the job ran); rerun the conversion") from error
 
 
 class _SourceFn(beam.DoFn):

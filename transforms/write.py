@@ -310,6 +310,14 @@ class _PublishFn(beam.DoFn):
     def process(self, _unused, shards: list[ShardResult], stats: dict, errors: list[dict]):
         fs, staging = storage.open_root(self._staging_url)
         _, output = storage.open_root(self._output_url)
+        if self._table.format == tables.DEFAULT and not fs.exists(staging):
+            # A retried step (Dataflow retries a bundle) whose first attempt published: publication
+            # removes the staging. Publishing again from nothing would write empty shards over the dataset.
+            if not fs.exists(storage.join(output, mixtrain.SIDECAR)):
+                raise ConversionError(f"{staging}: this run's staging folder is gone and nothing was published; rerun the conversion")
+            published = mixtrain.read_sidecar(fs, output)
+            yield {"sequences": published["num_sequences"], "timesteps": published["num_timesteps"]}
+            return
         schema = mixtrain.arrow_schema(self._meta.columns)
         fs.makedirs(storage.join(staging, mixtrain.DATA_DIR), exist_ok=True)
         written = {shard.index for shard in shards}

@@ -2,10 +2,12 @@
 
 import apache_beam as beam
 import numpy as np
+import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
 from formats import lerobot_v3, sources, storage
+from formats.errors import ConversionError
 from formats.stats import ColumnStats, summarise
 from transforms.read import ReadSequences, stage_refs
 from transforms.stats import MergeShardStatsFn
@@ -31,3 +33,33 @@ def test_merge_shard_stats_is_order_independent():
     with TestPipeline(runner="FnApiRunner") as pipeline:
         merged = pipeline | beam.Create(list(reversed(partials))) | beam.CombineGlobally(MergeShardStatsFn())
         assert_that(merged, equal_to([expected]))
+
+
+def test_a_publish_step_retried_after_it_published_leaves_the_dataset_as_published(multi_file_dataset, tmp_path):
+    """Dataflow retries a bundle whose worker died after its work: the retried publish step finds
+    its staging gone (publication removes it) and must not publish again from nothing (that wrote
+    empty shards over the dataset)."""
+    import hashlib
+    import json
+
+    from pipelines import convert
+    from transforms.write import _PublishFn
+
+    root, _ = multi_file_dataset
+    output = tmp_path / "out"
+    assert convert.run([f"--input={root}", f"--output={output}", "--progress=off"]) == 0
+    sidecar = json.loads((output / "mixtrain.json").read_text())
+
+    def digest():
+        return {str(p.relative_to(output)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(output.rglob("*")) if p.is_file()}
+
+    before = digest()
+    meta, _ = lerobot_v3.plan(*storage.open_root(str(root)))
+    extra = {"converter_version": sidecar["converter"]["version"], "options": sidecar["converter"]["options"],
+             "created_at": sidecar["created_at"]}
+    retry = _PublishFn(f"file://{output}/_staging/gone", f"file://{output}", meta, sidecar["num_shards"], extra)
+    assert list(retry.process(None, [], {}, [])) == [{"sequences": sidecar["num_sequences"], "timesteps": sidecar["num_timesteps"]}]
+    assert digest() == before
+    gone = _PublishFn(f"file://{tmp_path}/elsewhere/_staging/gone", f"file://{tmp_path}/elsewhere", meta, 1, extra)
+    with pytest.raises(ConversionError, match=r"_staging/gone: this run's staging folder is gone and nothing was published"):
+        list(gone.process(None, [], {}, []))
