@@ -155,14 +155,14 @@ def without_cycle_collection():
     """Planning builds a few objects per episode (refs, units, fingerprints: tens of millions at a
     million episodes), none of them in a reference cycle; Python's cycle collector walked them
     again and again as they piled up: 45 % of planning at 100,000 episodes. It is paused while
-    planning (and while the plan files are written), and what planning made is frozen out of later
-    collections (it lives until the pipeline is built); reference counting still frees all of it."""
+    planning (and while the plan files are written); reference counting still frees all of it.
+    (Not `gc.freeze()`: nothing unfreezes, and a process that plans many times kept what each
+    plan's garbage held.)"""
     enabled = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
-        gc.freeze()
         if enabled:
             gc.enable()
 
