@@ -36,6 +36,7 @@ from typing import Any
 import fsspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from formats import parquet_rows, sources, storage, video
 from formats.arrow_types import is_empty_type, is_list, merge_types
@@ -120,7 +121,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
         raise FormatError(f"{info_path}: total_episodes is {declared} but meta/episodes lists {len(episodes)} episodes "
                           "(an episode index file missing, unreadable, or left over)")
     task_texts = _read_tasks(fs, root)
-    multi_task = any(len(tasks) > 1 for tasks in episodes.column("tasks").to_pylist()) if "tasks" in episodes.column_names else False
+    multi_task = _any_multi_task(episodes.column("tasks")) if "tasks" in episodes.column_names else False
     splits = _parse_splits(info.get("splits"), info_path)
 
     columns = base_columns()
@@ -135,7 +136,8 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     ]
     columns += episode_field_columns({name: episodes.schema.field(name).type for name in extra_scalars})
     # The episode index first: an implausible row is refused before any data file is opened.
-    refs = [_episode_ref(row, parsed, data_template, video_template, splits, extra_scalars, info_path) for row in episodes.to_pylist()]
+    refs = _episode_refs(episodes, parsed, data_template, video_template, splits, extra_scalars, info_path)
+    episodes = episodes.select(["episode_index", "data/chunk_index", "data/file_index"])  # what is read below: the rest freed
     key_ranges: dict[str, tuple[str, list]] = {}
     data_types = _data_types(fs, root, data_template, episodes, [f.key for f in parsed if f.dtype != "video"], footers, key_ranges)
     refs = parquet_rows.with_first_row_groups(refs, lambda ref: ref.data_file, key_ranges, _key_span)
@@ -444,12 +446,12 @@ def _data_types(fs, root: str, template: str, episodes: pa.Table, keys: list[str
     Each footer is read here once, so the same pass fills `key_ranges` (data file -> its key
     column and that column's per-row-group statistics) for the episodes' read groups."""
     seen: dict[str, tuple[pa.DataType, str]] = {}
-    files = dict.fromkeys(zip(episodes.column("data/chunk_index").to_pylist(), episodes.column("data/file_index").to_pylist(),
-                              episodes.column("episode_index").to_pylist()))
+    files: dict[tuple, Any] = {}  # (chunk, file) -> its first episode, in the index's order
+    for batch in episodes.select(["data/chunk_index", "data/file_index", "episode_index"]).to_batches(max_chunksize=_PLAN_BATCH_ROWS):
+        for chunk, number, episode in zip(*(column.to_pylist() for column in batch.columns)):
+            files.setdefault((chunk, number), episode)
     done = set()
-    for chunk, number, episode in files:
-        if (chunk, number) in done:
-            continue
+    for (chunk, number), episode in files.items():
         done.add((chunk, number))
         relative = template.format(chunk_index=chunk, file_index=number)
         path = storage.resolve_inside(root, relative, what="data file", fs=fs)
@@ -494,7 +496,49 @@ def _fill(template: str, info_path: str, key: str, **values) -> str:
                           f"'data/chunk-{{chunk_index:03d}}/file-{{file_index:03d}}.parquet'") from None
 
 
-def _episode_ref(row: dict, features, data_template, video_template, splits, extra_scalars, info_path) -> EpisodeRef:
+# Episode index rows made Python objects at a time while planning (a million at once took 0.5 GB).
+_PLAN_BATCH_ROWS = 65_536
+
+
+def _any_multi_task(tasks: pa.ChunkedArray) -> bool:
+    """Whether an episode lists more than one task (then each step says which of its tasks it does)."""
+    if is_list(tasks.type) and tasks.null_count == 0:
+        return len(tasks) > 0 and (pc.max(pc.list_value_length(tasks)).as_py() or 0) > 1
+    return any(len(listed) > 1 for chunk in tasks.chunks for start in range(0, len(chunk), _PLAN_BATCH_ROWS)
+               for listed in chunk.slice(start, _PLAN_BATCH_ROWS).to_pylist())
+
+
+def _episode_refs(episodes: pa.Table, features, data_template, video_template, splits, extra_scalars, info_path) -> list[EpisodeRef]:
+    """One EpisodeRef per row of the episode index, in its order, made from a batch of rows at a
+    time. Values repeated across episodes (a data file's path, a video file's path, a task list,
+    a split) are one object shared by every ref that holds them (`shared`), not one per episode."""
+    shared: dict = {}
+    refs = []
+    for batch in episodes.to_batches(max_chunksize=_PLAN_BATCH_ROWS):
+        refs += [_episode_ref(row, features, data_template, video_template, splits, extra_scalars, info_path, shared)
+                 for row in batch.to_pylist()]
+    return refs
+
+
+def _one(shared: dict, value):
+    """The object equal to `value` the plan made first (strings and tuples of strings: equal
+    means identical, so sharing one changes no ref's value or repr)."""
+    return shared.setdefault(value, value)
+
+
+def _filled(shared: dict, template: str, info_path: str, key: str, **values) -> str:
+    """`_fill` once per distinct template and values (typed: 1 and 1.0 fill differently), then shared."""
+    memo = (template, *((name, type(value), value) for name, value in values.items()))
+    try:
+        hash(memo)
+    except TypeError:  # a value no template can take (a list): _fill says so
+        return _fill(template, info_path, key, **values)
+    if memo not in shared:
+        shared[memo] = _one(shared, _fill(template, info_path, key, **values))
+    return shared[memo]
+
+
+def _episode_ref(row: dict, features, data_template, video_template, splits, extra_scalars, info_path, shared: dict) -> EpisodeRef:
     index = int(row["episode_index"])
     sequence_id = f"episode_{index:06d}"
     length = int(row["length"])
@@ -514,14 +558,16 @@ def _episode_ref(row: dict, features, data_template, video_template, splits, ext
         missing = [k for k in ("chunk_index", "file_index", "from_timestamp", "to_timestamp") if prefix + k not in row]
         if missing or video_template is None:
             raise FormatError(f"{info_path}: {sequence_id}: camera {feature.key!r} has no video location in the episode index")
-        path = _fill(video_template, info_path, "video_path", video_key=feature.key, chunk_index=row[prefix + "chunk_index"],
-                     file_index=row[prefix + "file_index"])
+        path = _filled(shared, video_template, info_path, "video_path", video_key=feature.key, chunk_index=row[prefix + "chunk_index"],
+                       file_index=row[prefix + "file_index"])
         videos.append((feature.column, VideoSegment(path, length, float(row[prefix + "from_timestamp"]), float(row[prefix + "to_timestamp"]))))
     scalars = [("episode_index", index)]
     tasks = tuple(row.get("tasks") or ())
+    if all(type(task) is str for task in tasks):
+        tasks = _one(shared, tasks)
     for name, low, high in splits:
         if low <= index < high:
-            scalars.append(("split", name))
+            scalars.append(_one(shared, ("split", name)))
             break
     else:
         if splits:
@@ -531,7 +577,8 @@ def _episode_ref(row: dict, features, data_template, video_template, splits, ext
         episode_index=index,
         sequence_id=sequence_id,
         length=length,
-        data_file=_fill(data_template, info_path, "data_path", chunk_index=row["data/chunk_index"], file_index=row["data/file_index"]),
+        data_file=_filled(shared, data_template, info_path, "data_path", chunk_index=row["data/chunk_index"],
+                          file_index=row["data/file_index"]),
         from_index=int(row["dataset_from_index"]),
         to_index=int(row["dataset_to_index"]),
         tasks=tasks,

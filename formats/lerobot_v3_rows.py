@@ -27,9 +27,11 @@ from formats.source import SourceRef
 __all__ = ["Reader", "episode_images"]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class EpisodeRef(SourceRef):
-    """One episode's address in the source: small, picklable, no frame data."""
+    """One episode's address in the source: small, picklable, no frame data. Slotted, and its
+    repeated values (data file, video paths, tasks) shared between refs by the plan: a million
+    of them are held on the launcher at once."""
 
     episode_index: int
     sequence_id: str

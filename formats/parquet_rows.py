@@ -129,19 +129,20 @@ def with_first_row_groups(refs: list, file_of: Callable[[Any], str], key_ranges:
     file that can hold its key span: the row group the reader decodes first, which names its read
     group. `key_ranges`: file -> (key column, `key_ranges` of it), from the footers the plan read
     anyway; `span_of(ref, key column)` -> [low, high]. Refs of a file not in `key_ranges` (its
-    footer unreadable: load reports it) or that no row group can hold keep None."""
+    footer unreadable: load reports it) or that no row group can hold keep None.
+
+    The list is updated in place (and returned): a million refs and their copies are not held at once."""
     by_file: dict[str, list[int]] = {}
     for position, ref in enumerate(refs):
         by_file.setdefault(file_of(ref), []).append(position)
-    grouped = list(refs)
     for file, positions in by_file.items():
         if file not in key_ranges:
             continue
         key, ranges = key_ranges[file]
         for position, first in zip(positions, first_row_groups(ranges, [span_of(refs[p], key) for p in positions])):
             if first is not None:
-                grouped[position] = dataclasses.replace(refs[position], first_row_group=first)
-    return grouped
+                refs[position] = dataclasses.replace(refs[position], first_row_group=first)
+    return refs
 
 
 def table_or_empty(tables: list[pa.Table], schema: pa.Schema, columns: list[str] | None) -> pa.Table:

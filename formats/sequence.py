@@ -17,6 +17,7 @@ Column kinds (`ColumnSpec.kind`):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from typing import Any
 
@@ -90,7 +91,7 @@ class ColumnSpec:
         return ColumnSpec(name, STEPS, pa.list_(value_type), dict(meta))
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)  # slots: a ref per episode holds one; a million of them are planned at once
 class VideoSegment:
     """Where a camera's frames for one sequence live in the source.
 
@@ -172,6 +173,7 @@ def _snake(text: str) -> str:
     return re.sub(r"_+", "_", text).strip("_")
 
 
+@functools.lru_cache(maxsize=4096)  # called per episode for its fields while planning: one string per name, made once
 def column_name(source_key: str, *, camera: bool = False) -> str:
     """Map a source feature key to its Mixtrain column name.
 

@@ -60,8 +60,11 @@ class SourceOption:
 
 class SourceRef:
     """Base of every planned ref. Subclasses are frozen dataclasses that define `sequence_id`
-    (a field, or a property returning None when the ref holds several sequences)."""
+    (a field, or a property returning None when the ref holds several sequences). No instance
+    dict here, so that a subclass declared with `slots=True` has none either (a million refs are
+    planned at once)."""
 
+    __slots__ = ()
     sequence_id: str | None  # declared by every subclass
 
     @property

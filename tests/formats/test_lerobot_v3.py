@@ -1,6 +1,7 @@
 """LeRobot v3 reader: the real fixture, synthetic multi-file datasets, and bad input."""
 
 import json
+import pickle
 
 import numpy as np
 import pyarrow as pa
@@ -69,6 +70,37 @@ def test_memory_filesystem(multi_file_dataset):
     mem_fs, root, meta, refs = _plan("memory://lerobot_mem")
     sequence = lerobot_v3.load(mem_fs, root, refs[3], meta)
     assert sequence.trajectories["obs_state"].tobytes() == truth["state"][3].tobytes()
+
+
+def test_refs_keep_their_identity_and_share_repeated_values(so100_tiny):
+    """The launcher holds a ref per episode (a million at once): slotted, one object per data file,
+    video file and task list. Their repr is what --incremental fingerprints hash: pinned as it was."""
+    fs, root, meta, refs = _plan(so100_tiny)
+    assert repr(refs[1]) == REF_1_REPR
+    assert not hasattr(refs[1], "__dict__") and not hasattr(refs[1].videos[0][1], "__dict__")
+    assert refs[0].data_file is refs[4].data_file and refs[0].tasks is refs[3].tasks  # the same task list
+    assert refs[0].videos[0][1].path is refs[4].videos[0][1].path
+    again = pickle.loads(pickle.dumps(refs, protocol=pickle.HIGHEST_PROTOCOL))  # how the plan files carry them
+    assert again == refs and [repr(ref) for ref in again] == [repr(ref) for ref in refs]
+    assert [ref.read_group for ref in again] == [f"data/chunk-000/file-000.parquet#{i}" for i in range(5)]
+
+
+REF_1_REPR = ("EpisodeRef(episode_index=1, sequence_id='episode_000001', length=54, data_file='data/chunk-000/file-000.parquet', "
+              "from_index=51, to_index=105, tasks=('Open the top drawer.',), videos=(('video_front', VideoSegment("
+              "path='videos/observation.images.front/chunk-000/file-000.mp4', frames=54, start=1.7, end=3.5, frame_indices=None)), "
+              "('video_wrist', VideoSegment(path='videos/observation.images.wrist/chunk-000/file-000.mp4', frames=54, start=1.7, "
+              "end=3.5, frame_indices=None))), scalars=(('episode_index', 1), ('split', 'train')))")
+
+
+def test_refs_planned_in_batches_are_the_refs_planned_at_once(multi_file_dataset, monkeypatch):
+    path, _ = multi_file_dataset
+    _, _, _, whole = _plan(path)
+    monkeypatch.setattr(lerobot_v3, "_PLAN_BATCH_ROWS", 2)  # 7 episodes in 4 batches
+    _, _, _, batched = _plan(path)
+    assert batched == whole and [repr(ref) for ref in batched] == [repr(ref) for ref in whole]
+    assert [ref.first_row_group for ref in batched] == [ref.first_row_group for ref in whole]
+    assert batched[0].data_file is batched[1].data_file and batched[0].scalars[1] is batched[4].scalars[1]  # ("split", "train")
+    assert [ref.scalars[1] for ref in batched] == [("split", "train")] * 5 + [("split", "val")] * 2
 
 
 def _info(path):
