@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from formats import parquet_rows, sources, storage, video
+from formats import sources, storage, video
 from formats.arrow_types import is_empty_type, is_list, merge_types
 from formats.errors import ConversionError, FormatError, in_context
 from formats.lerobot_v3_rows import EpisodeRef, Reader, episode_images
@@ -138,9 +138,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     # The episode index first: an implausible row is refused before any data file is opened.
     refs = _episode_refs(episodes, parsed, data_template, video_template, splits, extra_scalars, info_path)
     episodes = episodes.select(["episode_index", "data/chunk_index", "data/file_index"])  # what is read below: the rest freed
-    key_ranges: dict[str, tuple[str, list]] = {}
-    data_types = _data_types(fs, root, data_template, episodes, [f.key for f in parsed if f.dtype != "video"], footers, key_ranges)
-    refs = parquet_rows.with_first_row_groups(refs, lambda ref: ref.data_file, key_ranges, _key_span)
+    data_types = _data_types(fs, root, data_template, episodes, [f.key for f in parsed if f.dtype != "video"], footers)
     for feature in parsed:
         _check_declared_dtype(feature, data_types, info_path)
         columns.append(_column_for(feature, features[feature.key], data_types, fps))
@@ -434,17 +432,13 @@ def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: lis
                                                             "resolution": {"width": frame.width, "height": frame.height}})
 
 
-def _data_types(fs, root: str, template: str, episodes: pa.Table, keys: list[str], footers: storage.ParquetFooters,
-                key_ranges: dict[str, tuple[str, list]]) -> dict[str, pa.DataType]:
+def _data_types(fs, root: str, template: str, episodes: pa.Table, keys: list[str], footers: storage.ParquetFooters) -> dict[str, pa.DataType]:
     """One Arrow type per feature over every data file (footers only), so that one rule decides
     what lerobot's writers leave behind: `list<float>` (files rewritten through pandas by
     modify_tasks / merge_datasets) and `fixed_size_list<float>[D]` are one trajectory; a type
     inferred as `null` / `list<null>` in a file where the column is empty takes the type of the
     files where it is not; structs inferred from different rows are joined field by field. Real
-    conflicts (another dimension or scalar type) are one error naming both files.
-
-    Each footer is read here once, so the same pass fills `key_ranges` (data file -> its key
-    column and that column's per-row-group statistics) for the episodes' read groups."""
+    conflicts (another dimension or scalar type) are one error naming both files."""
     seen: dict[str, tuple[pa.DataType, str]] = {}
     files: dict[tuple, Any] = {}  # (chunk, file) -> its first episode, in the index's order
     for batch in episodes.select(["data/chunk_index", "data/file_index", "episode_index"]).to_batches(max_chunksize=_PLAN_BATCH_ROWS):
@@ -463,8 +457,6 @@ def _data_types(fs, root: str, template: str, episodes: pa.Table, keys: list[str
             if isinstance(error, FileNotFoundError):
                 raise FormatError(f"{path}: data file not found (episode {episode})") from error
             raise FormatError(f"{path}: cannot read data file (episode {episode}): {error}") from error
-        key = "index" if schema.get_field_index("index") >= 0 else "episode_index"  # as the reader chooses
-        key_ranges[relative] = (key, parquet_rows.key_ranges(footers, path, key))
         for key in keys:
             if schema.get_field_index(key) < 0:
                 continue  # load() names the missing column with its episode
@@ -478,11 +470,6 @@ def _data_types(fs, root: str, template: str, episodes: pa.Table, keys: list[str
                 raise FormatError(f"{path}: episode_{episode:06d}: schema drift between data files: "
                                   f"{key} is {kind} here, {seen[key][0]} in {seen[key][1]}") from None
     return {key: kind for key, (kind, _) in seen.items()}
-
-
-def _key_span(ref: EpisodeRef, key: str) -> tuple[int, int]:
-    """The episode's rows as the reader finds them: its `index` range, or its episode_index."""
-    return (ref.from_index, ref.to_index - 1) if key == "index" else (ref.episode_index, ref.episode_index)
 
 
 def _fill(template: str, info_path: str, key: str, **values) -> str:

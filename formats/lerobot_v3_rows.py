@@ -4,7 +4,7 @@ The metadata side (info.json, the episode index, the columns) is formats/lerobot
 only reads what a planned EpisodeRef points at. An episode is read by its `index` range: only the
 row groups whose statistics overlap it (formats/parquet_rows.py). The reader keeps the row groups
 it decoded for the last episode, and cuts the next episode out of them when it lives there too:
-episodes of a read group (the row group they start in) arrive one after another, so a data file
+a data file's episodes (its read group) arrive one after another in plan order, so a data file
 of one row group holding 80 episodes is decoded once, not 80 times.
 """
 
@@ -42,21 +42,15 @@ class EpisodeRef(SourceRef):
     tasks: tuple[str, ...]
     videos: tuple[tuple[str, VideoSegment], ...]  # (column, segment)
     scalars: tuple[tuple[str, Any], ...]  # episode-level fields: (column, value)
-    # The first row group of the data file the episode's rows are in, from the footer read while
-    # planning (None: not known). Where the rows are, not what the episode is: no repr, so not
-    # part of its --incremental fingerprint.
-    first_row_group: int | None = dataclasses.field(default=None, repr=False)
 
     @property
     def estimated_steps(self) -> int:
         return self.length
 
     @property
-    def read_group(self) -> str | None:
-        """A data file's episodes, one after another in key order: each row group is decoded once (the
-        reader keeps the row groups the last episode read), and the file's episodes travel as one
-        batch rather than one element each (lerobot's own writer puts each episode in a row group)."""
-        return self.data_file if self.first_row_group is not None else None
+    def read_group(self) -> str:
+        """The data file: its episodes, loaded one after another, decode each row group once."""
+        return self.data_file
 
     @property
     def unit_files(self) -> tuple[str, ...]:

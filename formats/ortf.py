@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from formats import parquet_rows, sources, storage, video
+from formats import sources, storage, video
 from formats.errors import ColumnNameError, FormatError, in_context
 from formats.ortf_rows import Camera, EpisodeRef, Reader
 from formats.sequence import (
@@ -216,11 +216,9 @@ def _chunk_file(fs, root: str, chunk: int, cache: dict) -> str:
     return cache[chunk]
 
 
-def _steps_schema(fs, root: str, chunks: list[int], chunk_files: dict, footers: storage.ParquetFooters,
-                  key_ranges: dict[str, tuple[str, list]]) -> pa.Schema:
+def _steps_schema(fs, root: str, chunks: list[int], chunk_files: dict, footers: storage.ParquetFooters) -> pa.Schema:
     """The steps schema, the same in every chunk file (one footer each): drift is an error here,
-    not a column silently missing from some episodes. The same pass fills `key_ranges` (steps
-    file -> "episode_id" and its per-row-group statistics) for the episodes' read groups."""
+    not a column silently missing from some episodes."""
     schema = None
     first = None
     for chunk in chunks:
@@ -230,7 +228,6 @@ def _steps_schema(fs, root: str, chunks: list[int], chunk_files: dict, footers: 
             found = footers.schema(path)
         except (OSError, pa.ArrowException) as error:
             raise FormatError(f"{path}: cannot read the steps file: {error}") from error
-        key_ranges[relative] = ("episode_id", parquet_rows.key_ranges(footers, path, "episode_id"))
         if schema is None:
             schema, first = found, relative
             continue
@@ -268,8 +265,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     chunk_files: dict[int, str] = {}
     first_file = _chunk_file(fs, root, int(rows[0]["chunk_id"]), chunk_files)
     footers = storage.ParquetFooters(fs)
-    key_ranges: dict[str, tuple[str, list]] = {}
-    schema = _steps_schema(fs, root, sorted({int(row["chunk_id"]) for row in rows}), chunk_files, footers, key_ranges)
+    schema = _steps_schema(fs, root, sorted({int(row["chunk_id"]) for row in rows}), chunk_files, footers)
     for name, accepts, wanted in (("timestamp", lambda t: pa.types.is_integer(t) or pa.types.is_floating(t), "a number"),
                                   ("step_index", pa.types.is_integer, "an integer")):
         if name in schema.names and not accepts(schema.field(name).type):
@@ -351,8 +347,6 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             annotations=_annotation_folder(annotation_folders, row, position),
             scalars=tuple(scalars.items()),
         ))
-    refs = parquet_rows.with_first_row_groups(refs, lambda ref: ref.steps_file, key_ranges,
-                                              lambda ref, _: (ref.episode_key, ref.episode_key))
     meta = DatasetMeta(
         format=FORMAT,
         uri=storage.url_for(fs, root),

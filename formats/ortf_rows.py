@@ -46,20 +46,15 @@ class EpisodeRef(SourceRef):
     audio: str | None
     annotations: str | None  # annotations/episode_XXXXXX when the dataset has annotations
     scalars: tuple[tuple[str, Any], ...]
-    # The first row group of the steps file holding the episode, from the plan's footer (None:
-    # not known). Where the steps are, not what the episode is: no repr, not fingerprinted.
-    first_row_group: int | None = dataclasses.field(default=None, repr=False)
 
     @property
     def estimated_steps(self) -> int:
         return self.length
 
     @property
-    def read_group(self) -> str | None:
-        """A chunk's steps file's episodes, one after another in key order: each row group is decoded once (the
-        reader keeps the row groups the last episode read), and the file's episodes travel as one
-        batch rather than one element each (lerobot's own writer puts each episode in a row group)."""
-        return self.steps_file if self.first_row_group is not None else None
+    def read_group(self) -> str:
+        """The chunk's steps file: its episodes, loaded one after another, decode each row group once."""
+        return self.steps_file
 
     @property
     def unit_files(self) -> tuple[str, ...]:

@@ -6,27 +6,24 @@ group without statistics (or whose statistics cannot be compared with the key: i
 against string ids) is always read. The caller cuts its own key's rows out of what it gets back.
 
 Many episodes share a row group (a file rewritten by pandas is one row group of up to 100 MB):
-`first_row_groups` names, at plan time, the row group each episode starts in (its read group,
-`SourceRef.read_group`), and a reader keeps the row groups it decoded last (`DecodedRowGroups`),
-so episodes loaded one after another decode each row group once instead of once per episode.
+a file's episodes are one read group (`SourceRef.read_group`), loaded one after another by one
+reader, which keeps the row groups it decoded last (`DecodedRowGroups`), so each row group is
+decoded once instead of once per episode.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import fsspec
-import numpy as np
 import pyarrow as pa
 
 from formats import storage
 from formats.sequence import DatasetMeta
 from formats.source import SourceReader
 
-__all__ = ["ParquetSourceReader", "DecodedRowGroups", "key_ranges", "row_groups_holding", "first_row_groups", "with_first_row_groups",
-           "table_or_empty"]
+__all__ = ["ParquetSourceReader", "DecodedRowGroups", "key_ranges", "row_groups_holding", "table_or_empty"]
 
 
 class ParquetSourceReader(SourceReader):
@@ -43,7 +40,8 @@ class ParquetSourceReader(SourceReader):
 class DecodedRowGroups:
     """The decoded row groups of one file that the last episode needed, and nothing else.
 
-    Episodes of one read group arrive one after another in key order: the next one needs the
+    Episodes of one read group arrive one after another in plan order, which is the files' key
+    order in every writer's layout (where it is not, a row group is decoded again): the next one needs the
     same row group (one row group, many episodes) or the next ones, so keeping exactly what the
     last episode read decodes each row group once, and memory never holds more than the row
     groups one episode spans (what reading that episode alone held). Another file, other
@@ -99,50 +97,6 @@ def _holds(bounds: tuple[Any, Any] | None, low: Any, high: Any) -> bool:
 def row_groups_holding(footers: storage.ParquetFooters, path: str, column: str, low: Any, high: Any) -> list[int]:
     """Row groups that may hold rows whose `column` is in [low, high] (both included)."""
     return [group for group, bounds in enumerate(key_ranges(footers, path, column)) if _holds(bounds, low, high)]
-
-
-def first_row_groups(ranges: list[tuple[Any, Any] | None], spans: Sequence[tuple[Any, Any]]) -> list[int | None]:
-    """Per key span [low, high] (both included): the first row group `row_groups_holding` would
-    read for it, None when none can hold it. `ranges` is `key_ranges` of the file.
-
-    Vectorised when the statistics are known integers in key order (what every writer of
-    episode-ordered files leaves): planning a million episodes must not scan every row group
-    for each of them."""
-    if not spans:
-        return []
-    integer = all(bounds is not None and all(isinstance(v, int) and not isinstance(v, bool) for v in bounds) for bounds in ranges) \
-        and all(isinstance(v, (int, np.integer)) and not isinstance(v, bool) for span in spans for v in span)
-    if integer and ranges:
-        mins = np.array([bounds[0] for bounds in ranges], np.int64)
-        maxs = np.array([bounds[1] for bounds in ranges], np.int64)
-        if (np.diff(mins) >= 0).all() and (np.diff(maxs) >= 0).all():
-            lows, highs = (np.array(values, np.int64) for values in zip(*spans))
-            first = np.searchsorted(maxs, lows, side="left")  # the first group whose max reaches low ...
-            holds = (first < len(ranges)) & (mins[np.minimum(first, len(ranges) - 1)] <= highs)  # ... and whose min is below high
-            return [int(group) if held else None for group, held in zip(first.tolist(), holds.tolist())]
-    return [next((group for group, bounds in enumerate(ranges) if _holds(bounds, low, high)), None) for low, high in spans]
-
-
-def with_first_row_groups(refs: list, file_of: Callable[[Any], str], key_ranges: dict[str, tuple[str, list]],
-                          span_of: Callable[[Any, str], tuple[Any, Any]]) -> list:
-    """The refs, each with `first_row_group` (a dataclass field) set to the first row group of its
-    file that can hold its key span: the row group the reader decodes first, which names its read
-    group. `key_ranges`: file -> (key column, `key_ranges` of it), from the footers the plan read
-    anyway; `span_of(ref, key column)` -> [low, high]. Refs of a file not in `key_ranges` (its
-    footer unreadable: load reports it) or that no row group can hold keep None.
-
-    The list is updated in place (and returned): a million refs and their copies are not held at once."""
-    by_file: dict[str, list[int]] = {}
-    for position, ref in enumerate(refs):
-        by_file.setdefault(file_of(ref), []).append(position)
-    for file, positions in by_file.items():
-        if file not in key_ranges:
-            continue
-        key, ranges = key_ranges[file]
-        for position, first in zip(positions, first_row_groups(ranges, [span_of(refs[p], key) for p in positions])):
-            if first is not None:
-                refs[position] = dataclasses.replace(refs[position], first_row_group=first)
-    return refs
 
 
 def table_or_empty(tables: list[pa.Table], schema: pa.Schema, columns: list[str] | None) -> pa.Table:

@@ -137,14 +137,14 @@ def codec_threads(options: PipelineOptions) -> int | None:
 
 
 def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str, *, write_assets: bool = True,
-                   plan_url: str | None = None) -> ConversionPlan:
+                   plan_folder: staged_plan.PlanFolder | None = None) -> ConversionPlan:
     """Plan on the launcher (`pipelines.plan.make_plan`) and add the conversion it describes to
     `pipeline`. `write_assets=False` (dry runs, templates) leaves the output untouched: no asset
     is copied into the staging, and the plan files go elsewhere (below).
 
     The plan's per-unit data (the refs, the fingerprints, the ids an --incremental run reuses) is
     written to files the workers read (`transforms/staged_plan.py`), never into the graph: to
-    `plan_url` when given (a classic template's, beside it), else to the staging folder's `_plan/`
+    `plan_folder` when given (a classic template's, beside it), else to the staging folder's `_plan/`
     (removed before publication), or with `write_assets=False` to a temporary folder on the
     launcher, removed when the process exits: a dry run builds the graph and runs nothing."""
     out_fs, out_root = storage.open_root(options.output)
@@ -162,11 +162,12 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     if write_assets:
         fs, root = storage.open_root(plan.source_url)
         publish.copy_assets(fs, root, out_fs, staging, list(plan.assets))
-    plan_url = plan_url or (storage.join(staging_url, staged_plan.PLAN_DIR) if write_assets else _launcher_folder())
+    plan_folder = plan_folder or staged_plan.PlanFolder.create(storage.join(staging_url, staged_plan.PLAN_DIR) if write_assets
+                                                               else _launcher_folder())
     with without_cycle_collection():
-        files = stage_refs(plan.to_convert, plan_url)
-        stage_fingerprints(plan.fingerprints, plan_url)
-    read = pipeline | "Read" >> ReadSequences(plan.source, plan.source_url, meta, plan_url, files, options.on_error)
+        files = stage_refs(plan.to_convert, plan_folder)
+        stage_fingerprints(plan.fingerprints, plan_folder)
+    read = pipeline | "Read" >> ReadSequences(plan.source, plan.source_url, meta, plan_folder, files, options.on_error)
     videos = read["sequences"] | "Videos" >> WriteVideos(plan.source_url, staging_url, meta.fps or 30.0, plan.encode, plan.sizes,
                                                          options.video_stats, options.on_error, options.verify_copies,
                                                          plan.copied, codec_threads(options))
@@ -175,13 +176,13 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
         sequences = sequences | "TablePaths" >> beam.Map(lake.with_run_prefix, lake.run_prefix(run_id))
     reused = plan.reused
     if reused is not None and reused["ids"]:
-        staged_plan.write_value(plan_url, KEPT_IDS, sorted(reused["ids"]))
-        kept = pipeline | "Reuse" >> ReusePrevious(reused["root_url"], staging_url, meta.columns, reused["shards"], plan_url,
+        staged_plan.write_value(plan_folder, KEPT_IDS, sorted(reused["ids"]))
+        kept = pipeline | "Reuse" >> ReusePrevious(reused["root_url"], staging_url, meta.columns, reused["shards"], plan_folder,
                                                    link_files=not lake.is_lake(settings.format))
         sequences = (sequences, kept) | "AllSequences" >> beam.Flatten()
     bad = read[ERRORS] + videos[ERRORS] | "BadSequences" >> beam.Flatten()
     _ = {"sequences": sequences, ERRORS: bad} | "Write" >> WriteMixtrain(
-        staging_url, output_url, meta, plan.num_shards, plan.sidecar_extra, options.on_error, plan_url,
+        staging_url, output_url, meta, plan.num_shards, plan.sidecar_extra, options.on_error, plan_folder,
         tuple(options.max_skipped), settings)
     return plan
 
@@ -320,8 +321,8 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                         prepare_output(options.output, options.overwrite or options.incremental, options.table_format)
                     publish.claim_staging(out_fs, staging)
             pipeline = beam.Pipeline(runner=_runner(all_options, zygote), options=all_options)
-            template_plan = template_plan_url(all_options, run_id) if launch_only == "template" else None
-            plan = build_pipeline(pipeline, options, run_id, write_assets=not launch_only, plan_url=template_plan)
+            template_plan = staged_plan.PlanFolder.create(template_plan_url(all_options, run_id)) if launch_only == "template" else None
+            plan = build_pipeline(pipeline, options, run_id, write_assets=not launch_only, plan_folder=template_plan)
             total = sources.sequence_count(plan.to_convert)
             what = f"{total} sequences" if total is not None else f"{len(plan.to_convert)} source units"
             reused = len(plan.refs) - len(plan.to_convert)

@@ -64,17 +64,17 @@ def refs_file(number: int) -> str:
     return f"refs-{number:06d}.pkl"
 
 
-def stage_refs(refs: list[SourceRef], plan_url: str) -> int:
+def stage_refs(refs: list[SourceRef], plan_folder: staged_plan.PlanFolder) -> int:
     """Write the refs' batches to plan files of about REFS_PER_FILE refs; returns how many files."""
     files, pending, count = 0, [], 0
     for batch in ref_batches(refs):
         pending.append(batch)
         count += len(batch)
         if count >= REFS_PER_FILE:
-            staged_plan.write_value(plan_url, refs_file(files), pending)
+            staged_plan.write_value(plan_folder, refs_file(files), pending)
             files, pending, count = files + 1, [], 0
     if pending:
-        staged_plan.write_value(plan_url, refs_file(files), pending)
+        staged_plan.write_value(plan_folder, refs_file(files), pending)
         files += 1
     return files
 
@@ -82,15 +82,15 @@ def stage_refs(refs: list[SourceRef], plan_url: str) -> int:
 class _ReadRefBatchesFn(beam.DoFn):
     """A plan file's number -> its batches of refs."""
 
-    def __init__(self, plan_url: str):
-        self._plan_url = plan_url
+    def __init__(self, plan_folder: staged_plan.PlanFolder):
+        self._plan_folder = plan_folder
 
     def process(self, number: int):
         name = refs_file(number)
         try:
-            yield from staged_plan.read_value(self._plan_url, name)
+            yield from staged_plan.read_value(self._plan_folder, name)
         except FileNotFoundError as error:  # not worth retrying: say which plan is gone
-            raise ConversionError(f"{storage.join(self._plan_url, name)}: the run's plan file is missing (its folder was "
+            raise ConversionError(f"{storage.join(self._plan_folder.url, name)}: the run's plan file is missing (its folder was "
                                   "removed or overwritten while the job ran); rerun the conversion") from error
 
 
@@ -156,20 +156,21 @@ class ReadSequences(beam.PTransform):
         registered only on the launcher works too.
       root_url: the dataset root as a URL (`storage.url_for`).
       meta: the DatasetMeta from the source's `plan`.
-      plan_url: the folder `stage_refs` wrote the refs to.
+      plan_folder: the folder `stage_refs` wrote the refs to.
       files: how many files it wrote.
 
     Example:
-      files = stage_refs(refs, plan_url)
-      read = pipeline | ReadSequences(source, root_url, meta, plan_url, files)
+      files = stage_refs(refs, plan_folder)
+      read = pipeline | ReadSequences(source, root_url, meta, plan_folder, files)
     """
 
-    def __init__(self, source: Source, root_url: str, meta: DatasetMeta, plan_url: str, files: int, on_error: str = FAIL):
+    def __init__(self, source: Source, root_url: str, meta: DatasetMeta, plan_folder: staged_plan.PlanFolder, files: int,
+                 on_error: str = FAIL):
         super().__init__()
         self._source = source
         self._root_url = root_url
         self._meta = meta
-        self._plan_url = plan_url
+        self._plan_folder = plan_folder
         self._files = files
         self._on_error = on_error
 
@@ -178,7 +179,7 @@ class ReadSequences(beam.PTransform):
                    | "CountPlanFiles" >> beam.Create([self._files], reshuffle=False)
                    | "PlanFiles" >> beam.FlatMap(_numbers)
                    | "SpreadPlanFiles" >> beam.Reshuffle()
-                   | "ReadRefBatches" >> beam.ParDo(_ReadRefBatchesFn(self._plan_url))
+                   | "ReadRefBatches" >> beam.ParDo(_ReadRefBatchesFn(self._plan_folder))
                    | "SpreadRefs" >> beam.Reshuffle())
         errors = []
         if self._source.expands_refs:

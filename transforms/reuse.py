@@ -25,18 +25,18 @@ KEPT_IDS = "reused-ids.pkl"  # in the plan folder: the ids of the sequences to k
 
 
 class _ReuseShardFn(beam.DoFn):
-    def __init__(self, previous_url: str, staging_url: str, columns: list[ColumnSpec], plan_url: str, link_files: bool = True):
+    def __init__(self, previous_url: str, staging_url: str, columns: list[ColumnSpec], plan_folder: staged_plan.PlanFolder, link_files: bool = True):
         self._link_files = link_files
         self._previous_url = previous_url
         self._staging_url = staging_url
         self._columns = columns
-        self._plan_url = plan_url
+        self._plan_folder = plan_folder
         self._reused = Metrics.counter("mixtrain", "sequences_reused")
 
     def setup(self):
         self._fs, self._previous = storage.open_root(self._previous_url)
         self._out_fs, self._staging = storage.open_root(self._staging_url)
-        self._keep = frozenset(staged_plan.read_value(self._plan_url, KEPT_IDS))
+        self._keep = frozenset(staged_plan.read_value(self._plan_folder, KEPT_IDS))
         # Files that were lossless encodes, not packet copies, stay named as such in the new mixtrain.json.
         self._lance = lance_table.is_dataset(self._fs, self._previous)
         types = (lance_table.read_sidecar if self._lance else mixtrain.read_sidecar)(self._fs, self._previous).get("column_types") or {}
@@ -94,16 +94,16 @@ class ReusePrevious(beam.PTransform):
       staging_url: this run's staging folder.
       columns: the output columns (the previous version's schema: it is part of the fingerprint).
       shards: the previous version's shard paths (relative), read one per worker call.
-      plan_url: the plan folder (transforms/staged_plan.py) holding the ids of the sequences to reuse
+      plan_folder: the plan folder (transforms/staged_plan.py) holding the ids of the sequences to reuse
         as its KEPT_IDS file (written by the launcher: per-sequence data stays out of the graph).
       link_files: link their files into the staging folder (False for lake tables: the rows keep
         their paths, relative to the table location, to files no run rewrites).
     """
 
-    def __init__(self, previous_url: str, staging_url: str, columns: list[ColumnSpec], shards: list[str], plan_url: str,
+    def __init__(self, previous_url: str, staging_url: str, columns: list[ColumnSpec], shards: list[str], plan_folder: staged_plan.PlanFolder,
                  link_files: bool = True):
         super().__init__()
-        self._fn = _ReuseShardFn(previous_url, staging_url, columns, plan_url, link_files)
+        self._fn = _ReuseShardFn(previous_url, staging_url, columns, plan_folder, link_files)
         self._shards = shards
 
     def expand(self, pbegin):

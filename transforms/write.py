@@ -233,14 +233,14 @@ class _WriteShardFn(beam.DoFn):
             result.non_finite[name] = result.non_finite.get(name, 0) + count
 
 
-def stage_fingerprints(fingerprints: Fingerprints, plan_url: str) -> None:
+def stage_fingerprints(fingerprints: Fingerprints, plan_folder: staged_plan.PlanFolder) -> None:
     """The plan's fingerprints to the plan folder, for the publish step: the context, then the
     units piece by piece (computed as they are written)."""
-    staged_plan.write_pieces(plan_url, FINGERPRINTS, itertools.chain([fingerprints.context], fingerprints.pieces()))
+    staged_plan.write_pieces(plan_folder, FINGERPRINTS, itertools.chain([fingerprints.context], fingerprints.pieces()))
 
 
-def staged_fingerprints(plan_url: str) -> dict:
-    pieces = staged_plan.read_pieces(plan_url, FINGERPRINTS)
+def staged_fingerprints(plan_folder: staged_plan.PlanFolder) -> dict:
+    pieces = staged_plan.read_pieces(plan_folder, FINGERPRINTS)
     context, units = next(pieces), {}
     for piece in pieces:
         units.update(piece)
@@ -296,7 +296,7 @@ def _check_publishable(output: str, converted: int, records: list[dict], limit: 
 
 class _PublishFn(beam.DoFn):
     def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
-                 plan_url: str | None = None, max_skipped: tuple[str, float] = ("count", 0),
+                 plan_folder: staged_plan.PlanFolder | None = None, max_skipped: tuple[str, float] = ("count", 0),
                  table: tables.TableSettings | None = None):
         self._max_skipped = max_skipped
         self._table = table or tables.TableSettings()
@@ -305,7 +305,7 @@ class _PublishFn(beam.DoFn):
         self._meta = meta
         self._num_shards = num_shards
         self._sidecar_extra = sidecar_extra
-        self._plan_url = plan_url
+        self._plan_folder = plan_folder
 
     def process(self, _unused, shards: list[ShardResult], stats: dict, errors: list[dict]):
         fs, staging = storage.open_root(self._staging_url)
@@ -334,8 +334,8 @@ class _PublishFn(beam.DoFn):
             fs.pipe_file(storage.join(staging, mixtrain.ERRORS_FILE), lines.encode())
         # Units with a skipped sequence are left out: retried next time. (A step retried after its
         # first attempt removed the plan folder keeps the _fingerprints.json that attempt wrote.)
-        if self._plan_url is not None and staged_plan.exists(self._plan_url, FINGERPRINTS):
-            recorded = staged_fingerprints(self._plan_url)
+        if self._plan_folder is not None and staged_plan.exists(self._plan_folder, FINGERPRINTS):
+            recorded = staged_fingerprints(self._plan_folder)
             units = {key: value for key, value in recorded["units"].items() if not _failed(key, value, records)}
             fs.pipe_file(storage.join(staging, mixtrain.FINGERPRINTS_FILE),
                          mixtrain.dumps({"context": recorded["context"], "units": units}).encode())
@@ -370,7 +370,7 @@ class WriteMixtrain(beam.PTransform):
       max_skipped: ("count", n) or ("fraction", f): under SKIP, more skipped sequences than this
         and nothing is published (nor is a dataset without sequences, ever).
       table: how the staged dataset is published (formats.tables; default: standalone Parquet).
-      plan_url: the plan folder (transforms/staged_plan.py) whose FINGERPRINTS file is published, filtered,
+      plan_folder: the plan folder (transforms/staged_plan.py) whose FINGERPRINTS file is published, filtered,
         as _fingerprints.json for the next --incremental run; None: none recorded.
 
     The input is {"sequences": PCollection, "errors": PCollection of error records}; the error
@@ -378,7 +378,7 @@ class WriteMixtrain(beam.PTransform):
     """
 
     def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
-                 on_error: str = FAIL, plan_url: str | None = None, max_skipped: tuple[str, float] = ("count", 0),
+                 on_error: str = FAIL, plan_folder: staged_plan.PlanFolder | None = None, max_skipped: tuple[str, float] = ("count", 0),
                  table: tables.TableSettings | None = None):
         super().__init__()
         self._table = table
@@ -389,7 +389,7 @@ class WriteMixtrain(beam.PTransform):
         self._num_shards = num_shards
         self._sidecar_extra = sidecar_extra
         self._on_error = on_error
-        self._plan_url = plan_url
+        self._plan_folder = plan_folder
 
     def expand(self, inputs):
         sequences = inputs["sequences"]
@@ -408,7 +408,7 @@ class WriteMixtrain(beam.PTransform):
             sequences.pipeline
             | "PublishTrigger" >> beam.Create([None])
             | "Publish" >> beam.ParDo(
-                _PublishFn(self._staging_url, self._output_url, self._meta, self._num_shards, self._sidecar_extra, self._plan_url,
+                _PublishFn(self._staging_url, self._output_url, self._meta, self._num_shards, self._sidecar_extra, self._plan_folder,
                            self._max_skipped, self._table),
                 beam.pvalue.AsSingleton(results),
                 beam.pvalue.AsSingleton(stats),

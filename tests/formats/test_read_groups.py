@@ -170,7 +170,6 @@ def test_lerobot_fixture_read_groups_and_fingerprints(so100_tiny):
     meta, refs = lerobot_v3.plan(fs, root)
     # lerobot's writer: one row group per episode; the file's episodes still travel as one batch.
     assert [ref.read_group for ref in refs] == ["data/chunk-000/file-000.parquet"] * 5
-    assert "first_row_group" not in repr(refs[0])  # --incremental fingerprints hash repr(ref): unchanged
 
 
 def test_lerobot_offsets_past_the_file_still_name_the_episode_with_a_kept_row_group(tmp_path):
@@ -259,30 +258,6 @@ def test_l5kit_scenes_in_order_decode_each_chunk_once(tmp_path, monkeypatch):
     assert set(counts.values()) == {1}  # every chunk of every array decoded once
     arrays = {name: zarr_v2.ZarrArray(fs, f"{root}/{name}") for name in ("frames", "agents", "traffic_light_faces")}
     assert {(name, index) for name, array in arrays.items() for index in range(array.chunk_count)} <= set(counts)
-
-
-# --- planning helper ------------------------------------------------------------------------------
-
-
-def test_first_row_groups_agrees_with_row_groups_holding():
-    rng = np.random.default_rng(11)
-    cases = [
-        [(0, 9), (10, 19), (20, 29)],  # sorted, disjoint: the vectorised path
-        [(0, 12), (10, 25), (20, 29)],  # sorted, overlapping
-        [(20, 29), (0, 9), (10, 19)],  # unsorted
-        [(0, 9), None, (20, 29)],  # a group without statistics
-        [("a", "f"), ("g", "m")],  # string ids
-        [],
-    ]
-    for ranges in cases:
-        spans = [(int(a), int(a) + int(b)) for a, b in zip(rng.integers(-5, 35, 40), rng.integers(0, 6, 40))]
-        if ranges and isinstance(ranges[0][0], str):
-            spans = [("b", "b"), ("h", "h"), ("z", "z"), ("f", "g")]
-        expected = []
-        for low, high in spans:
-            holding = [g for g, bounds in enumerate(ranges) if parquet_rows._holds(bounds, low, high)]
-            expected.append(holding[0] if holding else None)
-        assert parquet_rows.first_row_groups(ranges, spans) == expected
 
 
 def test_decoded_row_groups_keep_only_what_the_last_episode_needed():

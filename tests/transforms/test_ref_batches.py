@@ -48,8 +48,9 @@ def test_refs_without_groups_stay_one_per_batch():
 def test_plan_files_hold_whole_batches(tmp_path, monkeypatch):
     monkeypatch.setattr(read, "REFS_PER_FILE", 4)
     refs = [Ref(f"e{i}", "g" if i < 30 else None) for i in range(33)]  # pieces of 3 (33 / 16), then ones
-    assert stage_refs(refs, str(tmp_path)) == 6
     from transforms import staged_plan
 
-    files = [staged_plan.read_value(str(tmp_path), read.refs_file(number)) for number in range(6)]
+    plan_folder = staged_plan.PlanFolder.create(str(tmp_path))
+    assert stage_refs(refs, plan_folder) == 6
+    files = [staged_plan.read_value(plan_folder, read.refs_file(number)) for number in range(6)]
     assert [[len(batch) for batch in batches] for batches in files] == [[3, 3]] * 5 + [[1, 1, 1]]

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
+
+from formats.errors import ConversionError
 from formats.source import SourceRef
 from transforms import staged_plan
 
@@ -13,13 +16,49 @@ def test_a_ref_of_a_class_pickle_cannot_name_is_written_by_value(tmp_path):
     class LocalRef(SourceRef):  # defined here only: plain pickle cannot name it, cloudpickle writes the class itself
         sequence_id: str
 
-    staged_plan.write_value(str(tmp_path), "refs.pkl", [[LocalRef("a"), LocalRef("b")]])
-    back = staged_plan.read_value(str(tmp_path), "refs.pkl")
+    plan = staged_plan.PlanFolder.create(str(tmp_path))
+    staged_plan.write_value(plan, "refs.pkl", [[LocalRef("a"), LocalRef("b")]])
+    back = staged_plan.read_value(plan, "refs.pkl")
     assert [[ref.sequence_id for ref in batch] for batch in back] == [["a", "b"]]
     assert type(back[0][0]).__qualname__.endswith("LocalRef")
 
 
 def test_pieces_come_back_in_order(tmp_path):
-    staged_plan.write_pieces(str(tmp_path), "values.pkl", ["context", {"a": 1}, {"b": 2}, {"text": "__main__"}])
-    assert list(staged_plan.read_pieces(str(tmp_path), "values.pkl")) == ["context", {"a": 1}, {"b": 2}, {"text": "__main__"}]
-    assert staged_plan.exists(str(tmp_path), "values.pkl") and not staged_plan.exists(str(tmp_path), "other.pkl")
+    plan = staged_plan.PlanFolder.create(str(tmp_path))
+    staged_plan.write_pieces(plan, "values.pkl", ["context", {"a": 1}, {"b": 2}, {"text": "__main__"}])
+    assert list(staged_plan.read_pieces(plan, "values.pkl")) == ["context", {"a": 1}, {"b": 2}, {"text": "__main__"}]
+    assert staged_plan.exists(plan, "values.pkl") and not staged_plan.exists(plan, "other.pkl")
+
+
+class _Boom:
+    def __reduce__(self):  # unpickling this runs code: what a planted plan file would do
+        return (exec, ("raise SystemExit('planted code ran')",))
+
+
+@pytest.mark.parametrize("tamper", ["planted", "flipped", "renamed", "other_run", "cut"])
+def test_a_plan_file_this_run_did_not_write_is_refused_before_unpickling(tmp_path, tamper):
+    """The plan folder lives where others may write (the output's bucket); unpickling runs code."""
+    import pickle
+    import shutil
+
+    plan = staged_plan.PlanFolder.create(str(tmp_path))
+    staged_plan.write_value(plan, "refs-000000.pkl", ["a"])
+    staged_plan.write_value(plan, "refs-000001.pkl", ["b"])
+    target = tmp_path / "refs-000000.pkl"
+    if tamper == "planted":  # a pickle with a made-up header
+        data = pickle.dumps(_Boom())
+        target.write_bytes(staged_plan._HEADER.pack(b"\0" * 32, len(data)) + data)
+    elif tamper == "flipped":
+        data = bytearray(target.read_bytes())
+        data[-3] ^= 1
+        target.write_bytes(bytes(data))
+    elif tamper == "renamed":  # another file of the same run in its place: a batch read twice
+        shutil.copy(tmp_path / "refs-000001.pkl", target)
+    elif tamper == "other_run":
+        staged_plan.write_value(staged_plan.PlanFolder.create(str(tmp_path)), "refs-000000.pkl", ["a"])
+    else:
+        target.write_bytes(target.read_bytes()[:-1])
+    with pytest.raises(ConversionError, match=r"refs-000000.pkl: a plan file"):
+        staged_plan.read_value(plan, "refs-000000.pkl")
+    assert staged_plan.read_value(plan, "refs-000001.pkl") == ["b"]
+    assert "key=" not in repr(plan)  # the key is not printed

@@ -9,6 +9,7 @@ from apache_beam.testing.util import assert_that, equal_to
 from formats import lerobot_v3, sources, storage
 from formats.errors import ConversionError
 from formats.stats import ColumnStats, summarise
+from transforms import staged_plan
 from transforms.read import ReadSequences, stage_refs
 from transforms.stats import MergeShardStatsFn
 
@@ -17,10 +18,10 @@ def test_read_sequences_one_per_ref(multi_file_dataset, tmp_path):
     path, truth = multi_file_dataset
     fs, root = storage.open_root(str(path))
     meta, refs = lerobot_v3.plan(fs, root)
-    files = stage_refs(refs, str(tmp_path / "plan"))
+    plan_folder = staged_plan.PlanFolder.create(str(tmp_path / "plan"))
+    files = stage_refs(refs, plan_folder)
     with TestPipeline(runner="FnApiRunner") as pipeline:
-        loaded = (pipeline | ReadSequences(sources.get("lerobot_v3"), storage.url_for(fs, root), meta, str(tmp_path / "plan"),
-                                           files))["sequences"]
+        loaded = (pipeline | ReadSequences(sources.get("lerobot_v3"), storage.url_for(fs, root), meta, plan_folder, files))["sequences"]
         summary = loaded | beam.Map(lambda s: (s.sequence_id, s.length, float(s.trajectories["action"].sum())))
         expected = [(f"episode_{i:06d}", len(a), float(a.sum())) for i, a in enumerate(truth["action"])]
         assert_that(summary, equal_to(expected))
