@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import json
 import os
 import shutil
 import socket
@@ -27,6 +28,7 @@ __all__ = [
     "discard_staging",
     "copy_assets",
     "published_root",
+    "published_earlier",
     "is_versioned",
     "claim_staging",
     "check_no_live_run",
@@ -131,9 +133,43 @@ def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
         if fs.exists(source):
             _move(fs, source, target)
     fs.pipe_file(sidecar_path, dumps(sidecar_value).encode())
+    marker = _published_marker(staging)
+    fs.pipe_file(marker, b"")  # until the staging is gone: a retried step then knows it has published
     discard_staging(fs, staging, output)
+    fs.rm(marker)
+    discard_staging(fs, staging, output)  # DST/_staging itself, once the marker no longer holds it
     if storage.is_local(fs):
         _collect_garbage(output)
+
+
+def _published_marker(staging: str) -> str:
+    return f"{staging}.published"
+
+
+def published_earlier(fs, staging: str, output: str, identity: dict) -> dict | None:
+    """The published mixtrain.json when an earlier attempt of this run's publish step got as far
+    as writing it (Dataflow retries a step whose worker died), else None. Publishing again would
+    rebuild the dataset from a staging folder that is gone or half deleted: a dataset without its
+    shards. An attempt that died while removing the staging left a marker, and this one finishes
+    the removal. Without marker or staging, the published mixtrain.json must carry this run's
+    `identity` (created_at and converter options): an empty staging of a first attempt (every
+    sequence failed) is not taken for a publication."""
+    sidecar_path = f"{output}/{SIDECAR}"
+    marker = _published_marker(staging)
+    marked = fs.exists(marker)
+    if marked:  # written after mixtrain.json: this run's publication stands; finish removing the staging
+        discard_staging(fs, staging, output)
+        fs.rm(marker)
+        discard_staging(fs, staging, output)
+    elif fs.exists(staging):
+        return None  # the first attempt, or one that died before mixtrain.json: publish
+    if not fs.exists(sidecar_path):
+        return None
+    with fs.open(sidecar_path, "rb") as handle:
+        current = json.loads(handle.read())
+    mine = current.get("created_at") == identity.get("created_at") \
+        and (current.get("converter") or {}).get("options") == identity.get("options")
+    return current if marked or mine else None
 
 
 def _publish_local(staging: str, output: str, sidecar_value: dict) -> None:

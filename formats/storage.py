@@ -91,7 +91,8 @@ def _real_path(root: str, relative: str) -> str:
     """os.path.realpath(root/relative), with the root's real path resolved once (`_allowed_roots`)
     and only the components below it looked at (one lstat each, every call): resolving every
     component of every path cost 93,000 lstat calls (0.8 s) on 3,200 episodes. A symlink below the
-    root is resolved whole, as before."""
+    root is resolved whole, as before. (The root's real path is remembered for the process's life:
+    a root symlink repointed mid-run is not noticed.)"""
     current = _allowed_roots(root)[0]
     for part in relative.split("/"):
         if part in ("", "."):

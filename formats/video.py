@@ -494,8 +494,10 @@ def _undo_realtime_scheduling(before: int | None) -> None:
     26 s conversion took 90 s and interrupts went unanswered). Every real-time thread of this
     process goes back to the caller's policy (unless the caller itself ran real-time); the bytes
     are the same."""
+    if before is None:
+        return
     realtime = (os.SCHED_FIFO, os.SCHED_RR)
-    if before is None or before in realtime:
+    if before in realtime:
         return
     try:
         tasks = os.listdir("/proc/self/task")

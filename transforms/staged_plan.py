@@ -55,6 +55,7 @@ class PlanFolder:
 
 
 _HEADER = struct.Struct(">32sQ")  # signature, length of the pickled piece
+_END, _END_LENGTH = b"end", 2 ** 64 - 1  # the signed trailer: how many pieces the file holds
 
 
 def _path(plan: PlanFolder, name: str) -> tuple[Any, str]:
@@ -86,20 +87,27 @@ def write_pieces(plan: PlanFolder, name: str, pieces: Iterable[Any]) -> None:
     fs, target = _path(plan, name)
     fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
     with fs.open(target, "wb") as handle:
-        for position, piece in enumerate(pieces):
+        position = 0
+        for position, piece in enumerate(pieces, start=1):
             data = _dumps(piece)
-            handle.write(_HEADER.pack(_signature(plan, name, position, data), len(data)))
+            handle.write(_HEADER.pack(_signature(plan, name, position - 1, data), len(data)))
             handle.write(data)
+        handle.write(_HEADER.pack(_signature(plan, name, position, _END), _END_LENGTH))  # a file cut between pieces is refused
 
 
 def read_pieces(plan: PlanFolder, name: str) -> Iterator[Any]:
     fs, source = _path(plan, name)
     data = memoryview(fs.cat_file(source))
     offset, position = 0, 0
-    while offset < len(data):
+    while True:
         if len(data) - offset < _HEADER.size:
             raise ConversionError(f"{source}: a plan file cut short; refusing to read it (rerun the conversion)")
         signature, length = _HEADER.unpack_from(data, offset)
+        if length == _END_LENGTH:
+            if not hmac.compare_digest(signature, _signature(plan, name, position, _END)) or offset + _HEADER.size != len(data):
+                raise ConversionError(f"{source}: a plan file this run did not write (its signature does not match); refusing to "
+                                      "read it")
+            return
         piece = bytes(data[offset + _HEADER.size:offset + _HEADER.size + length])
         if len(piece) != length or not hmac.compare_digest(signature, _signature(plan, name, position, piece)):
             raise ConversionError(f"{source}: a plan file this run did not write (its signature does not match); refusing to "
@@ -113,4 +121,5 @@ def write_value(plan: PlanFolder, name: str, value: Any) -> None:
 
 
 def read_value(plan: PlanFolder, name: str) -> Any:
-    return next(read_pieces(plan, name))
+    (value,) = read_pieces(plan, name)  # the whole file, trailer included, is checked
+    return value

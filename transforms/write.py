@@ -27,7 +27,7 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
-from formats import mixtrain, storage, tables
+from formats import mixtrain, publish, storage, tables
 from formats.errors import ConversionError, FormatError, describe_skip_limit, error_record, skipped_counts
 from formats.fingerprint import Fingerprints
 from formats.sequence import VIDEO, ColumnSpec, DatasetMeta, Sequence
@@ -310,14 +310,11 @@ class _PublishFn(beam.DoFn):
     def process(self, _unused, shards: list[ShardResult], stats: dict, errors: list[dict]):
         fs, staging = storage.open_root(self._staging_url)
         _, output = storage.open_root(self._output_url)
-        if self._table.format == tables.DEFAULT and not fs.exists(staging):
-            # A retried step (Dataflow retries a bundle) whose first attempt published: publication
-            # removes the staging. Publishing again from nothing would write empty shards over the dataset.
-            if not fs.exists(storage.join(output, mixtrain.SIDECAR)):
-                raise ConversionError(f"{staging}: this run's staging folder is gone and nothing was published; rerun the conversion")
-            published = mixtrain.read_sidecar(fs, output)
-            yield {"sequences": published["num_sequences"], "timesteps": published["num_timesteps"]}
-            return
+        if self._table.format == tables.DEFAULT:  # a retried step (Dataflow retries a bundle) after it published
+            published = publish.published_earlier(fs, staging, output, self._sidecar_extra)
+            if published is not None:
+                yield {"sequences": published["num_sequences"], "timesteps": published["num_timesteps"]}
+                return
         schema = mixtrain.arrow_schema(self._meta.columns)
         fs.makedirs(storage.join(staging, mixtrain.DATA_DIR), exist_ok=True)
         written = {shard.index for shard in shards}

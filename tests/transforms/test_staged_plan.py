@@ -35,7 +35,7 @@ class _Boom:
         return (exec, ("raise SystemExit('planted code ran')",))
 
 
-@pytest.mark.parametrize("tamper", ["planted", "flipped", "renamed", "other_run", "cut"])
+@pytest.mark.parametrize("tamper", ["planted", "flipped", "renamed", "other_run", "cut", "cut_between_pieces", "empty"])
 def test_a_plan_file_this_run_did_not_write_is_refused_before_unpickling(tmp_path, tamper):
     """The plan folder lives where others may write (the output's bucket); unpickling runs code."""
     import pickle
@@ -56,8 +56,12 @@ def test_a_plan_file_this_run_did_not_write_is_refused_before_unpickling(tmp_pat
         shutil.copy(tmp_path / "refs-000001.pkl", target)
     elif tamper == "other_run":
         staged_plan.write_value(staged_plan.PlanFolder.create(str(tmp_path)), "refs-000000.pkl", ["a"])
-    else:
+    elif tamper == "cut":
         target.write_bytes(target.read_bytes()[:-1])
+    elif tamper == "cut_between_pieces":  # the trailer gone: pieces read so far are not taken as the whole file
+        target.write_bytes(target.read_bytes()[:-staged_plan._HEADER.size])
+    else:
+        target.write_bytes(b"")
     with pytest.raises(ConversionError, match=r"refs-000000.pkl: a plan file"):
         staged_plan.read_value(plan, "refs-000000.pkl")
     assert staged_plan.read_value(plan, "refs-000001.pkl") == ["b"]

@@ -61,6 +61,17 @@ def test_a_publish_step_retried_after_it_published_leaves_the_dataset_as_publish
     retry = _PublishFn(f"file://{output}/_staging/gone", f"file://{output}", meta, sidecar["num_shards"], extra)
     assert list(retry.process(None, [], {}, [])) == [{"sequences": sidecar["num_sequences"], "timesteps": sidecar["num_timesteps"]}]
     assert digest() == before
-    gone = _PublishFn(f"file://{tmp_path}/elsewhere/_staging/gone", f"file://{tmp_path}/elsewhere", meta, 1, extra)
-    with pytest.raises(ConversionError, match=r"_staging/gone: this run's staging folder is gone and nothing was published"):
-        list(gone.process(None, [], {}, []))
+    # Died while removing the staging: the marker says it published; the rest is removed, nothing rebuilt.
+    half = output / "_staging" / "half"
+    (half / "files").mkdir(parents=True)
+    (half / "files" / "left.mp4").write_bytes(b"x")
+    (output / "_staging" / "half.published").write_bytes(b"")
+    retry = _PublishFn(f"file://{half}", f"file://{output}", meta, sidecar["num_shards"], {**extra, "created_at": "other"})
+    assert list(retry.process(None, [], {}, [])) == [{"sequences": sidecar["num_sequences"], "timesteps": sidecar["num_timesteps"]}]
+    assert digest() == before and not (output / "_staging").exists()
+    # A first attempt whose staging holds nothing (every sequence failed) is not taken for one that published.
+    first = _PublishFn(f"file://{output}/_staging/empty", f"file://{output}", meta, sidecar["num_shards"], {**extra, "created_at": "other"})
+    with pytest.raises(ConversionError, match="no sequence was converted"):
+        list(first.process(None, [], {}, []))
+    # (the launcher removes a failed run's staging)
+    assert {name: value for name, value in digest().items() if not name.startswith("_staging/")} == before
