@@ -444,15 +444,12 @@ def _data_types(fs, root: str, template: str, episodes: pa.Table, keys: list[str
     for batch in episodes.select(["data/chunk_index", "data/file_index", "episode_index"]).to_batches(max_chunksize=_PLAN_BATCH_ROWS):
         for chunk, number, episode in zip(*(column.to_pylist() for column in batch.columns)):
             files.setdefault((chunk, number), episode)
-    done = set()
-    for (chunk, number), episode in files.items():
-        done.add((chunk, number))
-        relative = template.format(chunk_index=chunk, file_index=number)
-        path = storage.resolve_inside(root, relative, what="data file", fs=fs)
+    for position, ((chunk, number), episode) in enumerate(files.items()):
+        path = storage.resolve_inside(root, template.format(chunk_index=chunk, file_index=number), what="data file", fs=fs)
         try:
             schema = footers.schema(path)
         except (OSError, pa.ArrowException) as error:
-            if len(done) > 1:
+            if position > 0:
                 continue  # load() reports it with the episode; the first file must be readable to plan
             if isinstance(error, FileNotFoundError):
                 raise FormatError(f"{path}: data file not found (episode {episode})") from error

@@ -81,7 +81,7 @@ class SourceRef:
 
     @property
     def read_group(self) -> str | None:
-        """Refs that read the same source data (a data file's row group, a chunk file) share a
+        """Refs that read the same source data (a Parquet data file, a zarr chunk) share a
         read group: the pipeline hands them to one reader one after another, in plan order, so
         that the reader decodes the shared data once. None: nothing shared."""
         return None
