@@ -133,17 +133,21 @@ def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
         if fs.exists(source):
             _move(fs, source, target)
     fs.pipe_file(sidecar_path, dumps(sidecar_value).encode())
-    marker = _published_marker(staging)
-    fs.pipe_file(marker, b"")  # until the staging is gone: a retried step then knows it has published
-    discard_staging(fs, staging, output)
-    fs.rm(marker)
-    discard_staging(fs, staging, output)  # DST/_staging itself, once the marker no longer holds it
+    fs.pipe_file(_published_marker(staging), b"")  # until the staging is gone: a retried step then knows it has published
+    _discard_published(fs, staging, output)
     if storage.is_local(fs):
         _collect_garbage(output)
 
 
 def _published_marker(staging: str) -> str:
     return f"{staging}.published"
+
+
+def _discard_published(fs, staging: str, output: str) -> None:
+    """A published run's staging, then its marker, then DST/_staging if nothing else holds it."""
+    discard_staging(fs, staging, output)
+    fs.rm(_published_marker(staging))
+    discard_staging(fs, staging, output)
 
 
 def published_earlier(fs, staging: str, output: str, identity: dict) -> dict | None:
@@ -158,9 +162,7 @@ def published_earlier(fs, staging: str, output: str, identity: dict) -> dict | N
     marker = _published_marker(staging)
     marked = fs.exists(marker)
     if marked:  # written after mixtrain.json: this run's publication stands; finish removing the staging
-        discard_staging(fs, staging, output)
-        fs.rm(marker)
-        discard_staging(fs, staging, output)
+        _discard_published(fs, staging, output)
     elif fs.exists(staging):
         return None  # the first attempt, or one that died before mixtrain.json: publish
     if not fs.exists(sidecar_path):
