@@ -30,13 +30,13 @@ setup(
         "fsspec>=2024.6",
         "gcsfs>=2024.6",
         "tensorflow-datasets>=4.9.7,<5",
-        # L5Kit zarr chunks (blosc): zarr-python 3 cannot read its structured dtypes, see formats/zarr_v2.py.
+        # L5Kit zarr chunks (blosc): zarr-python 3 cannot read its structured dtypes, see formats/sources/l5kit/zarr_v2.py.
         "numcodecs>=0.13,<0.17",
         # TFRecord checksums (RLDS) without TensorFlow: the C crc32c gcsfs already uses.
         "google-crc32c>=1.5",
     ],
     # polars, duckdb, pandas: the published-layout test reads every output the way users' tools do.
-    # torch: only for formats.reader's optional Dataset/IterableDataset wrappers.
+    # torch: only for formats.read.reader's optional Dataset/IterableDataset wrappers.
     # lake: --table_format=iceberg (pyiceberg, its SQLite SQL catalog) and delta (delta-rs); imported only when used.
     # lance: --table_format=lance (pylance 14.0.2 verified beside apache-beam 2.77, pip check clean).
     # test: duckdb pinned to the version of the duckdb-extension-* wheels, which carry the iceberg/avro/delta

@@ -2,7 +2,7 @@
 
     python bench/bench_incremental.py [--episodes=200] [--steps=120] [--mode=reencode]
 
-Workload: an ORTF dataset (formats/samples/ortf.py) of --episodes episodes, two cameras at
+Workload: an ORTF dataset (formats/sources/ortf/sample.py) of --episodes episodes, two cameras at
 160x120, 16-bit depth, audio and annotations. A full conversion is timed; then 1% of the episodes
 get a re-recorded wrist video and `--incremental` is timed on the same output. Both run as
 subprocesses of the CLI, as a nightly job would. Target: incremental <= 0.10 x full.
@@ -23,10 +23,10 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from formats.samples.lerobot_v3 import synthetic_frames  # noqa: E402
-from formats.samples.ortf import SyntheticORTF, write_dataset  # noqa: E402
+from formats.sources.lerobot_v3.sample import synthetic_frames  # noqa: E402
+from formats.sources.ortf.sample import SyntheticORTF, write_dataset  # noqa: E402
 from formats.video import encode_frames  # noqa: E402
-from formats.video_policy import EncodeOptions  # noqa: E402
+from formats.video.policy import EncodeOptions  # noqa: E402
 
 
 def _convert(src: pathlib.Path, dst: pathlib.Path, *extra: str) -> float:

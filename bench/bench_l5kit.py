@@ -2,13 +2,13 @@
 
     python bench/bench_l5kit.py [--scenes=6] [--frames=2500] [--agents=120]
 
-Workload: a zarr dataset written as l5kit writes it (formats/samples/l5kit.py) with long scenes
+Workload: a zarr dataset written as l5kit writes it (formats/sources/l5kit/sample.py) with long scenes
 and dense agents (0..--agents per frame, about half that on average), agents in 20,000-row
 chunks as in the Lyft data. For each scene, in one process:
 
   floor      decompress exactly the chunks the scene touches into numpy (frames, agents, faces):
              what any reader must do;
-  load       `formats.l5kit.load` plus the scene's Arrow row (`mixtrain.sequences_to_table`):
+  load       `formats.sources.l5kit.load` plus the scene's Arrow row (`mixtrain.sequences_to_table`):
              what a worker does per scene.
 
 Prints per-scene milliseconds, the ratio load / floor, and peak memory of the load (numpy via
@@ -31,9 +31,10 @@ sys.path.insert(0, str(ROOT))
 
 import pyarrow as pa  # noqa: E402
 
-from formats import l5kit, mixtrain, storage  # noqa: E402
-from formats.samples.l5kit import SyntheticL5Kit, write_dataset  # noqa: E402
-from formats.zarr_v2 import ZarrArray  # noqa: E402
+from formats import mixtrain, storage  # noqa: E402
+from formats.sources import l5kit  # noqa: E402
+from formats.sources.l5kit.sample import SyntheticL5Kit, write_dataset  # noqa: E402
+from formats.sources.l5kit.zarr_v2 import ZarrArray  # noqa: E402
 
 
 def _floor(fs, root: str, ref, truth) -> int:

@@ -2,14 +2,14 @@
 
     python bench/bench_lake.py [--episodes=2000] [--steps=200] [--cameras=0]
 
-Workload: a LeRobot v3 dataset (formats/samples/lerobot_v3.py) of --episodes episodes x --steps
+Workload: a LeRobot v3 dataset (formats/sources/lerobot_v3/sample.py) of --episodes episodes x --steps
 steps, trajectories only by default (the conversion is then shortest, so the commit's share is
 largest). Measured in this run, each command a subprocess of the CLI as a nightly job runs it:
   standalone    --table_format=parquet (the baseline)
   iceberg       --table_format=iceberg (embedded SQLite catalog)
   delta         --table_format=delta
 and, in-process on the run folder the iceberg / delta conversion left, the commit alone
-(`formats.tables.publish` on a copy of the run), first and incremental with nothing changed (every
+(`formats.mixtrain.tables.publish` on a copy of the run), first and incremental with nothing changed (every
 shard compared with the committed one and kept), after the library was imported; the import
 itself (once per process: launcher and publishing worker) is reported on its own line.
 Conversions alternate between formats, --repeat times, and the median is reported: the machine
@@ -32,7 +32,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset  # noqa: E402
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset  # noqa: E402
 
 
 def _convert(src: pathlib.Path, dst: pathlib.Path, *extra: str) -> float:
@@ -51,8 +51,8 @@ def _commit_alone(lake_dst: pathlib.Path, table_format: str, work: pathlib.Path)
     """(first commit s, incremental commit s) of the run the conversion left, replayed on a copy."""
     from fsspec.implementations.local import LocalFileSystem
 
-    from formats import tables
-    from formats.tables import lake
+    from formats.mixtrain import tables
+    from formats.mixtrain.tables import lake
 
     run = next((lake_dst / "runs").iterdir())
     sidecar = json.loads((run / "mixtrain.json").read_text())

@@ -22,7 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.run import convert, measure, workload  # noqa: E402
-from formats.samples.lerobot_v3 import SyntheticLeRobot  # noqa: E402
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot  # noqa: E402
 
 
 def files_bytes(root: pathlib.Path, *, under: tuple[str, ...] = ()) -> int:

@@ -35,8 +35,9 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from formats import lerobot_v3, parquet_rows, storage  # noqa: E402
-from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset  # noqa: E402
+from formats import storage  # noqa: E402
+from formats.sources import lerobot_v3, parquet_rows  # noqa: E402
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset  # noqa: E402
 
 
 def _peak(command: list[str]) -> tuple[float, float]:

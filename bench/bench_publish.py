@@ -4,7 +4,7 @@ client's cost and the emulator's measured apart.
     python bench/bench_publish.py [--objects=10000] [--stock]
 
 A run stages N small video objects (files/<camera>/<episode>.mp4), a few Parquet shards and
-stats.json under DST/_staging/<run>/, then publishes them (formats/publish.py) on a
+stats.json under DST/_staging/<run>/, then publishes them (formats/mixtrain/publish.py) on a
 gcp-storage-emulator serving on loopback in its own process, and checks the result (every object
 in place, no staging left, mixtrain.json written). The baseline is the publication as it was
 before this benchmark's change (`baseline_publish` below, kept verbatim), measured in the same run
@@ -52,9 +52,9 @@ emulator.stop()
 
 
 def baseline_publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
-    """formats/publish.py `publish` on an object store before this change (for the comparison)."""
+    """formats/mixtrain/publish.py `publish` on an object store before this change (for the comparison)."""
     from formats.mixtrain import DATA_DIR, ERRORS_FILE, FILES_DIR, FINGERPRINTS_FILE, SIDECAR, STATS_FILE, dumps
-    from formats.publish import discard_staging
+    from formats.mixtrain.publish import discard_staging
 
     for name in (ERRORS_FILE, FINGERPRINTS_FILE):
         if not fs.exists(f"{staging}/{name}"):
@@ -115,7 +115,8 @@ def main() -> None:
         assert emulator.stdout.readline().strip() == "ready"
         os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
         os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
-        from formats import publish, storage
+        from formats import storage
+        from formats.mixtrain import publish
 
         results = {}
         for label, publish_fn in (("baseline", baseline_publish), ("now", publish.publish)):

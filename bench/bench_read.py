@@ -4,12 +4,12 @@
 
 The same data (a random walk per sequence and dimension, float32: smooth like robot states, two
 trajectory columns `state` and `action`) is written once per variant, row groups as the
-pipeline closes them (formats/mixtrain.py ROW_GROUP_ROWS / ROW_GROUP_BYTES), zstd:
+pipeline closes them (formats/mixtrain/__init__.py ROW_GROUP_ROWS / ROW_GROUP_BYTES), zstd:
   lists       list<fixed_size_list<float32, D>>, no BYTE_STREAM_SPLIT: the baseline (ratio 1.00)
   lists+bss   the same with BYTE_STREAM_SPLIT on the float leaves
   bytes       --array_layout=bytes: one binary cell of raw little-endian values per sequence
   lance/*     the lists and bytes tables written as a Lance dataset the way --table_format=lance
-              writes its fragments (formats/lance_table.py: file version 2.2, zstd on the leaves)
+              writes its fragments (formats/mixtrain/tables/lance.py: file version 2.2, zstd on the leaves)
   lance2.0/*  the same with pylance's default file version (2.0: no compression), for comparison
 and read back, single-threaded, by pyarrow, DuckDB and polars (Parquet) and by Lance's scanner
 and DuckDB over the Lance dataset, each time into one numpy [T, D] view or array per sequence and
@@ -39,7 +39,8 @@ import pyarrow.parquet as pq  # noqa: E402
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from formats import array_layout, mixtrain  # noqa: E402
+from formats import mixtrain  # noqa: E402
+from formats.mixtrain import array_layout  # noqa: E402
 from formats.sequence import ColumnSpec, Sequence  # noqa: E402
 
 COLUMNS = ("state", "action")
@@ -82,7 +83,7 @@ def write_parquet(table: pa.Table, path: pathlib.Path, *, byte_stream_split: boo
 def write_lance(table: pa.Table, path: pathlib.Path, *, as_converter: bool = True) -> None:
     import lance
 
-    from formats import lance_table
+    from formats.mixtrain.tables import lance as lance_table
     if not as_converter:
         lance.write_dataset(table, str(path))  # pylance's default file version
         return

@@ -35,7 +35,9 @@ BARE_LOOP = r"""
 import io, json, sys, time
 from fractions import Fraction
 import av
-from formats import lerobot_v3, storage, video_policy
+from formats.sources import lerobot_v3
+from formats.video import policy
+from formats import storage
 
 src, dst = sys.argv[1], sys.argv[2]
 options = video_policy.EncodeOptions().resolved()
@@ -101,7 +103,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2)
     args = parser.parse_args()
 
-    from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
+    from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
 
     env = dict(os.environ, PYTHONPATH=str(ROOT), SVT_LOG="1")
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench_reencode_"))

@@ -25,7 +25,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset  # noqa: E402
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset  # noqa: E402
 
 
 def _timed(command: list[str]) -> float:

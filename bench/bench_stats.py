@@ -4,7 +4,7 @@
 
 The shard writer computes stats.json's partials and the non-finite counts of every row group it
 writes. Before, it turned the row group back into Sequence objects (`mixtrain.table_to_sequences`)
-and concatenated their arrays; now `formats.stats.table_stats` / `non_finite_counts` read the
+and concatenated their arrays; now `formats.mixtrain.stats.table_stats` / `non_finite_counts` read the
 Arrow columns directly. The baseline, measured in the same run on the same row groups, is that
 earlier path, kept below as `sequences_path` (the statistics code as transforms/write.py had it).
 Both must give the same stats.json bytes; the bench checks that before it reports a ratio.
@@ -33,8 +33,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from formats import mixtrain  # noqa: E402
+from formats.mixtrain.stats import ColumnStats, non_finite_counts, sketch_level_for, stats_columns, summarise, table_stats  # noqa: E402
 from formats.sequence import STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec, Sequence, base_columns  # noqa: E402
-from formats.stats import ColumnStats, non_finite_counts, sketch_level_for, stats_columns, summarise, table_stats  # noqa: E402
 
 AGENT = pa.struct([("centroid", pa.list_(pa.float64(), 2)), ("extent", pa.list_(pa.float32(), 3)), ("yaw", pa.float32())])
 

@@ -9,7 +9,7 @@ zstd Parquet file. No planning, checks, statistics, staging or publication: a fa
 what the framework adds, not a strawman (it reads each data file once and never decodes video).
 
 `--mp4-floor` is the one-process floor instead: each source MP4's moov parsed once and every cut
-written as a valid MP4 with one kernel copy of its samples (formats/mp4.py, what the pipeline's
+written as a valid MP4 with one kernel copy of its samples (formats/video/mp4.py, what the pipeline's
 copy path uses), plus per-column statistics: the least work that writes the same files.
 """
 
@@ -62,7 +62,7 @@ class _Cutter:
     def __call__(self, source: str, target: str, start: float, end: float, fps: float) -> None:
         from fractions import Fraction
 
-        from formats import mp4
+        from formats.video import mp4
 
         if source != self._path:
             with open(source, "rb") as handle:

@@ -41,7 +41,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset  # noqa: E402
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset  # noqa: E402
 
 MEASURE = ("import resource, subprocess, sys, time\n"
            "t = time.perf_counter(); subprocess.run(sys.argv[1:], check=True, stdout=subprocess.DEVNULL)\n"
@@ -104,8 +104,8 @@ def rlds_workload(episodes: int, steps: int = 60, size: int = 128) -> pathlib.Pa
     import numpy as np
     import tensorflow_datasets.core.features as tff
 
-    from formats.samples.lerobot_v3 import encode_image, synthetic_frames
-    from formats.samples.rlds import write_episodes
+    from formats.sources.lerobot_v3.sample import encode_image, synthetic_frames
+    from formats.sources.rlds.sample import write_episodes
 
     path = CACHE / f"e-{episodes}x{steps}x{size}-v1"
     if (path / "dataset_info.json").exists():

@@ -305,7 +305,7 @@ class DatasetMeta:
     fps: float | None
     columns: list[ColumnSpec]
     source: dict = dataclasses.field(default_factory=dict)
-    # The source's planning data for its own reader (formats/source.py): pickled to the workers
+    # The source's planning data for its own reader (formats/sources/__init__.py): pickled to the workers
     # with the plan, never written to mixtrain.json (that is `source`).
     private: dict = dataclasses.field(default_factory=dict)
 

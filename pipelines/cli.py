@@ -23,8 +23,8 @@ SOURCE_IDS = ("l5kit", "lerobot_v3", "ortf", "rlds")
 VIDEO_CODECS = ("av1", "h264", "hevc")
 VIDEO_MODES = ("copy", "reencode")
 ERROR_MODES = ("fail", "skip")
-ARRAY_LAYOUTS = ("lists", "bytes")  # formats/array_layout.py LAYOUTS
-LANCE_VIDEOS = ("blob", "reference")  # formats/lance_table.py VIDEO_STORAGE
+ARRAY_LAYOUTS = ("lists", "bytes")  # formats/mixtrain/array_layout.py LAYOUTS
+LANCE_VIDEOS = ("blob", "reference")  # formats/mixtrain/tables/lance.py VIDEO_STORAGE
 PROGRESS_MODES = ("auto", "bar", "lines", "off")
 # Table formats of --table_format (formats/tables registers their publishers; checked by a test).
 TABLE_FORMATS = ("parquet", "iceberg", "delta", "ducklake", "lance")

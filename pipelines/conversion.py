@@ -27,8 +27,9 @@ if sys.platform.startswith("linux"):
 import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 
-from formats import errors, lance_table, mixtrain, publish, sources, storage, tables
-from formats.tables import lake
+from formats import errors, mixtrain, sources, storage
+from formats.mixtrain import publish, tables
+from formats.mixtrain.tables import lake, lance
 from pipelines import cli, failures, local_workers
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
 from pipelines.plan import ConversionPlan, blame, make_plan, requested_encoding, without_cycle_collection
@@ -89,7 +90,7 @@ def prepare_output(output_url: str, overwrite: bool, table_format: str = tables.
         return
     if not fs.isdir(root):
         raise errors.ConversionError(f"{root}: output exists and is not a directory")
-    if lance_table.is_dataset(fs, root):  # each run publishes a new version of it
+    if lance.is_dataset(fs, root):  # each run publishes a new version of it
         if table_format != "lance":
             raise errors.ConversionError(f"{root}: output holds a Lance dataset; pass --table_format=lance to publish a new "
                                          "version of it, or choose another --output")
@@ -392,7 +393,7 @@ def _discard(fs, staging: str, out_root: str, created: bool) -> None:
 
 def _summary(fs, root: str, output_url: str, seconds: float) -> tuple[str, int]:
     """The success line (root resolved before the run: `--output=.` names a folder that publication replaced)."""
-    sidecar = (lance_table.read_sidecar if lance_table.is_dataset(fs, root) else mixtrain.read_sidecar)(fs, root)
+    sidecar = (lance.read_sidecar if lance.is_dataset(fs, root) else mixtrain.read_sidecar)(fs, root)
     total_bytes = sum(info["size"] for info in fs.find(publish.published_root(fs, root), detail=True).values())
     skipped = int(sidecar.get("num_skipped", 0))
     units = int(sidecar.get("num_skipped_units", 0))

@@ -8,7 +8,8 @@ from __future__ import annotations
 import os
 import re
 
-from formats import errors, publish
+from formats import errors
+from formats.mixtrain import publish
 
 __all__ = ["output_message", "user_message"]
 

@@ -19,8 +19,9 @@ import sys
 
 import pyarrow as pa
 
-from formats import reader, report, storage
+from formats import storage
 from formats.errors import ConversionError
+from formats.read import reader, report
 from pipelines import exit_without_teardown
 
 __all__ = ["main", "entry"]

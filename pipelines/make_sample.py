@@ -1,13 +1,13 @@
 """Write a bundled synthetic sample dataset (no download): `python -m pipelines.make_sample DST [--format=F]`.
 
 Every registered sample writer (formats/samples/) can write one, for example:
-lerobot_v3 (default): written the way lerobot 0.4.4 writes (formats/samples/lerobot_v3.py): AV1
+lerobot_v3 (default): written the way lerobot 0.4.4 writes (formats/sources/lerobot_v3/sample.py): AV1
 cameras joined per file by stream copy, several data files, video files and chunk folders.
-ortf: ORTF v0.2 as the spec lays it out (formats/samples/ortf.py): chunks, two cameras (one at
+ortf: ORTF v0.2 as the spec lays it out (formats/sources/ortf/sample.py): chunks, two cameras (one at
 half rate), 16-bit depth, audio, annotations.
-l5kit: a zarr v2 group laid out as l5kit writes it (formats/samples/l5kit.py): several chunks per
+l5kit: a zarr v2 group laid out as l5kit writes it (formats/sources/l5kit/sample.py): several chunks per
 array, partial last chunks, frames without agents.
-rlds: TFDS/RLDS TFRecord shards (formats/samples/rlds.py); convert it with --fps (no known rate).
+rlds: TFDS/RLDS TFRecord shards (formats/sources/rlds/sample.py); convert it with --fps (no known rate).
 """
 
 from __future__ import annotations

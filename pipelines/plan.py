@@ -18,9 +18,11 @@ from typing import Any
 import pyarrow as pa
 
 import formats
-from formats import array_layout, errors, fingerprint, mixtrain, sources, storage, video_policy
+from formats import errors, mixtrain, sources, storage
+from formats.mixtrain import array_layout, fingerprint, tables
 from formats.sequence import SCALAR, TRAJECTORY, VIDEO, DatasetMeta
-from formats.source import Source, SourceRef
+from formats.sources import Source, SourceRef
+from formats.video import policy
 from pipelines import cli
 from pipelines.cli import UsageError
 
@@ -43,7 +45,7 @@ class ConversionPlan:
     assets: tuple[str, ...]  # dataset-level files (relative to the source root) copied to files/_dataset/
     sidecar_extra: dict  # converter, options, created_at, incremental: mixtrain.json beside the metadata
     fingerprints: fingerprint.Fingerprints  # written for the next --incremental (computed as written, unless --incremental)
-    reused: dict | None  # what --incremental keeps from the previous output (fingerprint.reusable), or None
+    reused: dict | None  # what --incremental keeps from the previous output (tables.reusable), or None
 
 
 def source_options(source: Source, options: Any) -> dict:
@@ -55,9 +57,9 @@ def source_options(source: Source, options: Any) -> dict:
     return source.plan_options({option.flag: getattr(options, option.flag) for option in source.options})
 
 
-def requested_encoding(options: Any) -> video_policy.EncodeOptions:
+def requested_encoding(options: Any) -> policy.EncodeOptions:
     """The --video_* flags as checked EncodeOptions (raises ConversionError on a bad combination)."""
-    return video_policy.EncodeOptions(options.video_codec or "h264", options.video_crf, options.video_gop,
+    return policy.EncodeOptions(options.video_codec or "h264", options.video_crf, options.video_gop,
                                options.video_preset, options.video_pix_fmt or "yuv420p").resolved()
 
 
@@ -87,15 +89,15 @@ def check_effective(options: Any, source: Source, meta: DatasetMeta, encode: dic
                                  f"({', '.join(cameras)}) without encoding", hint="pass --video=reencode to encode them")
 
 
-def plan_videos(meta: DatasetMeta, mode: str, requested: video_policy.EncodeOptions) -> tuple[DatasetMeta, dict, dict]:
+def plan_videos(meta: DatasetMeta, mode: str, requested: policy.EncodeOptions) -> tuple[DatasetMeta, dict, dict]:
     """Decide copy or encode per video column. Returns the metadata whose video entries describe
     the output (a new DatasetMeta), column -> EncodeOptions or None for copy, and column ->
     declared source (width, height)."""
     encode, sizes, columns = {}, {}, []
     for spec in meta.columns:
         if spec.kind == VIDEO:
-            encode[spec.name], entry = video_policy.plan_column(spec.meta, mode=mode, requested=requested)
-            sizes[spec.name] = video_policy.declared_size(entry)
+            encode[spec.name], entry = policy.plan_column(spec.meta, mode=mode, requested=requested)
+            sizes[spec.name] = policy.declared_size(entry)
             spec = dataclasses.replace(spec, meta=entry)
         columns.append(spec)
     return dataclasses.replace(meta, columns=columns), encode, sizes
@@ -208,7 +210,7 @@ def _make_plan(options: Any, *, output_url: str, created_at: str, previous_root:
         current = fingerprint.fingerprints(units, fingerprints.signed, shared, context)
         fingerprints = dataclasses.replace(fingerprints, known=current)
         out_fs, out_root = storage.open_root(output_url)
-        reused = fingerprint.reusable(out_fs, previous_root or out_root, units, current, context)
+        reused = tables.reusable(out_fs, previous_root or out_root, units, current, context)
         if reused is not None:
             changed = {unit.key for unit, _ in units} - reused["units"]
             # The refs as planned: the ref paired with a unit is its fingerprinted identity (ORTF drops its row position).

@@ -27,10 +27,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from formats import array_layout, lance_table, mixtrain, reader, sources, storage, verify, video
+from formats import mixtrain, sources, storage, video
 from formats.errors import ConversionError, FormatError
+from formats.mixtrain import array_layout
+from formats.mixtrain.tables import TableSettings, lake, lance
+from formats.read import reader
 from formats.sequence import ImageFrames
-from formats.tables import TableSettings, lake
+from formats.video import verify
 from pipelines import exit_without_teardown
 
 __all__ = ["validate", "validate_table", "deep_check", "main", "entry"]
@@ -53,7 +56,7 @@ def validate(url: str) -> list[str]:
     """Return the findings (empty when the dataset is valid)."""
     fs, root = storage.open_root(url)
     sidecar_path = storage.join(root, mixtrain.SIDECAR)
-    if not fs.exists(sidecar_path) and lance_table.is_dataset(fs, root):
+    if not fs.exists(sidecar_path) and lance.is_dataset(fs, root):
         return _validate_lance(fs, root)
     table_format = lake.detect(fs, root) if not fs.exists(sidecar_path) else None
     if table_format is not None:
@@ -288,7 +291,7 @@ def _lossless(entry: dict) -> bool:
 def deep_check(url: str, source_url: str | None = None, min_psnr: float = 35.0) -> tuple[list[str], list[str]]:
     """Decode every video and compare it with its source. Returns (findings, summary lines)."""
     fs, root = storage.open_root(url)
-    if not fs.exists(storage.join(root, mixtrain.SIDECAR)) and lance_table.is_dataset(fs, root):
+    if not fs.exists(storage.join(root, mixtrain.SIDECAR)) and lance.is_dataset(fs, root):
         return [f"{storage.url_for(fs, root)}: a Lance dataset; --deep compares the videos of standalone "
                 "(--table_format=parquet) datasets with their source"], []
     sidecar = json.loads(fs.cat_file(storage.join(root, mixtrain.SIDECAR)))

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
 
 os.environ.setdefault("SVT_LOG", "1")
 

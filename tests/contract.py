@@ -1,4 +1,4 @@
-"""The source contract (formats/source.py), tested once for every source, zarr-python's StoreTests way:
+"""The source contract (formats/sources/__init__.py), tested once for every source, zarr-python's StoreTests way:
 a test class subclasses `SourceContract` and provides the `source_id` fixture (the built-in
 sources: tests/formats/test_sources.py; a source registered from a test: tests/pipelines/test_toy_source.py).
 Each source's input is its registered sample (formats/samples), converted with its `convert_args`.
@@ -15,7 +15,7 @@ import pytest
 
 from formats import mixtrain, samples, sources, storage
 from formats.sequence import FILE, VIDEO, ImageFrames, VideoSegment, base_columns
-from formats.source import SourceRef
+from formats.sources import SourceRef
 from pipelines import cli, convert, validate
 from pipelines.plan import source_options
 

@@ -14,7 +14,7 @@ import apache_beam as beam
 from formats import storage
 from formats.errors import ConversionError
 from formats.sequence import DatasetMeta
-from formats.source import Source, SourceRef
+from formats.sources import Source, SourceRef
 from transforms import staged_plan
 from transforms.errors import ERRORS, FAIL, skip_or_raise
 

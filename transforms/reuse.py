@@ -15,7 +15,8 @@ import apache_beam as beam
 import pyarrow.parquet as pq
 from apache_beam.metrics import Metrics
 
-from formats import lance_table, mixtrain, storage
+from formats import mixtrain, storage
+from formats.mixtrain.tables import lance
 from formats.sequence import ColumnSpec
 from transforms import staged_plan
 
@@ -38,13 +39,13 @@ class _ReuseShardFn(beam.DoFn):
         self._out_fs, self._staging = storage.open_root(self._staging_url)
         self._keep = frozenset(staged_plan.read_value(self._plan_folder, KEPT_IDS))
         # Files that were lossless encodes, not packet copies, stay named as such in the new mixtrain.json.
-        self._lance = lance_table.is_dataset(self._fs, self._previous)
-        types = (lance_table.read_sidecar if self._lance else mixtrain.read_sidecar)(self._fs, self._previous).get("column_types") or {}
+        self._lance = lance.is_dataset(self._fs, self._previous)
+        types = (lance.read_sidecar if self._lance else mixtrain.read_sidecar)(self._fs, self._previous).get("column_types") or {}
         self._notes = {column: entry["not_copied"] for column, entry in types.items() if isinstance(entry, dict) and entry.get("not_copied")}
 
     def process(self, shard: str):
-        if shard.startswith(lance_table.FRAGMENT_PART):  # a Lance version's fragment; blob videos written to staging
-            table = lance_table.reused_rows(self._fs, self._previous, shard, self._keep, self._out_fs, self._staging)
+        if shard.startswith(lance.FRAGMENT_PART):  # a Lance version's fragment; blob videos written to staging
+            table = lance.reused_rows(self._fs, self._previous, shard, self._keep, self._out_fs, self._staging)
         else:
             with self._fs.open(storage.join(self._previous, shard), "rb") as handle:
                 table = pq.read_table(handle)

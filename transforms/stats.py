@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import apache_beam as beam
 
-from formats.stats import ColumnStats, summarise
+from formats.mixtrain.stats import ColumnStats, summarise
 
 __all__ = ["MergeShardStatsFn"]
 

@@ -17,10 +17,11 @@ import apache_beam as beam
 import av
 from apache_beam.metrics import Metrics
 
-from formats import mixtrain, storage, video, video_copy, video_policy
+from formats import mixtrain, storage, video
 from formats.errors import ConversionError, FormatError, in_context
+from formats.mixtrain.stats import ImageStats
 from formats.sequence import FileRef, ImageFrames, Sequence, VideoSegment
-from formats.stats import ImageStats
+from formats.video import policy, stream_copy
 from transforms.errors import ERRORS, FAIL, skip_or_raise
 from transforms.progress import report
 
@@ -88,7 +89,7 @@ class _WriteVideosFn(beam.DoFn):
                 path = item.source
                 if len(item) != sequence.length:
                     raise video.VideoError(f"camera {column!r} has {len(item)} images for {sequence.length} steps")
-                result = video.encode_frames(item.frames, destination, fps=self._fps, options=options or video_policy.EncodeOptions(),
+                result = video.encode_frames(item.frames, destination, fps=self._fps, options=options or policy.EncodeOptions(),
                                              on_frame=on_frame, expected_size=size, threads=self._codec_threads)
                 self._encoded.inc()
                 self._frames.inc(result.frames)
@@ -113,13 +114,13 @@ class _WriteVideosFn(beam.DoFn):
                         if item.start is None and item.end is None:
                             copied = self._copy_whole(source, destination, item, self._fps, verify)
                         else:
-                            copied = video_copy.copy_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
+                            copied = stream_copy.copy_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
                                                         fps=self._fps, verify=verify)
                         (self._reencoded if copied is not None and copied.reencoded else self._copied).inc()
                         if copied is not None and copied.note() is not None:
                             sequence.video_notes[column] = copied.note()
                         if on_frame is not None:
-                            video_copy.verify_decodes(destination if local_target else io.BytesIO(destination.getvalue()), item.frames,
+                            stream_copy.verify_decodes(destination if local_target else io.BytesIO(destination.getvalue()), item.frames,
                                                  on_frame=on_frame)
                     else:
                         result = video.reencode_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
@@ -155,7 +156,7 @@ class _WriteVideosFn(beam.DoFn):
                 self._out_fs.rm(target)
 
     @staticmethod
-    def _copy_whole(source, destination, item: VideoSegment, fps: float, verify: bool) -> video_copy.CopyResult | None:
+    def _copy_whole(source, destination, item: VideoSegment, fps: float, verify: bool) -> stream_copy.CopyResult | None:
         """A file that is exactly the episode: copied byte for byte (checked to hold its frames;
         None). A longer one is cut to its first frames (`copy_segment`'s result, which says whether
         the cut had to be encoded losslessly)."""
@@ -167,12 +168,12 @@ class _WriteVideosFn(beam.DoFn):
         frames = video.probe(io.BytesIO(data)).frames
         first = video.first_time(io.BytesIO(data))
         if frames > item.frames or first:  # the episode is the file's first frames, or its clock starts later: cut, from 0
-            return video_copy.copy_segment(io.BytesIO(data), destination, start=first, end=first + item.frames / fps, frames=item.frames,
+            return stream_copy.copy_segment(io.BytesIO(data), destination, start=first, end=first + item.frames / fps, frames=item.frames,
                                       fps=fps, verify=verify)
         if frames != item.frames:
             raise video.VideoError(f"video holds {frames} frames, the episode has {item.frames} steps")
         if verify:
-            video_copy.verify_decodes(io.BytesIO(data), item.frames)
+            stream_copy.verify_decodes(io.BytesIO(data), item.frames)
         if isinstance(destination, str):
             with open(destination, "wb") as handle:
                 handle.write(data)

@@ -1,6 +1,6 @@
 """WriteMixtrain: sequences -> sharded Parquet, stats.json, then publish and mixtrain.json last.
 
-Everything is written under the run's staging folder (formats/publish.py: a hidden sibling of a
+Everything is written under the run's staging folder (formats/mixtrain/publish.py: a hidden sibling of a
 local output, `_staging/<run>/` inside an object-store output, `runs/<run>/` inside a lake table);
 only the final step publishes it, through the publisher of the table format (formats/tables): the
 standalone layout's mixtrain.json, whose presence marks a finished dataset, is written after all else.
@@ -27,11 +27,12 @@ import apache_beam as beam
 import pyarrow as pa
 from apache_beam.transforms.window import GlobalWindows
 
-from formats import mixtrain, publish, storage, tables
+from formats import mixtrain, storage
 from formats.errors import ConversionError, FormatError, describe_skip_limit, error_record, skipped_counts
-from formats.fingerprint import Fingerprints
+from formats.mixtrain import publish, tables
+from formats.mixtrain.fingerprint import Fingerprints
+from formats.mixtrain.stats import ColumnStats, non_finite_counts, table_stats
 from formats.sequence import VIDEO, ColumnSpec, DatasetMeta, Sequence
-from formats.stats import ColumnStats, non_finite_counts, table_stats
 from transforms import staged_plan
 from transforms.errors import ERRORS, FAIL, SKIP
 from transforms.progress import report
@@ -366,7 +367,7 @@ class WriteMixtrain(beam.PTransform):
       on_error: FAIL or SKIP (duplicate ids are then skipped, every copy, and reported).
       max_skipped: ("count", n) or ("fraction", f): under SKIP, more skipped sequences than this
         and nothing is published (nor is a dataset without sequences, ever).
-      table: how the staged dataset is published (formats.tables; default: standalone Parquet).
+      table: how the staged dataset is published (formats.mixtrain.tables; default: standalone Parquet).
       plan_folder: the plan folder (transforms/staged_plan.py) whose FINGERPRINTS file is published, filtered,
         as _fingerprints.json for the next --incremental run; None: none recorded.
 

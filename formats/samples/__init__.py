@@ -32,24 +32,40 @@ class Sample:
     convert_args: tuple[str, ...] = ()
 
 
-SAMPLES: dict[str, Sample] = {}
-BUILTIN = ("formats.samples.lerobot_v3", "formats.samples.ortf", "formats.samples.l5kit", "formats.samples.rlds")
+# The built-in writers (sources/<format>/sample.py) register themselves when imported; they are
+# imported on first use of the registry (`SAMPLES` is computed), so that one of them can import
+# another (ORTF's writer uses LeRobot's frames) without an import cycle through this package.
+_SAMPLES: dict[str, Sample] = {}
+_builtins_loaded = False
+BUILTIN = ("formats.sources.lerobot_v3.sample", "formats.sources.ortf.sample", "formats.sources.l5kit.sample", "formats.sources.rlds.sample")
 
 
 def register(sample: Sample) -> Sample:
-    SAMPLES[sample.source] = sample
+    _SAMPLES[sample.source] = sample
     return sample
 
 
 def unregister(source: str) -> None:
-    SAMPLES.pop(source, None)
+    _SAMPLES.pop(source, None)
+
+
+def _registry() -> dict[str, Sample]:
+    global _builtins_loaded
+    if not _builtins_loaded:
+        _builtins_loaded = True
+        for module in BUILTIN:
+            importlib.import_module(module)
+    return _SAMPLES
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SAMPLES":
+        return _registry()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get(source: str) -> Sample:
-    if source not in SAMPLES:
-        raise KeyError(f"no sample writer for source {source!r}; known: {', '.join(sorted(SAMPLES))}")
-    return SAMPLES[source]
-
-
-for _module in BUILTIN:
-    importlib.import_module(_module)
+    known = _registry()
+    if source not in known:
+        raise KeyError(f"no sample writer for source {source!r}; known: {', '.join(sorted(known))}")
+    return known[source]

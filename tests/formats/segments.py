@@ -2,8 +2,9 @@
 
 from collections.abc import Iterator
 
-from formats import lerobot_v3, storage
+from formats import storage
 from formats.sequence import VideoSegment
+from formats.sources import lerobot_v3
 
 
 def camera_segments(path) -> Iterator[tuple[str, VideoSegment, float]]:

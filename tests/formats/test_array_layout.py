@@ -1,4 +1,4 @@
-"""formats.array_layout: raw little-endian trajectory cells, encoded and read back without a copy."""
+"""formats.mixtrain.array_layout: raw little-endian trajectory cells, encoded and read back without a copy."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from formats import array_layout, mixtrain
+from formats import mixtrain
+from formats.mixtrain import array_layout
 from formats.sequence import ColumnSpec, Sequence
 from pipelines import cli
 
@@ -74,8 +75,8 @@ def test_rows_round_trip_through_the_writer_tables_in_both_layouts():
 
 def test_the_command_line_knows_the_layouts_and_refuses_lance_options_without_lance():
     assert cli.ARRAY_LAYOUTS == array_layout.LAYOUTS
-    from formats import lance_table
-    assert cli.LANCE_VIDEOS == lance_table.VIDEO_STORAGE
+    from formats.mixtrain.tables import lance
+    assert cli.LANCE_VIDEOS == lance.VIDEO_STORAGE
     assert cli.parse(["--input=a", "--output=b"])[0].array_layout == "lists"
     with pytest.raises(cli.UsageError, match="^--lance_videos has no effect without --table_format=lance$"):
         cli.parse(["--input=a", "--output=b", "--lance_videos=reference"])

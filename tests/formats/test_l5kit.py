@@ -8,10 +8,11 @@ import numcodecs
 import numpy as np
 import pytest
 
-from formats import l5kit, storage
+from formats import storage
 from formats.errors import FormatError
-from formats.samples.l5kit import SyntheticL5Kit, write_dataset
-from formats.zarr_v2 import ZarrArray, parse_dtype
+from formats.sources import l5kit
+from formats.sources.l5kit.sample import SyntheticL5Kit, write_dataset
+from formats.sources.l5kit.zarr_v2 import ZarrArray, parse_dtype
 
 FIXTURE = pathlib.Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "l5kit" / "single_scene.zarr"
 
@@ -207,7 +208,7 @@ def test_bad_attributes(tmp_path):
 
 
 def test_zarr_reader_slices_across_partial_chunks(tmp_path):
-    from formats.zarr_v2 import write_array
+    from formats.sources.l5kit.zarr_v2 import write_array
 
     fs, root = storage.open_root(str(tmp_path))
     values = np.arange(1003, dtype=np.int64)
@@ -272,8 +273,8 @@ def test_face_intervals_without_a_faces_array_are_an_error(tmp_path):
 
 
 def test_extra_fields_are_carried_not_dropped(tmp_path):
-    from formats.samples.l5kit import FRAME_DTYPE, SCENE_DTYPE
-    from formats.zarr_v2 import write_array
+    from formats.sources.l5kit.sample import FRAME_DTYPE, SCENE_DTYPE
+    from formats.sources.l5kit.zarr_v2 import write_array
 
     path, truth = _written(tmp_path, scene_lengths=(4, 3))
     fs, root = storage.open_root(str(path))

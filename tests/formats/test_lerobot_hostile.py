@@ -15,7 +15,7 @@ import pytest
 
 from formats import storage
 from formats.errors import FormatError
-from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
 from pipelines import convert
 
 SPEC = SyntheticLeRobot(lengths=(5, 4, 6), cameras=(), episodes_per_meta_file=1, episodes_per_data_file=2)
@@ -133,7 +133,8 @@ def test_declared_dtype_matches_data_in_every_real_and_generated_layout(tmp_path
 def test_a_data_file_rewritten_after_planning_is_named_as_changed(dataset, tmp_path):
     """Planning caches each data file's footer; a file replaced before its episodes are read is
     reported as changed, not as a thrift decoding error."""
-    from formats import lerobot_v3, storage
+    from formats import storage
+    from formats.sources import lerobot_v3
 
     fs, root = storage.open_root(str(dataset))
     meta, refs = lerobot_v3.plan(fs, root)

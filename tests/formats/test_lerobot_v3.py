@@ -8,8 +8,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from formats import lerobot_v3, storage
+from formats import storage
 from formats.errors import FormatError
+from formats.sources import lerobot_v3
 
 
 def _plan(path):

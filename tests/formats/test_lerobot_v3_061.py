@@ -9,9 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from formats import arrow_types, lerobot_v3, storage, video
+from formats import arrow_types, storage, video
 from formats.errors import FormatError
-from formats.samples.lerobot_v3 import SAY_TOOL, SyntheticLeRobot, write_dataset
+from formats.sources import lerobot_v3
+from formats.sources.lerobot_v3.sample import SAY_TOOL, SyntheticLeRobot, write_dataset
 
 EDITED = SyntheticLeRobot(
     lengths=(7, 9, 6, 8), fps=15, lerobot_version="0.6.1", cameras=(), episodes_per_data_file=2,

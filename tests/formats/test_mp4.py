@@ -8,8 +8,9 @@ import av
 import numpy as np
 import pytest
 
-from formats import mp4, video, video_copy
-from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
+from formats import video
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
+from formats.video import mp4, stream_copy
 from tests.formats.segments import camera_segments
 
 
@@ -28,8 +29,8 @@ def _compare_with_remux(path) -> int:
         low, high = video._bounds(Fraction(1, table.timescale), segment.start, segment.end, fps)
         assert mp4.plan_cut(table, low, high) is not None, "an episode of a lerobot-style file is a plain cut"
         fast, slow = io.BytesIO(), io.BytesIO()
-        result = video_copy.copy_segment(source, fast, start=segment.start, end=segment.end, frames=segment.frames, fps=fps)
-        video_copy._copy_by_remux(source, slow, start=segment.start, end=segment.end, frames=segment.frames, fps=fps)
+        result = stream_copy.copy_segment(source, fast, start=segment.start, end=segment.end, frames=segment.frames, fps=fps)
+        stream_copy._copy_by_remux(source, slow, start=segment.start, end=segment.end, frames=segment.frames, fps=fps)
         assert not result.reencoded and result.info.frames == segment.frames
         assert fast.getvalue()[4:8] == b"ftyp" and fast.getvalue().index(b"moov") < fast.getvalue().index(b"mdat")  # moov first
         assert _packets(fast.getvalue()) == _packets(slow.getvalue())
@@ -103,7 +104,7 @@ def test_truncated_samples_are_a_video_error(tmp_path, multi_file_dataset):
     damaged = tmp_path / "damaged.mp4"
     damaged.write_bytes(data[:cut_at] + data[moov:] if mdat < moov else data[:cut_at])
     with pytest.raises(video.VideoError):
-        video_copy.copy_segment(str(damaged), io.BytesIO(), start=segment.start, end=segment.end, frames=segment.frames, fps=fps)
+        stream_copy.copy_segment(str(damaged), io.BytesIO(), start=segment.start, end=segment.end, frames=segment.frames, fps=fps)
 
 
 def _b_frame_source(multi_file_dataset) -> tuple[bytearray, str, object, float]:
@@ -134,9 +135,9 @@ def test_damaged_headers_are_a_video_error_not_a_crash(tmp_path, multi_file_data
     damaged = tmp_path / "ts0.mp4"
     damaged.write_bytes(data)
     with pytest.raises(video.VideoError):
-        video_copy.copy_segment(str(damaged), io.BytesIO(), start=segment.start, end=segment.end, frames=segment.frames, fps=fps)
+        stream_copy.copy_segment(str(damaged), io.BytesIO(), start=segment.start, end=segment.end, frames=segment.frames, fps=fps)
     with pytest.raises(video.VideoError):
-        video_copy.copy_segment(str(tmp_path / "missing.mp4"), io.BytesIO(), start=0.0, end=1.0, frames=30, fps=30)
+        stream_copy.copy_segment(str(tmp_path / "missing.mp4"), io.BytesIO(), start=0.0, end=1.0, frames=30, fps=30)
 
 
 def test_negative_composition_offsets_go_through_the_remux(tmp_path):
@@ -153,5 +154,5 @@ def test_negative_composition_offsets_go_through_the_remux(tmp_path):
         table = mp4.read_sample_table(handle)
     assert table is not None and table.composition.min() < 0
     assert mp4.plan_cut(table, None, None) is None
-    result = video_copy.copy_segment(str(path), io.BytesIO(), start=0.0, end=40 / 30, frames=40, fps=30)
+    result = stream_copy.copy_segment(str(path), io.BytesIO(), start=0.0, end=40 / 30, frames=40, fps=30)
     assert result.frames == 40

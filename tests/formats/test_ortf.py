@@ -8,10 +8,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from formats import ortf, storage
+from formats import storage
 from formats.errors import ColumnNameError, FormatError
-from formats.samples.ortf import STATE_COMPONENTS, SyntheticORTF, write_dataset
 from formats.sequence import FileRef, VideoSegment
+from formats.sources import ortf
+from formats.sources.ortf.sample import STATE_COMPONENTS, SyntheticORTF, write_dataset
 
 EXACT = SyntheticORTF(slow_camera=None)
 

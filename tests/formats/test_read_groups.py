@@ -13,11 +13,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from formats import l5kit, lerobot_v3, lerobot_v3_rows, ortf, parquet_rows, storage, zarr_v2
+from formats import storage
 from formats.errors import FormatError
-from formats.samples import l5kit as l5kit_sample
-from formats.samples import ortf as ortf_sample
-from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
+from formats.sources import l5kit, lerobot_v3, ortf, parquet_rows
+from formats.sources.l5kit import sample as l5kit_sample
+from formats.sources.l5kit import zarr_v2
+from formats.sources.lerobot_v3 import rows
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
+from formats.sources.ortf import sample as ortf_sample
 
 LENGTHS = [7 + (13 * i) % 23 for i in range(24)]  # 7..29 steps, 12 episodes per data file
 
@@ -142,7 +145,7 @@ def test_lerobot_episode_inside_the_kept_row_group_reads_nothing_more(tmp_path, 
 
 def test_lerobot_long_row_groups_are_still_decoded_in_batches(tmp_path, monkeypatch):
     fs, root, meta, refs, truth = _lerobot(tmp_path, data_row_group_rows=10_000)
-    monkeypatch.setattr(lerobot_v3_rows, "_READ_BATCH_ROWS", 16)  # every row group is "long" now
+    monkeypatch.setattr(rows, "_READ_BATCH_ROWS", 16)  # every row group is "long" now
     batch_sizes = []
     real = pq.ParquetFile.iter_batches
 

@@ -1,4 +1,4 @@
-"""formats.reader on datasets this product converted from every source: values equal the
+"""formats.read.reader on datasets this product converted from every source: values equal the
 source's (trajectories bit for bit, copied frames pixel for pixel), windows cover every valid
 start once per epoch, filters read only the column chunks they need, gs:// on the emulator."""
 
@@ -14,17 +14,18 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from formats import mixtrain, reader, video
+from formats import mixtrain, video
 from formats.errors import FormatError
-from formats.samples.l5kit import SyntheticL5Kit
-from formats.samples.l5kit import write_dataset as write_l5kit
-from formats.samples.lerobot_v3 import SyntheticLeRobot
-from formats.samples.lerobot_v3 import write_dataset as write_lerobot
-from formats.samples.ortf import SyntheticORTF
-from formats.samples.ortf import write_dataset as write_ortf
-from formats.samples.rlds import SyntheticRLDS
-from formats.samples.rlds import write_dataset as write_rlds
+from formats.read import reader
 from formats.sequence import ImageFrames
+from formats.sources.l5kit.sample import SyntheticL5Kit
+from formats.sources.l5kit.sample import write_dataset as write_l5kit
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot
+from formats.sources.lerobot_v3.sample import write_dataset as write_lerobot
+from formats.sources.ortf.sample import SyntheticORTF
+from formats.sources.ortf.sample import write_dataset as write_ortf
+from formats.sources.rlds.sample import SyntheticRLDS
+from formats.sources.rlds.sample import write_dataset as write_rlds
 from pipelines import convert, validate
 from tests.conftest import SHARED_FIXTURES
 

@@ -1,12 +1,13 @@
-"""formats.reader through gs:// against the GCS emulator: the same values, frames and windows as the local copy."""
+"""formats.read.reader through gs:// against the GCS emulator: the same values, frames and windows as the local copy."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from formats import reader, storage
-from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
+from formats import storage
+from formats.read import reader
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
 from pipelines import convert
 from tests.pipelines.test_gcs import gcs  # noqa: F401  (the emulator fixture; skips when gcp-storage-emulator is absent)
 

@@ -8,10 +8,13 @@ import shutil
 import numpy as np
 import pytest
 
-from formats import rlds, rlds_records, storage, tfrecord
+from formats import storage
 from formats.errors import FormatError
-from formats.samples.rlds import SyntheticRLDS, write_dataset
 from formats.sequence import ImageFrames
+from formats.sources import rlds
+from formats.sources.rlds import records as rlds_records
+from formats.sources.rlds import tfrecord
+from formats.sources.rlds.sample import SyntheticRLDS, write_dataset
 
 BRIDGE = pathlib.Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "rlds" / "bridge_dataset" / "1.0.0"
 
@@ -222,7 +225,7 @@ def test_malformed_metadata(written, tmp_path):
 
 def _custom(tmp_path, features, steps_of, metadata=None, name="custom_rlds"):
     """A one-split dataset of two episodes with the given TFDS features."""
-    from formats.samples.rlds import write_episodes
+    from formats.sources.rlds.sample import write_episodes
 
     path = tmp_path / name / "1.0.0"
     episodes = [{"steps": steps_of(number), **({"episode_metadata": metadata(number)} if metadata else {})} for number in range(2)]

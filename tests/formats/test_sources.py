@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from formats import samples, sources
-from formats.source import Source
+from formats.sources import Source
 from pipelines import cli
 from tests.contract import SourceContract
 

@@ -4,7 +4,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from formats.stats import ColumnStats, summarise
+from formats.mixtrain.stats import ColumnStats, summarise
 
 
 def test_moments_equal_numpy_population_stats():
@@ -79,7 +79,7 @@ def _rows_with_holes():
 def test_statistics_from_arrow_equal_those_of_the_rows_arrays_bit_for_bit():
     """stats.json must not change when statistics are read from the written Arrow columns: the
     same values in the same order as each row's arrays concatenated give the same bits."""
-    from formats.stats import non_finite_counts, table_stats
+    from formats.mixtrain.stats import non_finite_counts, table_stats
 
     sequences, columns, table = _rows_with_holes()
     cells = {name: [np.asarray(s.steps[name]) for s in sequences if s.steps[name] is not None] for name in ("reward", "count")}

@@ -5,8 +5,9 @@ import io
 import numpy as np
 import pytest
 
-from formats import video, video_copy, video_policy
+from formats import video
 from formats.errors import VideoError
+from formats.video import policy, stream_copy
 from tests.formats.segments import camera_segments
 
 
@@ -14,7 +15,7 @@ def _cut_all(path):
     """Cut every camera segment of a dataset; yield (source frames, output bytes, result)."""
     for source, segment, fps in camera_segments(path):
         out = io.BytesIO()
-        result = video_copy.copy_segment(source, out, start=segment.start, end=segment.end, frames=segment.frames, fps=fps)
+        result = stream_copy.copy_segment(source, out, start=segment.start, end=segment.end, frames=segment.frames, fps=fps)
         expected = video.decode_frames(source, start=segment.start, end=segment.end, fps=fps)
         yield expected, out.getvalue(), result, segment
 
@@ -59,7 +60,7 @@ def test_segment_not_on_a_keyframe_is_encoded_losslessly_and_reported(so100_tiny
     source = str(so100_tiny / "videos/observation.images.front/chunk-000/file-000.mp4")
     out = io.BytesIO()
     # Frame 1 is not a keyframe (lerobot's GOP is 2): copying cannot start there.
-    result = video_copy.copy_segment(source, out, start=1 / 30, end=1.7, frames=50, fps=30)
+    result = stream_copy.copy_segment(source, out, start=1 / 30, end=1.7, frames=50, fps=30)
     assert result.reencoded and result.frames == 50
     assert result.note() == {"written_as": "lossless", "codec": "h264", "pix_fmt": "yuv420p", "reason": "the segment starts inside a GOP"}
     assert video.probe(io.BytesIO(out.getvalue())).codec == "h264"  # x264 lossless: 8-bit YUV that browsers play
@@ -73,7 +74,7 @@ def test_segment_not_on_a_keyframe_is_encoded_losslessly_and_reported(so100_tiny
 def test_frame_count_mismatch_is_an_error(so100_tiny):
     source = str(so100_tiny / "videos/observation.images.front/chunk-000/file-000.mp4")
     with pytest.raises(VideoError, match=r"segment \[0, 1.7\) s holds 51 frames, expected 60"):
-        video_copy.copy_segment(source, io.BytesIO(), start=0.0, end=1.7, frames=60, fps=30)
+        stream_copy.copy_segment(source, io.BytesIO(), start=0.0, end=1.7, frames=60, fps=30)
 
 
 def test_truncated_file_is_an_error(so100_tiny, tmp_path):
@@ -81,7 +82,7 @@ def test_truncated_file_is_an_error(so100_tiny, tmp_path):
     truncated = tmp_path / "t.mp4"
     truncated.write_bytes(data[: len(data) // 3])
     with pytest.raises(VideoError):
-        video_copy.copy_segment(str(truncated), io.BytesIO(), start=5.8, end=6.566666, frames=23, fps=30)
+        stream_copy.copy_segment(str(truncated), io.BytesIO(), start=5.8, end=6.566666, frames=23, fps=30)
 
 
 def test_not_a_video_is_an_error(tmp_path):
@@ -95,7 +96,7 @@ def test_not_a_video_is_an_error(tmp_path):
 def test_encode_frames_roundtrip(codec):
     frames = np.random.default_rng(1).integers(0, 255, (12, 48, 64, 3), dtype=np.uint8)
     out = io.BytesIO()
-    assert video.encode_frames(frames, out, fps=30, options=video_policy.EncodeOptions(codec, crf=18)).frames == 12
+    assert video.encode_frames(frames, out, fps=30, options=policy.EncodeOptions(codec, crf=18)).frames == 12
     info = video.probe(io.BytesIO(out.getvalue()))
     assert (info.codec, info.width, info.height, info.frames, info.pix_fmt) == (codec, 64, 48, 12, "yuv420p")
 
@@ -103,12 +104,12 @@ def test_encode_frames_roundtrip(codec):
 def test_lossless_cut_is_checked_pixel_for_pixel_before_it_is_kept(so100_tiny, monkeypatch):
     """A lossy encoder in the lossless slot is caught by decoding the written file: the next one is used."""
     source = str(so100_tiny / "videos/observation.images.front/chunk-000/file-000.mp4")
-    lossy = video_policy.EncodeOptions("h264", 30, 10, "medium", "yuv420p").resolved()
-    monkeypatch.setattr(video_copy, "lossless_options", lambda pix_fmt: [lossy, video_policy.EncodeOptions("ffv1", pix_fmt=pix_fmt).resolved()])
+    lossy = policy.EncodeOptions("h264", 30, 10, "medium", "yuv420p").resolved()
+    monkeypatch.setattr(stream_copy, "lossless_options", lambda pix_fmt: [lossy, policy.EncodeOptions("ffv1", pix_fmt=pix_fmt).resolved()])
     out = io.BytesIO()
-    result = video_copy.copy_segment(source, out, start=1 / 30, end=1.7, frames=50, fps=30)
+    result = stream_copy.copy_segment(source, out, start=1 / 30, end=1.7, frames=50, fps=30)
     assert result.codec == "ffv1" and video.probe(io.BytesIO(out.getvalue())).codec == "ffv1"
     np.testing.assert_array_equal(video.decode_frames(out.getvalue()), video.decode_frames(source, start=1 / 30, end=1.7, fps=30))
-    monkeypatch.setattr(video_copy, "lossless_options", lambda pix_fmt: [lossy])
+    monkeypatch.setattr(stream_copy, "lossless_options", lambda pix_fmt: [lossy])
     with pytest.raises(VideoError, match=r"could not be written losslessly; cannot copy it"):
-        video_copy.copy_segment(source, io.BytesIO(), start=1 / 30, end=1.7, frames=50, fps=30)
+        stream_copy.copy_segment(source, io.BytesIO(), start=1 / 30, end=1.7, frames=50, fps=30)

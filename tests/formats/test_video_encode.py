@@ -8,10 +8,13 @@ import av
 import numpy as np
 import pytest
 
-from formats import lerobot_v3, storage, verify, video, video_copy, video_policy
+from formats import storage, video
 from formats.errors import ConversionError, VideoError
-from formats.samples.lerobot_v3 import encode_image, synthetic_frames
-from formats.stats import ImageStats, sample_indices
+from formats.mixtrain.stats import ImageStats, sample_indices
+from formats.sources import lerobot_v3
+from formats.sources.lerobot_v3.sample import encode_image, synthetic_frames
+from formats.video import policy as video_policy
+from formats.video import stream_copy, verify
 
 
 def test_encode_options_defaults_and_column_meta():
@@ -67,7 +70,7 @@ def test_copy_is_reported_identical_and_a_shift_is_caught(so100_tiny):
     segment = refs[1].videos[0][1]
     source = storage.join(root, segment.path)
     out = io.BytesIO()
-    video_copy.copy_segment(source, out, start=segment.start, end=segment.end, frames=segment.frames, fps=meta.fps)
+    stream_copy.copy_segment(source, out, start=segment.start, end=segment.end, frames=segment.frames, fps=meta.fps)
     frames = list(video.iter_frames(source, start=segment.start, end=segment.end, fps=meta.fps))
     same = verify.compare_video(out.getvalue(), frames, fps=meta.fps)
     assert same.identical and same.psnr_min == np.inf
@@ -153,7 +156,7 @@ def test_16_bit_source_copies_and_reencodes_bit_exactly():
     source = io.BytesIO()
     video.encode_frames(depth, source, fps=10, options=video_policy.EncodeOptions("ffv1", pix_fmt="gray16le"))
     copied, reencoded = io.BytesIO(), io.BytesIO()
-    assert not video_copy.copy_segment(io.BytesIO(source.getvalue()), copied, start=0.3, end=0.8, frames=5, fps=10).reencoded
+    assert not stream_copy.copy_segment(io.BytesIO(source.getvalue()), copied, start=0.3, end=0.8, frames=5, fps=10).reencoded
     options = video_policy.options_for(video_policy.EncodeOptions(), source_pix_fmt="gray16le", is_depth=True)
     video.reencode_segment(io.BytesIO(source.getvalue()), reencoded, start=0.3, end=0.8, frames=5, fps=10, options=options)
     for output in (copied, reencoded):

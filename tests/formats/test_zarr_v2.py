@@ -8,10 +8,11 @@ import numcodecs
 import numpy as np
 import pytest
 
-from formats import l5kit, storage
+from formats import storage
 from formats.errors import FormatError
-from formats.samples.l5kit import SyntheticL5Kit, write_dataset
-from formats.zarr_v2 import ZarrArray, write_array
+from formats.sources import l5kit
+from formats.sources.l5kit.sample import SyntheticL5Kit, write_dataset
+from formats.sources.l5kit.zarr_v2 import ZarrArray, write_array
 
 CODECS = {
     "blosc": {"id": "blosc", "cname": "lz4", "clevel": 5, "shuffle": 1, "blocksize": 0},

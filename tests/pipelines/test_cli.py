@@ -16,14 +16,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from formats.samples.l5kit import SyntheticL5Kit
-from formats.samples.l5kit import write_dataset as write_l5kit
-from formats.samples.lerobot_v3 import SyntheticLeRobot
-from formats.samples.lerobot_v3 import write_dataset as write_lerobot
-from formats.samples.ortf import SyntheticORTF
-from formats.samples.ortf import write_dataset as write_ortf
-from formats.samples.rlds import SyntheticRLDS
-from formats.samples.rlds import write_dataset as write_rlds
+from formats.sources.l5kit.sample import SyntheticL5Kit
+from formats.sources.l5kit.sample import write_dataset as write_l5kit
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot
+from formats.sources.lerobot_v3.sample import write_dataset as write_lerobot
+from formats.sources.ortf.sample import SyntheticORTF
+from formats.sources.ortf.sample import write_dataset as write_ortf
+from formats.sources.rlds.sample import SyntheticRLDS
+from formats.sources.rlds.sample import write_dataset as write_rlds
 from pipelines import cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -70,11 +70,12 @@ def test_help_beam_lists_beams_own_options(tmp_path):
 
 
 def test_the_format_ids_known_to_the_command_line_are_the_registered_sources():
-    from formats import sources, video_policy
+    from formats import sources
+    from formats.video import policy
 
     assert set(cli.SOURCE_IDS) == set(sources.SOURCES)
-    assert set(cli.VIDEO_CODECS) == set(video_policy.ENCODERS) - {"ffv1"}
-    assert set(cli.VIDEO_MODES) == set(video_policy.MODES)
+    assert set(cli.VIDEO_CODECS) == set(policy.ENCODERS) - {"ffv1"}
+    assert set(cli.VIDEO_MODES) == set(policy.MODES)
 
 
 @pytest.fixture(scope="module")

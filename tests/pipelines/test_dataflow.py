@@ -7,8 +7,8 @@ import pathlib
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from formats.samples.lerobot_v3 import SyntheticLeRobot
-from formats.samples.lerobot_v3 import write_dataset as write_lerobot
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot
+from formats.sources.lerobot_v3.sample import write_dataset as write_lerobot
 from pipelines import conversion, convert
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

@@ -10,14 +10,14 @@ import pathlib
 import subprocess
 import sys
 
-from formats.samples.l5kit import SyntheticL5Kit
-from formats.samples.l5kit import write_dataset as write_l5kit
-from formats.samples.lerobot_v3 import SyntheticLeRobot
-from formats.samples.lerobot_v3 import write_dataset as write_lerobot
-from formats.samples.ortf import SyntheticORTF
-from formats.samples.ortf import write_dataset as write_ortf
-from formats.samples.rlds import SyntheticRLDS
-from formats.samples.rlds import write_dataset as write_rlds
+from formats.sources.l5kit.sample import SyntheticL5Kit
+from formats.sources.l5kit.sample import write_dataset as write_l5kit
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot
+from formats.sources.lerobot_v3.sample import write_dataset as write_lerobot
+from formats.sources.ortf.sample import SyntheticORTF
+from formats.sources.ortf.sample import write_dataset as write_ortf
+from formats.sources.rlds.sample import SyntheticRLDS
+from formats.sources.rlds.sample import write_dataset as write_rlds
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SOURCES = {

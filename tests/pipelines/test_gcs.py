@@ -111,7 +111,7 @@ def test_gs_publish_moves_every_object_in_windows_and_replaces_the_previous_data
     """More objects than one window of requests (shrunk here): every staged object lands under
     its name, the previous dataset's objects that the new one lacks are gone, staging is removed,
     and mixtrain.json is the new one."""
-    from formats import publish
+    from formats.mixtrain import publish
 
     monkeypatch.setattr(publish, "IN_FLIGHT", 2)
     monkeypatch.setattr(publish, "_DELETES_PER_REQUEST", 10)  # windows of 20 deletes
@@ -135,7 +135,7 @@ def test_gs_publish_keeps_names_with_pattern_characters_and_can_be_retried(gcs, 
     """`mesh[1].stl` is a name, not a pattern (beside `mesh1.stl`), in the previous dataset and the
     new one; and a publish step that failed after moving some entries, run again (as Dataflow
     retries a bundle), publishes the complete dataset from the staging, which it still finds whole."""
-    from formats import publish
+    from formats.mixtrain import publish
 
     fs, output = storage.open_root("gs://bucket/mixtrain/patterns")
     fs.pipe({f"{output}/files/_dataset/robot/mesh[1].stl": b"old", f"{output}/mixtrain.json": b"{}"})

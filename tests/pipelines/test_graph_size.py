@@ -7,7 +7,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from formats import storage
-from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
 from pipelines import conversion
 from transforms import staged_plan
 from transforms.read import refs_file

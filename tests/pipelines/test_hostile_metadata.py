@@ -15,13 +15,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from formats.samples.l5kit import SyntheticL5Kit
-from formats.samples.l5kit import write_dataset as write_l5kit
-from formats.samples.ortf import SyntheticORTF
-from formats.samples.ortf import write_dataset as write_ortf
-from formats.samples.rlds import SyntheticRLDS
-from formats.samples.rlds import write_dataset as write_rlds
-from formats.zarr_v2 import write_array
+from formats.sources.l5kit.sample import SyntheticL5Kit
+from formats.sources.l5kit.sample import write_dataset as write_l5kit
+from formats.sources.l5kit.zarr_v2 import write_array
+from formats.sources.ortf.sample import SyntheticORTF
+from formats.sources.ortf.sample import write_dataset as write_ortf
+from formats.sources.rlds.sample import SyntheticRLDS
+from formats.sources.rlds.sample import write_dataset as write_rlds
 from pipelines import convert
 
 WRITERS = {
@@ -134,7 +134,7 @@ def _zarray(name, change):
 def _frames(change):
     """Rewrite the frames array (chunks of 4) after change(frames)."""
     from formats import storage
-    from formats.zarr_v2 import ZarrArray
+    from formats.sources.l5kit.zarr_v2 import ZarrArray
 
     def edit(src):
         fs, root = storage.open_root(str(src))

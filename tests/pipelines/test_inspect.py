@@ -16,11 +16,11 @@ import av
 import numpy as np
 import pytest
 
-from formats import reader, report
-from formats.samples.lerobot_v3 import SyntheticLeRobot
-from formats.samples.lerobot_v3 import write_dataset as write_lerobot
-from formats.samples.ortf import SyntheticORTF
-from formats.samples.ortf import write_dataset as write_ortf
+from formats.read import reader, report
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot
+from formats.sources.lerobot_v3.sample import write_dataset as write_lerobot
+from formats.sources.ortf.sample import SyntheticORTF
+from formats.sources.ortf.sample import write_dataset as write_ortf
 from pipelines import convert, inspect
 
 SPEC = SyntheticLeRobot(lengths=(8, 6, 9, 7, 5), codec="h264", gop=None, episodes_per_video_file=2, episodes_per_data_file=3)

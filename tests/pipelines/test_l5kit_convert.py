@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from formats.samples.l5kit import SyntheticL5Kit, write_dataset
+from formats.sources.l5kit.sample import SyntheticL5Kit, write_dataset
 from pipelines import convert, validate
 
 FIXTURE = pathlib.Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "l5kit" / "single_scene.zarr"

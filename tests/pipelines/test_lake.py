@@ -17,11 +17,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from formats.samples.lerobot_v3 import SyntheticLeRobot
-from formats.samples.lerobot_v3 import write_dataset as write_lerobot
-from formats.samples.ortf import SyntheticORTF
-from formats.samples.ortf import write_dataset as write_ortf
-from formats.tables import TableSettings, lake
+from formats.mixtrain.tables import TableSettings, lake
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot
+from formats.sources.lerobot_v3.sample import write_dataset as write_lerobot
+from formats.sources.ortf.sample import SyntheticORTF
+from formats.sources.ortf.sample import write_dataset as write_ortf
 from pipelines import convert, validate
 
 pytest.importorskip("pyiceberg")
@@ -73,7 +73,7 @@ def _duckdb():
 def _duckdb_rows(dst, table_format) -> pa.Table:
     connection = _duckdb()
     if table_format == "iceberg":
-        from formats.tables import iceberg
+        from formats.mixtrain.tables import iceberg
 
         metadata = iceberg.open_table(f"file://{dst}").metadata_location.removeprefix("file://")  # the catalog's current one
         query = f"SELECT * FROM iceberg_scan('{metadata}')"
@@ -289,8 +289,8 @@ def test_a_new_feature_adds_a_column_and_a_changed_type_is_refused(tmp_path, tab
     # episode_id: a string in ORTF, an int64 in RLDS: the same column cannot change type.
     ortf, rlds, typed = tmp_path / "ortf", tmp_path / "rlds" / "1.0.0", tmp_path / "typed"
     write_ortf(str(ortf), SyntheticORTF(lengths=(4, 5), slow_camera=None))
-    from formats.samples.rlds import SyntheticRLDS
-    from formats.samples.rlds import write_dataset as write_rlds
+    from formats.sources.rlds.sample import SyntheticRLDS
+    from formats.sources.rlds.sample import write_dataset as write_rlds
 
     write_rlds(str(rlds), SyntheticRLDS(splits={"train": (3, 4)}, shards={"train": 1}))
     assert _convert(ortf, typed, f"--table_format={table_format}") == 0
@@ -305,8 +305,8 @@ def test_a_new_feature_adds_a_column_and_a_changed_type_is_refused(tmp_path, tab
 
 @pytest.mark.parametrize("table_format", FORMATS)
 def test_two_writers_one_commits_the_other_fails_with_one_line(tmp_path, table_format):
-    from formats import tables
     from formats.errors import ConversionError
+    from formats.mixtrain import tables
 
     src, dst = tmp_path / "src", tmp_path / "lake"
     _write_night(src, (6, 5), seed=1)
@@ -341,7 +341,7 @@ def test_partitioning_by_split_prunes_files_and_keeps_every_row(tmp_path, capsys
     assert _convert(src, reference, "--num_shards=2") == 0
     assert _convert(src, dst, "--num_shards=2", "--table_format=iceberg", "--partition_by=split") == 0
     _assert_same_dataset(reference, dst, "iceberg", _lake_rows(dst, "iceberg"))
-    from formats.tables import iceberg
+    from formats.mixtrain.tables import iceberg
 
     table = iceberg.open_table(f"file://{dst}")
     assert [field.name for field in table.spec().fields] == ["split"]
@@ -455,7 +455,7 @@ def test_a_delta_run_is_one_log_entry_holding_its_rows_and_its_property(tmp_path
     from deltalake import DeltaTable
     from fsspec.implementations.local import LocalFileSystem
 
-    from formats.tables import delta
+    from formats.mixtrain.tables import delta
 
     src, dst = tmp_path / "src", tmp_path / "lake"
     _write_night(src, (6, 5, 7), seed=1)
@@ -488,8 +488,8 @@ def test_a_delta_run_is_one_log_entry_holding_its_rows_and_its_property(tmp_path
 def test_the_reader_and_inspect_open_a_lake_tables_current_run(tmp_path, table_format, capsys):
     import numpy as np
 
-    from formats import reader
     from formats.errors import FormatError
+    from formats.read import reader
     from pipelines import inspect
 
     src, dst, reference = tmp_path / "src", tmp_path / "lake", tmp_path / "standalone"

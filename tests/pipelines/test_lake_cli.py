@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from formats import tables
+from formats.mixtrain import tables
 from pipelines import cli
 
 

@@ -10,8 +10,8 @@ import socket
 import pytest
 
 from formats import storage
-from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
-from formats.tables import TableSettings, lake
+from formats.mixtrain.tables import TableSettings, lake
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
 from pipelines import convert, validate
 
 emulator = pytest.importorskip("gcp_storage_emulator.server", reason="gcp-storage-emulator is a test dependency (pip install -e .[test])")

@@ -12,8 +12,8 @@ import tempfile
 import numpy as np
 import pytest
 
-from formats.reader import open_dataset
-from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
+from formats.read.reader import open_dataset
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
 from pipelines import conversion, validate
 
 lance = pytest.importorskip("lance", reason="pylance is installed by setup.py's lance and test extras")
@@ -105,7 +105,7 @@ def test_lance_rows_are_zstd_compressed_except_blobs_and_fixed_size_lists(tmp_pa
     identical), fixed-size lists left as Lance stores them."""
     import pyarrow as pa
 
-    from formats import lance_table
+    from formats.mixtrain.tables import lance as lance_table
 
     rng = np.random.default_rng(0)
     videos = [rng.integers(0, 256, 20_000, dtype=np.uint8).tobytes() for _ in range(20)]

@@ -10,8 +10,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from formats import storage, video, video_copy
-from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
+from formats import storage, video
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
+from formats.video import stream_copy
 from pipelines import convert, validate
 from tests.conftest import shared_lerobot
 
@@ -99,7 +100,7 @@ def test_real_datasets_convert_bit_and_pixel_exactly(converted):
 
 def test_depth_metadata_of_lerobot061_stream():
     src = shared_lerobot("stream_lerobot061")
-    from formats import lerobot_v3
+    from formats.sources import lerobot_v3
     fs, root = storage.open_root(str(src))
     meta, _ = lerobot_v3.plan(fs, root)
     depth = meta.column("video_realsense_depth").meta
@@ -175,7 +176,7 @@ def test_copied_hevc_cut_never_loses_a_b_frame(tmp_path):
     first_episode = [i for i, (pts, _) in enumerate(packets) if pts < 7 * tick]
     assert first_episode != list(range(len(first_episode)))  # a later frame is decoded among episode 0's
     out = tmp_path / "cut.mp4"
-    result = video_copy.copy_segment(path, str(out), start=0.0, end=7 / 15, frames=7, fps=15)
+    result = stream_copy.copy_segment(path, str(out), start=0.0, end=7 / 15, frames=7, fps=15)
     assert result.frames == 7 and len(_frames(str(out))) == 7 and result.written_as == "lossless"
     np.testing.assert_array_equal(np.stack(_frames(str(out))), truth["frames"]["observation.images.depth"][0])
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
 from pipelines import local_workers, validate
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

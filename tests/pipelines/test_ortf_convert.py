@@ -5,7 +5,7 @@ import json
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from formats.samples.ortf import SyntheticORTF, write_dataset
+from formats.sources.ortf.sample import SyntheticORTF, write_dataset
 from pipelines import convert, validate
 
 
@@ -100,8 +100,8 @@ def test_a_copied_camera_whose_episode_had_to_be_retimed_or_cut_says_so(tmp_path
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from formats.samples.lerobot_v3 import synthetic_frames
-    from formats.samples.ortf import SyntheticORTF, write_dataset
+    from formats.sources.lerobot_v3.sample import synthetic_frames
+    from formats.sources.ortf.sample import SyntheticORTF, write_dataset
 
     src = tmp_path / "ortf"
     write_dataset(str(src), SyntheticORTF(lengths=(5, 9, 6), slow_camera=None, depth_format=None, audio=False, annotations=False,
@@ -141,8 +141,8 @@ def test_a_whole_file_whose_clock_does_not_start_at_zero_is_rebased(tmp_path):
     import av
 
     from formats import video
-    from formats.samples.lerobot_v3 import synthetic_frames
-    from formats.samples.ortf import SyntheticORTF, write_dataset
+    from formats.sources.lerobot_v3.sample import synthetic_frames
+    from formats.sources.ortf.sample import SyntheticORTF, write_dataset
 
     src = tmp_path / "ortf"
     write_dataset(str(src), SyntheticORTF(lengths=(6, 5), slow_camera=None, depth_format=None, audio=False, annotations=False,

@@ -72,7 +72,7 @@ def test_an_incremental_run_says_so_when_the_previous_output_was_written_with_ot
 
 
 def test_partition_columns_are_checked_by_the_plan_before_anything_is_written(tmp_path):
-    from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
+    from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
 
     src, dst = tmp_path / "lerobot", tmp_path / "out"
     write_dataset(str(src), SyntheticLeRobot(lengths=(4, 3), codec="h264", gop=None, cameras=("observation.images.front",)))

@@ -14,14 +14,14 @@ import pytest
 
 from formats import samples
 from formats.errors import ConversionError
-from formats.samples.l5kit import SyntheticL5Kit
-from formats.samples.l5kit import write_dataset as write_l5kit
-from formats.samples.lerobot_v3 import SyntheticLeRobot
-from formats.samples.lerobot_v3 import write_dataset as write_lerobot
-from formats.samples.ortf import SyntheticORTF
-from formats.samples.ortf import write_dataset as write_ortf
-from formats.samples.rlds import SyntheticRLDS
-from formats.samples.rlds import write_dataset as write_rlds
+from formats.sources.l5kit.sample import SyntheticL5Kit
+from formats.sources.l5kit.sample import write_dataset as write_l5kit
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot
+from formats.sources.lerobot_v3.sample import write_dataset as write_lerobot
+from formats.sources.ortf.sample import SyntheticORTF
+from formats.sources.ortf.sample import write_dataset as write_ortf
+from formats.sources.rlds.sample import SyntheticRLDS
+from formats.sources.rlds.sample import write_dataset as write_rlds
 from pipelines import convert, validate
 
 
@@ -254,9 +254,9 @@ def _published(dst):
 
 
 def test_incremental_reuses_unchanged_episodes_and_equals_a_full_conversion(tmp_path):
-    from formats.samples.lerobot_v3 import synthetic_frames
+    from formats.sources.lerobot_v3.sample import synthetic_frames
     from formats.video import encode_frames
-    from formats.video_policy import EncodeOptions
+    from formats.video.policy import EncodeOptions
 
     src = tmp_path / "ortf"
     # Numeric ids: annotation folders follow the id, not the row (rows move when one is deleted).

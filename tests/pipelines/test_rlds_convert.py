@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from formats import video
-from formats.samples.rlds import SyntheticRLDS, write_dataset
+from formats.sources.rlds.sample import SyntheticRLDS, write_dataset
 from pipelines import validate
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

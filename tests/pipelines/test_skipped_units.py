@@ -6,9 +6,9 @@ import shutil
 
 import pyarrow.parquet as pq
 
-from formats import tfrecord
-from formats.samples.rlds import SyntheticRLDS
-from formats.samples.rlds import write_dataset as write_rlds
+from formats.sources.rlds import tfrecord
+from formats.sources.rlds.sample import SyntheticRLDS
+from formats.sources.rlds.sample import write_dataset as write_rlds
 from pipelines import convert
 
 SHARD0 = "synthetic_rlds-train.tfrecord-00000-of-00002"

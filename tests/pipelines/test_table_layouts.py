@@ -1,5 +1,5 @@
 """--array_layout=bytes and --table_format=lance on every source's fixtures: the same values, files and frames
-as the standalone lists output, read back through formats.reader."""
+as the standalone lists output, read back through formats.read.reader."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from formats import lance_table
-from formats.reader import open_dataset
+from formats.mixtrain.tables import lance as lance_table
+from formats.read.reader import open_dataset
 from pipelines import convert, validate
 
 lance = pytest.importorskip("lance", reason="pylance is installed by setup.py's lance and test extras")
@@ -22,7 +22,7 @@ SOURCES = {
     "lerobot_v3": FIXTURES / "lerobot_v3" / "so100_tiny",
     "rlds": FIXTURES / "rlds" / "bridge_dataset" / "1.0.0",
     "l5kit": FIXTURES / "l5kit" / "single_scene.zarr",
-    "ortf": None,  # written by formats.samples.ortf
+    "ortf": None,  # written by formats.sources.ortf.sample
 }
 
 
@@ -36,7 +36,7 @@ def outputs(request, tmp_path_factory):
     work = tmp_path_factory.mktemp(request.param)
     src = SOURCES[request.param]
     if src is None:
-        from formats.samples.ortf import write_dataset
+        from formats.sources.ortf.sample import write_dataset
         src = work / "source"
         write_dataset(str(src))
     elif not src.exists():
@@ -145,7 +145,7 @@ def test_lance_files_that_are_not_videos_stay_files_beside_the_dataset(outputs):
 
 
 def test_every_lance_run_is_a_new_version_and_old_versions_stay_readable(tmp_path):
-    from formats.samples.ortf import SyntheticORTF, write_dataset
+    from formats.sources.ortf.sample import SyntheticORTF, write_dataset
     first, second, dst = tmp_path / "a", tmp_path / "b", tmp_path / "out"
     write_dataset(str(first), SyntheticORTF(lengths=(12, 9), failed_episodes=()))
     write_dataset(str(second), SyntheticORTF(lengths=(12, 9, 15), failed_episodes=()))
@@ -191,7 +191,7 @@ def test_validate_checks_a_lance_dataset_and_finds_a_video_of_the_wrong_length(o
 
 
 def test_lance_with_video_references_keeps_the_files_and_reads_the_same_frames(tmp_path):
-    from formats.samples.ortf import SyntheticORTF, write_dataset
+    from formats.sources.ortf.sample import SyntheticORTF, write_dataset
     src = tmp_path / "src"
     write_dataset(str(src), SyntheticORTF(lengths=(12, 9), failed_episodes=()))
     _convert(src, tmp_path / "lists")
@@ -210,8 +210,8 @@ def test_lance_with_video_references_keeps_the_files_and_reads_the_same_frames(t
 
 
 def test_lance_fragments_are_written_by_the_shard_writers_and_committed_as_one_version(tmp_path, monkeypatch):
-    from formats import tables
-    from formats.samples.ortf import SyntheticORTF, write_dataset
+    from formats.mixtrain import tables
+    from formats.sources.ortf.sample import SyntheticORTF, write_dataset
     src = tmp_path / "src"
     write_dataset(str(src), SyntheticORTF(lengths=(12, 9, 15, 7), failed_episodes=()))
     callers = []
@@ -231,7 +231,7 @@ def test_lance_fragments_are_written_by_the_shard_writers_and_committed_as_one_v
 
 
 def test_incremental_reuses_bytes_rows_unchanged_and_a_layout_change_converts_again(tmp_path):
-    from formats.samples.ortf import SyntheticORTF, write_dataset
+    from formats.sources.ortf.sample import SyntheticORTF, write_dataset
     src, dst = tmp_path / "src", tmp_path / "out"
     write_dataset(str(src), SyntheticORTF(lengths=(12, 9, 15), failed_episodes=()))
     _convert(src, dst, "--array_layout=bytes")

@@ -1,4 +1,4 @@
-"""A fifth source added from a test alone (tests/toy_source.py): registered here, it converts,
+"""A fifth source added from a test alone (tests/toy_source/): registered here, it converts,
 validates and passes the source contract with no other file of the product changed."""
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def test_the_toy_source_is_accepted_by_name_and_an_unknown_id_lists_it(toy, tmp_
 
 
 def test_an_option_the_command_line_does_not_have_is_one_line(toy, tmp_path, capsys, monkeypatch):
-    from formats.source import SourceOption
+    from formats.sources import SourceOption
 
     toy_source.write_dataset(str(tmp_path / "src"), lengths=(4,))
     monkeypatch.setattr(type(sources.get(toy_source.FORMAT)), "options", (SourceOption("scale", "scale", float),))

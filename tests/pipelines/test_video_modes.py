@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from formats import video
-from formats.samples.lerobot_v3 import SyntheticLeRobot, write_dataset
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
 from pipelines import convert, validate
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from formats.source import SourceRef
+from formats.sources import SourceRef
 from transforms import read
 from transforms.read import ref_batches, stage_refs
 

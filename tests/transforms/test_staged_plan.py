@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from formats.errors import ConversionError
-from formats.source import SourceRef
+from formats.sources import SourceRef
 from transforms import staged_plan
 
 

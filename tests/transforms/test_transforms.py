@@ -6,9 +6,10 @@ import pytest
 from apache_beam.testing.test_pipeline import TestPipeline
 from apache_beam.testing.util import assert_that, equal_to
 
-from formats import lerobot_v3, sources, storage
+from formats import sources, storage
 from formats.errors import ConversionError
-from formats.stats import ColumnStats, summarise
+from formats.mixtrain.stats import ColumnStats, summarise
+from formats.sources import lerobot_v3
 from transforms import staged_plan
 from transforms.read import ReadSequences, stage_refs
 from transforms.stats import MergeShardStatsFn

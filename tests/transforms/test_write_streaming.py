@@ -5,8 +5,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from formats import mixtrain, storage
+from formats.mixtrain.stats import ColumnStats, table_stats
 from formats.sequence import SCALAR, ColumnSpec, Sequence, base_columns
-from formats.stats import ColumnStats, table_stats
 from transforms import write
 
 

@@ -1,0 +1,375 @@
+"""Staging and publishing a Mixtrain dataset: where a run writes, how it is made the published one,
+what killed runs left behind, and one live run per output.
+
+The rows, schema and sidecar themselves are formats/mixtrain/__init__.py; this module only moves them into place.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import json
+import os
+import shutil
+import socket
+import stat
+import sys
+
+from formats import storage
+from formats.errors import ConversionError
+from formats.mixtrain import DATA_DIR, ERRORS_FILE, FILES_DIR, FINGERPRINTS_FILE, SIDECAR, STATS_FILE, dumps
+
+__all__ = [
+    "STAGING_DIR",
+    "staging_root",
+    "replaces_whole_folder",
+    "foreign_entries",
+    "publish",
+    "discard_staging",
+    "copy_assets",
+    "published_root",
+    "published_earlier",
+    "is_versioned",
+    "claim_staging",
+    "check_no_live_run",
+]
+
+# A run writes under DST/_staging/<run>/ (skipped by Parquet dataset readers as a `_` path).
+STAGING_DIR = "_staging"
+
+# Local disks: the published dataset is DST itself, real folders and files, one copy: glob
+# readers (polars `**/*.parquet`, pyarrow dataset discovery), `cp -r` and uploads see each row and
+# file once. A run stages the complete new dataset in a hidden sibling folder
+# `.<name>.mixtrain-<run>` next to DST (same file system, invisible to readers of DST) and
+# publishes it with one atomic exchange of the two folders (Linux renameat2 RENAME_EXCHANGE): a
+# reader sees the previous dataset or the new one, never a mix, and a run killed at any moment
+# leaves one of the two complete. The previous dataset, now in the sibling, is then removed; what a
+# killed run leaves beside DST is collected by the next run.
+#
+# Outputs written by earlier versions of this converter (`current -> _versions/<run>` symlinks)
+# are still read, and replaced whole by the next run.
+VERSIONS_DIR = "_versions"
+CURRENT = "current"
+SIBLING_MARK = ".mixtrain-"
+PUBLISHED = (DATA_DIR, FILES_DIR, STATS_FILE, ERRORS_FILE, FINGERPRINTS_FILE, SIDECAR)
+
+
+def staging_root(fs, output: str, run: str) -> str:
+    """Where a run writes before it publishes: a hidden sibling of the output on a local disk
+    where the output can be exchanged with it (`replaces_whole_folder`), else `DST/_staging/<run>`
+    (object stores, a mount point, a parent folder we may not write), published name by name."""
+    if storage.is_local(fs) and replaces_whole_folder(output):
+        real = os.path.realpath(output)
+        parent, name = os.path.split(real)
+        return f"{parent}/.{name}{SIBLING_MARK}{run}"
+    return f"{output}/{STAGING_DIR}/{run}"
+
+
+def replaces_whole_folder(output: str) -> bool:
+    """Whether a local output is published by exchanging the whole folder with its staged
+    sibling: not when the output is a mount point (or on another device than its parent), when its
+    parent folder cannot be written, or when the current directory is inside it."""
+    real = os.path.realpath(output)
+    parent = os.path.dirname(real) or "/"
+    while not os.path.exists(parent):  # the output's missing parents are created by the run
+        parent = os.path.dirname(parent)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        return False
+    try:
+        here = os.getcwd()
+    except FileNotFoundError:
+        here = ""
+    if here == real or here.startswith(real.rstrip("/") + "/"):  # the shell stands in it: keep the folder itself
+        return False
+    if os.path.exists(real):
+        return not os.path.ismount(real) and os.stat(real).st_dev == os.stat(parent).st_dev
+    return True
+
+
+def foreign_entries(fs, output: str) -> list[str]:
+    """What the output folder holds besides a Mixtrain dataset and our own staging."""
+    if not fs.exists(output):
+        return []
+    names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(output, detail=False)}
+    ours = {*PUBLISHED, STAGING_DIR}
+    if is_versioned(fs, output):  # `current` and _versions/ are ours only when `current` is our symlink
+        ours |= {VERSIONS_DIR, CURRENT}
+    return sorted(name for name in names if name not in ours and not name.startswith(f".{CURRENT}-"))
+
+
+def _siblings(output: str) -> list[str]:
+    """This output's staging and replaced folders beside it (local disks)."""
+    parent, name = os.path.split(os.path.realpath(output))
+    prefix = f".{name}{SIBLING_MARK}"
+    try:
+        return [f"{parent}/{entry}" for entry in sorted(os.listdir(parent)) if entry.startswith(prefix)]
+    except OSError:
+        return []
+
+
+def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
+    """Make the staged dataset the published one, mixtrain.json last.
+
+    On a local disk the switch is one atomic exchange of folders (see above). On object stores
+    (no rename, no symlinks), and on local outputs that cannot be exchanged (a mount point, a parent
+    folder we may not write), the staged entries are moved into place name by name after
+    mixtrain.json is removed, so a dataset being replaced never looks finished; a run killed in
+    that window leaves no mixtrain.json, and the next run completes. Entries of the output that are
+    not ours are left alone there.
+    """
+    for name in (ERRORS_FILE, FINGERPRINTS_FILE):  # every published name exists, in every layout
+        if not fs.exists(f"{staging}/{name}"):
+            fs.pipe_file(f"{staging}/{name}", b"")
+    if storage.is_local(fs) and not staging.startswith(f"{output}/{STAGING_DIR}/"):
+        _publish_local(staging, output, sidecar_value)
+        return
+    sidecar_path = f"{output}/{SIDECAR}"
+    if fs.exists(sidecar_path):
+        fs.rm(sidecar_path)
+    for name in (DATA_DIR, FILES_DIR, STATS_FILE, ERRORS_FILE, FINGERPRINTS_FILE):
+        target, source = f"{output}/{name}", f"{staging}/{name}"
+        if fs.exists(target):
+            _remove(fs, target)
+        if fs.exists(source):
+            _move(fs, source, target)
+    fs.pipe_file(sidecar_path, dumps(sidecar_value).encode())
+    fs.pipe_file(_published_marker(staging), b"")  # until the staging is gone: a retried step then knows it has published
+    _discard_published(fs, staging, output)
+    if storage.is_local(fs):
+        _collect_garbage(output)
+
+
+def _published_marker(staging: str) -> str:
+    return f"{staging}.published"
+
+
+def _discard_published(fs, staging: str, output: str) -> None:
+    """A published run's staging, then its marker, then DST/_staging if nothing else holds it."""
+    discard_staging(fs, staging, output)
+    fs.rm(_published_marker(staging))
+    discard_staging(fs, staging, output)
+
+
+def published_earlier(fs, staging: str, output: str, identity: dict) -> dict | None:
+    """The published mixtrain.json when an earlier attempt of this run's publish step got as far
+    as writing it (Dataflow retries a step whose worker died), else None. Publishing again would
+    rebuild the dataset from a staging folder that is gone or half deleted: a dataset without its
+    shards. An attempt that died while removing the staging left a marker, and this one finishes
+    the removal. Without marker or staging, the published mixtrain.json must carry this run's
+    `identity` (created_at and converter options): an empty staging of a first attempt (every
+    sequence failed) is not taken for a publication."""
+    sidecar_path = f"{output}/{SIDECAR}"
+    marker = _published_marker(staging)
+    marked = fs.exists(marker)
+    if marked:  # written after mixtrain.json: this run's publication stands; finish removing the staging
+        _discard_published(fs, staging, output)
+    elif fs.exists(staging):
+        return None  # the first attempt, or one that died before mixtrain.json: publish
+    if not fs.exists(sidecar_path):
+        return None
+    with fs.open(sidecar_path, "rb") as handle:
+        current = json.loads(handle.read())
+    mine = current.get("created_at") == identity.get("created_at") \
+        and (current.get("converter") or {}).get("options") == identity.get("options")
+    return current if marked or mine else None
+
+
+def _publish_local(staging: str, output: str, sidecar_value: dict) -> None:
+    real = os.path.realpath(output)
+    if os.path.isdir(real):
+        foreign = foreign_entries(storage.open_root(real)[0], real)
+        if foreign:  # appeared during the run: exchanging the folder would delete them
+            raise ConversionError(f"{output}: {', '.join(foreign)} appeared in the output during the run; nothing was published "
+                                  "(the whole folder is replaced on publication: move them out and rerun)")
+        _keep_access(real, staging)
+    os.makedirs(f"{staging}/{FILES_DIR}", exist_ok=True)
+    _write_atomically(f"{staging}/{SIDECAR}", dumps(sidecar_value).encode())
+    if os.path.exists(f"{staging}/{OWNER_FILE}"):
+        os.remove(f"{staging}/{OWNER_FILE}")
+    if os.path.isdir(real):
+        try:
+            _exchange(staging, real)  # the publication: one atomic exchange
+        except OSError as error:
+            if error.errno not in (errno.EINVAL, errno.ENOSYS, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise
+            # No RENAME_EXCHANGE here (not Linux, or a file system without it): two renames; a
+            # reader in between finds no dataset, never a mixed one.
+            aside = f"{staging}{SIBLING_MARK}replaced"
+            os.rename(real, aside)
+            os.rename(staging, real)
+            shutil.rmtree(aside, ignore_errors=True)
+    else:
+        os.rename(staging, real)
+    shutil.rmtree(staging, ignore_errors=True)  # the previous dataset, now beside the output
+    _collect_garbage(output)
+
+
+def _keep_access(previous: str, staging: str) -> None:
+    """The new folder takes the replaced one's mode (setgid included), owner and group: a team's
+    shared output keeps its permissions across runs (best effort where we may not chown)."""
+    info = os.stat(previous)
+    os.chmod(staging, stat.S_IMODE(info.st_mode))
+    try:
+        os.chown(staging, info.st_uid, info.st_gid)
+    except PermissionError:
+        pass
+
+
+def _exchange(first: str, second: str) -> None:
+    """Swap two folders atomically (renameat2 with RENAME_EXCHANGE, Linux 3.15+)."""
+    if not sys.platform.startswith("linux"):
+        raise OSError(errno.ENOSYS, "no renameat2 on this platform")
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "renameat2"):
+        raise OSError(errno.ENOSYS, "this C library has no renameat2")
+    at_fdcwd, rename_exchange = -100, 2
+    if libc.renameat2(at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), rename_exchange) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code), first)
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    temporary = f"{path}.tmp-{os.getpid()}"
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def _collect_garbage(output: str) -> None:
+    """Remove what killed runs left beside the output (staging, a replaced dataset) and, inside
+    it, their staging (`_staging/`, object-store layout) when no live run owns it."""
+    for folder in _siblings(output):
+        if _live_owner(folder) is None:
+            shutil.rmtree(folder, ignore_errors=True)
+    inside = f"{output}/{STAGING_DIR}"
+    if os.path.isdir(inside):
+        for name in os.listdir(inside):
+            if _live_owner(f"{inside}/{name}") is None:
+                shutil.rmtree(f"{inside}/{name}", ignore_errors=True)
+        if not os.listdir(inside):
+            os.rmdir(inside)
+
+
+def is_versioned(fs, output: str) -> bool:
+    """Whether the output uses the earlier symlinked layout (`current` is a symlink into _versions/)."""
+    current = f"{output}/{CURRENT}"
+    return storage.is_local(fs) and os.path.islink(current) and os.readlink(current).startswith(f"{VERSIONS_DIR}/")
+
+
+OWNER_FILE = ".owner"
+
+
+def claim_staging(fs, staging: str) -> None:
+    """Mark a run's staging folder with its host and pid (local disks): other runs then neither
+    collect it nor start beside it."""
+    if storage.is_local(fs):
+        os.makedirs(staging, exist_ok=True)
+        with open(f"{staging}/{OWNER_FILE}", "w") as handle:
+            handle.write(f"{socket.gethostname()} {os.getpid()}\n")
+
+
+def _live_owner(folder: str) -> int | None:
+    try:
+        host, pid = open(f"{folder}/{OWNER_FILE}").read().split()
+    except (OSError, ValueError):
+        return None
+    if host != socket.gethostname():
+        return None
+    try:
+        os.kill(int(pid), 0)
+    except (ProcessLookupError, ValueError):
+        return None
+    except PermissionError:
+        pass
+    return int(pid) if int(pid) != os.getpid() else None
+
+
+def check_no_live_run(fs, output: str) -> None:
+    """One writer per output: refuse to start while another live run stages for it."""
+    if not storage.is_local(fs):
+        return
+    inside = f"{output}/{STAGING_DIR}"
+    folders = _siblings(output) + ([f"{inside}/{name}" for name in os.listdir(inside)] if os.path.isdir(inside) else [])
+    for folder in folders:
+        pid = _live_owner(folder)
+        if pid is not None:
+            raise ConversionError(f"{output}: another conversion (pid {pid}) is writing this output; wait for it to finish")
+
+
+def published_root(fs, output: str) -> str:
+    """The folder holding the published files themselves (the output, or the current version of
+    an output in the earlier symlinked layout)."""
+    current = f"{output}/{CURRENT}"
+    return os.path.realpath(current) if is_versioned(fs, output) else output
+
+
+# Requests in flight while publishing on an object store. Left to itself gcsfs sends every copy
+# of a folder at once (up to 1,280) and every batch of 100 deletes at once; a server that takes
+# fewer connections drops the rest and the client sits in TCP retransmissions and retries: on the
+# GCS emulator (one thread, a listen backlog of 5) 1,000 objects took 63 s to publish for 2 s of
+# CPU on both sides. A bounded window keeps a store busy without flooding it.
+IN_FLIGHT = 16
+_DELETES_PER_REQUEST = 100  # GCS batch requests carry up to 100 deletes (gcsfs groups them so)
+
+
+def _objects(fs, path: str) -> list[str]:
+    """Every object at or under `path`, from one listing."""
+    return sorted(fs.find(path)) if fs.exists(path) else []
+
+
+def _remove(fs, path: str) -> None:
+    """Delete `path` and everything under it, IN_FLIGHT requests at a time (local: one call)."""
+    if storage.is_local(fs):
+        fs.rm(path, recursive=True)
+    else:
+        _delete(fs, _objects(fs, path))
+        fs.invalidate_cache(path)
+
+
+def _delete(fs, objects: list[str]) -> None:
+    """Delete listed objects in windows. fsspec reads a name holding `*`, `?` or `[` as a pattern
+    (`mesh[1].stl` would match `mesh1.stl`, or nothing): such names are deleted one by one."""
+    literal = [name for name in objects if not any(char in name for char in "*?[")]
+    for name in objects:
+        if name not in literal:
+            fs.rm_file(name)
+    window = IN_FLIGHT * _DELETES_PER_REQUEST
+    for start in range(0, len(literal), window):
+        fs.rm(literal[start:start + window])
+
+
+def _move(fs, source: str, target: str) -> None:
+    """A rename on a local disk; on object stores (no rename there) a server-side copy of every
+    object listed once, IN_FLIGHT at a time. The staged objects are deleted with the staging
+    folder after mixtrain.json is written (`discard_staging`), not here: a publish step retried
+    after a failure (Dataflow retries a bundle) then finds the staging complete and copies again,
+    instead of removing the output's new files and finding nothing left to move. gcsfs' own `mv`
+    was measured at 33 s per call against the GCS emulator (it probes a folder-rename API first)."""
+    if storage.is_local(fs):
+        fs.mv(source, target, recursive=True)
+        return
+    objects = _objects(fs, source)
+    if objects:
+        fs.copy(objects, [target + name[len(source):] for name in objects], batch_size=IN_FLIGHT)
+
+
+def copy_assets(fs, root: str, out_fs, staging: str, assets: list[str]) -> None:
+    """Dataset-level files no row references (ORTF robot/ URDF and meshes), copied by the launcher
+    into the staged files/_dataset/ so they are published with the rows (the plan lists them in
+    mixtrain.json at those paths)."""
+    for relative in assets:
+        source = storage.resolve_inside(root, relative, what="asset", fs=fs)
+        target = storage.join(staging, FILES_DIR, "_dataset", relative)
+        out_fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+        out_fs.pipe_file(target, fs.cat_file(source))
+
+
+def discard_staging(fs, staging: str, output: str) -> None:
+    """Remove one run's staging folder, then `DST/_staging` if no other run uses it."""
+    if fs.exists(staging):
+        _remove(fs, staging)
+    parent = f"{output}/{STAGING_DIR}"
+    if staging.startswith(parent + "/") and fs.exists(parent) and not fs.ls(parent):
+        fs.rm(parent, recursive=True)

@@ -1,0 +1,384 @@
+"""The reader's `Dataset`: one opened Mixtrain dataset, metadata in memory, rows and videos read
+on demand (`formats.read.reader.open_dataset` opens one; a Lance dataset is `lance_rows.LanceRows`).
+
+Why it exists: the rows are one Parquet row per sequence with array columns and videos as
+separate files, so opening an episode by hand takes pyarrow offsets plus PyAV; scans of scalar
+columns must not read the trajectories next to them (column projection, and row-group pruning by
+the Parquet statistics of the filter's columns).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator, Sequence
+from typing import Any, BinaryIO
+
+import av
+import fsspec
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from formats import mixtrain, storage, video
+from formats.errors import FormatError
+from formats.mixtrain import array_layout
+
+__all__ = ["Dataset", "Filter", "TIMESTAMPS", "TRAJECTORY", "STEPS", "VIDEO", "PER_STEP", "check_sidecar"]
+
+# A filter: a pyarrow.compute Expression (pc.field("length") > 100), or pyarrow's list of
+# (column, op, value) tuples, ANDed (or a list of such lists, ORed): [("split", "=", "train")].
+Filter = Any
+
+# column_types kinds with one value per timestep (sliced by windows()).
+TIMESTAMPS, TRAJECTORY, STEPS, VIDEO = "timestamps", "trajectory", "steps", "video"
+PER_STEP = (TIMESTAMPS, TRAJECTORY, STEPS)
+
+
+def check_sidecar(sidecar: dict, path: str) -> None:
+    """The keys the reader relies on have the types this converter writes (one line otherwise)."""
+    column_types = sidecar.get("column_types")
+    if not isinstance(column_types, dict) or not all(isinstance(entry, dict) for entry in column_types.values()):
+        raise FormatError(f"{path}: column_types must be an object of objects (one per column)")
+    for key in ("num_sequences", "num_timesteps", "num_shards"):
+        if key in sidecar and (not isinstance(sidecar[key], int) or isinstance(sidecar[key], bool) or sidecar[key] < 0):
+            raise FormatError(f"{path}: {key} must be a non-negative integer, found {sidecar[key]!r}")
+    shards = sidecar.get("shards", [])
+    if not isinstance(shards, list) or not all(isinstance(shard, str) for shard in shards):
+        raise FormatError(f"{path}: shards must be a list of paths")
+    for name, entry in column_types.items():
+        fps = entry.get("fps")
+        if entry.get("type") == VIDEO and (not isinstance(fps, (int, float)) or isinstance(fps, bool) or not fps > 0):
+            raise FormatError(f"{path}: column {name!r}: fps must be a positive number, found {fps!r}")
+
+
+class Dataset:
+    """One opened dataset: metadata in memory, rows and videos read on demand."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, sidecar: dict) -> None:
+        self.fs, self.root, self.metadata = fs, root, sidecar
+        self.column_types: dict[str, dict] = sidecar["column_types"]
+        self.shards: list[str] = list(sidecar.get("shards") or [])
+        self._schema: pa.Schema | None = None
+        # Rows go to shard md5(id) mod N (formats/mixtrain/__init__.py): a point lookup opens one shard.
+        n = len(self.shards)
+        self._by_hash = n > 0 and self.shards == [mixtrain.shard_path(i) for i in range(n)]
+
+    def __repr__(self) -> str:
+        return f"<Mixtrain dataset {storage.url_for(self.fs, self.root)}: {len(self)} sequences, {len(self.shards)} shards>"
+
+    def __len__(self) -> int:
+        return int(self.metadata.get("num_sequences", 0))
+
+    # --- metadata -----------------------------------------------------------------------------
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The Arrow schema of the rows (from the first shard's footer)."""
+        if self._schema is None:
+            if not self.shards:
+                raise FormatError(f"{self.root}: the dataset has no shards")
+            with self._open(self.shards[0]) as handle:
+                try:
+                    self._schema = pq.ParquetFile(handle).schema_arrow
+                except (pa.ArrowInvalid, OSError) as error:
+                    raise FormatError(f"{storage.join(self.root, self.shards[0])}: {error}") from error
+        return self._schema
+
+    def kind(self, column: str) -> str:
+        """A column's kind: scalar, timestamps, trajectory, steps, video, or a file kind."""
+        entry = self.column_types.get(column) or {}
+        return str(entry.get("type", "scalar")) if entry.get("type") != "json" else "scalar"
+
+    def columns(self, kind: str | None = None) -> list[str]:
+        """Column names in schema order, optionally only those of one kind."""
+        return [name for name in self.schema.names if kind is None or self.kind(name) == kind]
+
+    @property
+    def scalar_columns(self) -> list[str]:
+        """The columns with one value per sequence that can be filtered and listed cheaply."""
+        return self.columns("scalar")
+
+    @property
+    def video_columns(self) -> list[str]:
+        return self.columns(VIDEO)
+
+    def stats(self) -> dict:
+        """stats.json: per column mean/std/min/max/count/q01..q99, lists of D values."""
+        name = self.metadata.get("stats") or mixtrain.STATS_FILE
+        return storage.read_json(self.fs, storage.resolve_inside(self.root, str(name), what="stats", fs=self.fs)) or {}
+
+    def errors(self) -> list[dict]:
+        """The sequences the conversion skipped (_errors.jsonl; empty when none were)."""
+        path = storage.join(self.root, mixtrain.ERRORS_FILE)
+        if not self.fs.exists(path):
+            return []
+        records = []
+        for number, line in enumerate(self.fs.cat_file(path).decode(errors="replace").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except ValueError as error:
+                raise FormatError(f"{path}: line {number} is not JSON ({error})") from None
+        return records
+
+    # --- rows -----------------------------------------------------------------------------------
+
+    def _open(self, relative: str):
+        path = storage.resolve_inside(self.root, relative, what="shard", fs=self.fs)
+        try:
+            return storage.open_input(self.fs, path)
+        except FileNotFoundError:
+            raise FormatError(f"{path}: listed in mixtrain.json but missing") from None
+
+    def _read(self, shard: str, columns: list[str], where: Filter | None, *, coalesce: bool = True) -> pa.Table:
+        # coalesce (Arrow's pre_buffer): nearby column chunks in one request, fewer round trips on
+        # object stores; off for scans of scalar columns, where it would also fetch the
+        # trajectories lying between two projected columns.
+        with self._open(shard) as handle:
+            try:
+                return pq.read_table(handle, columns=columns, filters=where, pre_buffer=coalesce)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as error:
+                raise FormatError(f"{storage.join(self.root, shard)}: {error}") from error
+
+    def scan(self, columns: Sequence[str] | None = None, where: Filter | None = None) -> pa.Table:
+        """The rows matching `where`, only `columns` read (default: the scalar columns).
+
+        Only the column chunks of `columns` and of the filter's columns are fetched, and row
+        groups whose statistics exclude the filter are skipped."""
+        wanted = list(self.scalar_columns if columns is None else columns)
+        unknown = [name for name in wanted if name not in self.schema.names]
+        if unknown:
+            raise KeyError(f"no column {unknown[0]!r} in {self.root}; columns: {', '.join(self.schema.names)}")
+        heavy = any(self.kind(name) != "scalar" for name in wanted)
+        tables = [self._read(shard, wanted, where, coalesce=heavy) for shard in self.shards]
+        if not tables:
+            return self.schema.empty_table().select(wanted)
+        table = pa.concat_tables(tables)
+        return table.take(pc.sort_indices(table, [("sequence_id", "ascending")])) if "sequence_id" in wanted else table
+
+    def sequence_ids(self, where: Filter | None = None) -> list[str]:
+        """The ids of the sequences matching `where` (all by default), sorted; reads no trajectory."""
+        return self.scan(["sequence_id"], where).column("sequence_id").to_pylist()
+
+    def _shards_of(self, sequence_id: str) -> list[str]:
+        if self._by_hash:
+            return [self.shards[mixtrain.shard_of(sequence_id, len(self.shards))]]
+        return self.shards
+
+    def sequence(self, sequence_id: str, columns: Sequence[str] | None = None) -> dict[str, Any]:
+        """One sequence: trajectories as [T, D] numpy arrays in their stored dtype, timestamps and
+        numeric per-step columns as [T] arrays (other per-step values as lists), scalars as Python
+        values, video and file columns as their paths relative to the root."""
+        wanted = list(self.schema.names if columns is None else columns)
+        if "sequence_id" not in wanted:
+            wanted.insert(0, "sequence_id")
+        for shard in self._shards_of(sequence_id):
+            table = self._read(shard, wanted, pc.field("sequence_id") == sequence_id)
+            if table.num_rows:
+                return self._row(table)
+        raise KeyError(f"no sequence {sequence_id!r} in {storage.url_for(self.fs, self.root)}")
+
+    def _row(self, table: pa.Table, index: int = 0) -> dict[str, Any]:
+        row: dict[str, Any] = {}
+        for name in table.column_names:
+            cell = table.column(name).slice(index, 1).combine_chunks()
+            row[name] = self._cell(name, cell)
+        return row
+
+    def _cell(self, name: str, cell: pa.Array) -> Any:
+        """One cell (a length-1 Arrow array) as numpy or Python."""
+        kind = self.kind(name)
+        entry = self.column_types.get(name) or {}
+        if kind == TRAJECTORY and array_layout.is_bytes(entry):  # a view of the row's buffer, no copy
+            return array_layout.decode(cell, 0, entry["dtype"], int(entry["dim"]))
+        if kind in PER_STEP and pa.types.is_list(cell.type):
+            if cell.null_count:
+                return None
+            values = cell.flatten()
+            if kind == TRAJECTORY and pa.types.is_fixed_size_list(values.type):
+                dim = values.type.list_size
+                return values.flatten().to_numpy(zero_copy_only=False).reshape(-1, dim)
+            if _is_numeric(values.type):
+                return values.to_numpy(zero_copy_only=False)
+            return values.to_pylist()
+        return cell[0].as_py()
+
+    def trajectories(self, sequence_id: str, columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """One sequence's trajectories (default: every trajectory column) as numpy [T, D] arrays in
+        their stored dtype, for training loops. Zero-copy views of the read buffers where the layout
+        allows it: always for `--array_layout=bytes`, and for `lists` when the
+        cell has no nulls (Arrow's fixed-size-list values are contiguous)."""
+        wanted = list(self.columns(TRAJECTORY) if columns is None else columns)
+        for name in wanted:
+            if self.kind(name) != TRAJECTORY:
+                raise KeyError(f"{name!r} is not a trajectory column of {self.root}; trajectory columns: "
+                               f"{', '.join(self.columns(TRAJECTORY)) or 'none'}")
+        row = self.sequence(sequence_id, ["sequence_id", *wanted])
+        return {name: row[name] for name in wanted}
+
+    def video_file(self, sequence_id: str, column: str) -> BinaryIO:
+        """One sequence's video in `column` as a binary file-like object (seekable; hand it to PyAV,
+        torchcodec or `open` it yourself): the MP4 file itself, opened read-only. Close it after use."""
+        relative = self._video_cell(sequence_id, column)
+        if relative is None:
+            raise KeyError(f"sequence {sequence_id!r} has no video in column {column!r}")
+        source, _ = self._video_source(relative, column)
+        return open(source, "rb") if isinstance(source, str) else source
+
+    def rows(self, columns: Sequence[str] | None = None, where: Filter | None = None) -> Iterator[dict[str, Any]]:
+        """Every matching sequence as `sequence()` gives it, one shard read at a time."""
+        wanted = list(self.schema.names if columns is None else columns)
+        for shard in self.shards:
+            table = self._read(shard, wanted, where)
+            for index in range(table.num_rows):
+                yield self._row(table, index)
+
+    # --- videos ---------------------------------------------------------------------------------
+
+    def video_url(self, sequence_id: str, column: str) -> str | None:
+        """The URL of a sequence's video (None when the sequence has none in that column)."""
+        relative = self._video_cell(sequence_id, column)
+        return None if relative is None else storage.url_for(self.fs, self._resolve(relative))
+
+    def _video_cell(self, sequence_id: str, column: str) -> str | None:
+        if self.kind(column) != VIDEO:
+            raise KeyError(f"{column!r} is not a video column of {self.root}; video columns: {', '.join(self.video_columns) or 'none'}")
+        return self.sequence(sequence_id, ["sequence_id", column])[column]
+
+    def _resolve(self, relative: str) -> str:
+        if "://" in relative:
+            return relative
+        return storage.resolve_inside(self.root, relative, what="video file", fs=self.fs)
+
+    def frames(self, sequence_id: str, column: str, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Timesteps [start, stop) of a camera, decoded with PyAV: [N, H, W, 3] uint8 RGB (depth
+        cameras: [N, H, W, 1] uint16 or uint8 gray). Frame i of the file is timestep i."""
+        relative = self._video_cell(sequence_id, column)
+        if relative is None:
+            raise KeyError(f"sequence {sequence_id!r} has no video in column {column!r}")
+        return self.decode(relative, column, start, stop)
+
+    def decode(self, relative: str, column: str, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Frames [start, stop) of the video file at `relative` (a cell of `column`)."""
+        entry = self.column_types.get(column) or {}
+        if not entry.get("fps"):
+            raise FormatError(f"{storage.join(self.root, mixtrain.SIDECAR)}: column {column!r} is not a video column with an fps")
+        fps = float(entry["fps"])  # checked positive when the dataset was opened
+        if start < 0 or (stop is not None and stop < start):
+            raise ValueError(f"frames [{start}, {stop}) is not a range of timesteps")
+        depth = bool(entry.get("is_depth_map"))
+        crop = entry.get("source_resolution")  # an encode padded odd sizes: give back the source's
+        where = relative
+        source: Any = None
+        out = []
+        try:
+            source, where = self._video_source(relative, column)
+            for frame in video.iter_frames(source, start=start / fps if start else None,
+                                           end=None if stop is None else stop / fps, fps=fps):
+                array = video.image_array(frame) if depth else frame.to_ndarray(format="rgb24")
+                if array.ndim == 2:
+                    array = array[..., None]
+                if crop:
+                    array = array[: int(crop["height"]), : int(crop["width"])]
+                out.append(array)
+        except FileNotFoundError:
+            raise FormatError(f"{where}: video file not found") from None
+        except (video.VideoError, av.FFmpegError, OSError) as error:
+            raise FormatError(f"{where}: {error}") from error
+        finally:
+            if source is not None and not isinstance(source, str):
+                source.close()
+        if stop is not None and len(out) != stop - start:
+            raise FormatError(f"{where}: timesteps [{start}, {stop}) asked, {len(out)} frames decoded")
+        return np.stack(out) if out else np.zeros((0, 0, 0, 3), np.uint8)
+
+    def _video_source(self, relative: str, column: str) -> tuple[str | BinaryIO, str]:
+        """A video cell's file for decoding (a local path, or an open file to close) and its URL for messages."""
+        fs, path = storage.open_root(relative) if "://" in relative else (self.fs, self._resolve(relative))
+        where = storage.url_for(fs, path)
+        local = storage.local_path(fs, path)
+        try:
+            if local is not None and not os.path.isfile(local):
+                raise FileNotFoundError(local)
+            return local or storage.open_input(fs, path), where
+        except FileNotFoundError:
+            raise FormatError(f"{where}: video file not found") from None
+
+    # --- training windows -----------------------------------------------------------------------
+
+    def windows(self, observation_horizon: int, action_horizon: int = 0, stride: int = 1, *,
+                columns: Sequence[str] | None = None, sequence_ids: Sequence[str] | None = None,
+                where: Filter | None = None, cameras: Sequence[str] = (), shuffle: bool = True,
+                seed: int = 0, epoch: int = 0, worker: int = 0, num_workers: int = 1) -> Iterator[dict[str, Any]]:
+        """Fixed-length windows of H = observation_horizon + action_horizon timesteps, starting
+        at every multiple of `stride` with start + H <= T, each exactly once per epoch.
+
+        Order (the spec's recommendation): shards in a shuffled order, each read whole, its
+        sequences shuffled, then each sequence's windows in shuffled order; seeded by (seed,
+        epoch), so an epoch replays identically and epochs differ. `worker`/`num_workers` split
+        the epoch into disjoint parts (by shard when there are enough shards, else by
+        sequence). A window holds `sequence_id`, `start`, each per-step column sliced [H, ...]
+        (default: timestamps, trajectories and numeric per-step columns) and, for `cameras`, the
+        observation frames [observation_horizon, H, W, 3].
+        """
+        horizon = observation_horizon + action_horizon
+        if observation_horizon < 1 or action_horizon < 0 or stride < 1:
+            raise ValueError("observation_horizon >= 1, action_horizon >= 0 and stride >= 1 are required")
+        if not 0 <= worker < num_workers:
+            raise ValueError(f"worker {worker} is not in [0, {num_workers})")
+        wanted = list(columns) if columns is not None else [
+            name for name in self.schema.names
+            if self.kind(name) in (TIMESTAMPS, TRAJECTORY) or (self.kind(name) == STEPS and _is_numeric(self.schema.field(name).type.value_type))]
+        for camera in cameras:
+            if self.kind(camera) != VIDEO:
+                raise KeyError(f"{camera!r} is not a video column of {self.root}")
+        read = ["sequence_id", "length", *wanted, *cameras]
+        chosen = set(sequence_ids) if sequence_ids is not None else None
+        order = np.random.default_rng([seed, epoch]).permutation(len(self.shards)) if shuffle else np.arange(len(self.shards))
+        by_shard = len(self.shards) >= num_workers
+        position = 0
+        for rank, shard_index in enumerate(order):
+            if by_shard and rank % num_workers != worker:
+                continue
+            table = self._read(self.shards[shard_index], read, where)
+            ids = table.column("sequence_id").to_pylist()
+            # Generators keyed by (seed, epoch, shard[, row]): every worker draws the same orders
+            # whatever part of the epoch it yields.
+            picks = np.random.default_rng([seed, epoch, int(shard_index)]).permutation(table.num_rows) if shuffle else np.arange(table.num_rows)
+            for row_index in picks:
+                if chosen is not None and ids[row_index] not in chosen:
+                    continue
+                mine = by_shard or position % num_workers == worker
+                position += 1
+                if not mine:
+                    continue
+                row = self._row(table, int(row_index))
+                starts = np.arange(0, int(row["length"]) - horizon + 1, stride)
+                if shuffle:
+                    starts = np.random.default_rng([seed, epoch, int(shard_index), int(row_index)]).permutation(starts)
+                for start in starts.tolist():
+                    window = {"sequence_id": row["sequence_id"], "start": start}
+                    for name in wanted:
+                        window[name] = row[name][start:start + horizon] if row[name] is not None else None
+                    for camera in cameras:
+                        if row[camera] is not None:
+                            window[camera] = self.decode(row[camera], camera, start, start + observation_horizon)
+                    yield window
+
+    def count_windows(self, observation_horizon: int, action_horizon: int = 0, stride: int = 1, *,
+                      sequence_ids: Sequence[str] | None = None, where: Filter | None = None) -> int:
+        """How many windows one epoch of `windows()` yields (reads only `sequence_id` and `length`)."""
+        horizon = observation_horizon + action_horizon
+        table = self.scan(["sequence_id", "length"], where)
+        if sequence_ids is not None:
+            table = table.filter(pc.is_in(table.column("sequence_id"), pa.array(list(sequence_ids), pa.string())))
+        lengths = table.column("length").to_numpy()
+        return int(sum(max(0, math.floor((int(t) - horizon) / stride) + 1) for t in lengths))
+
+
+def _is_numeric(kind: pa.DataType) -> bool:
+    return pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)

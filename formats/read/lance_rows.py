@@ -1,0 +1,83 @@
+"""The reader on a Lance dataset (`--table_format=lance`): one pseudo-shard (the dataset), rows
+read with Lance's scanner (filters pushed down), blob videos read with `take_blobs`."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from formats import storage
+from formats.errors import FormatError
+from formats.mixtrain.tables.lance import lance_uri, read_metadata
+from formats.read.dataset import Dataset
+
+__all__ = ["open_rows", "BLOB_CELL"]
+
+BLOB_CELL = "lance-blob://"  # what a blob video cell reads as: lance-blob://<column>/<row address>
+
+
+def open_rows(fs, root: str, version: int | None = None):
+    """The reader's Dataset over the Lance dataset at `root` (see `LanceRows`)."""
+    os.environ.setdefault("LANCE_LOG", "error")
+    import lance
+    try:
+        dataset = lance.dataset(lance_uri(fs, root), version=version)
+    except (ValueError, OSError) as error:
+        raise FormatError(f"{storage.url_for(fs, root)}: {str(error).splitlines()[0]}") from error
+    class LanceRows(Dataset):
+        """The reader on a Lance dataset: one pseudo-shard (the dataset), rows read with Lance's
+        scanner (filters pushed down), blob videos read with `take_blobs`."""
+
+        def __init__(self) -> None:
+            sidecar, self._stats, self._errors = read_metadata(dataset)
+            super().__init__(fs, root, sidecar)
+            self.lance = dataset
+            self.version: int = dataset.version
+            self.shards = [""]
+            self._by_hash = False
+            self._blobs = {name for name, entry in self.column_types.items() if entry.get("stored_as") == "blob"}
+
+        @property
+        def schema(self) -> pa.Schema:
+            fields = [pa.field(f.name, pa.string()) if f.name in self._blobs else f for f in dataset.schema]
+            return pa.schema(fields)
+
+        def stats(self) -> dict:
+            return self._stats
+
+        def errors(self) -> list[dict]:
+            return [json.loads(line) for line in self._errors.splitlines() if line.strip()]
+
+        def _read(self, shard: str, columns: list[str], where, *, coalesce: bool = True) -> pa.Table:
+            blobs = [name for name in columns if name in self._blobs]
+            plain = [name for name in columns if name not in self._blobs]
+            if where is not None and not isinstance(where, pc.Expression):
+                where = pq.filters_to_expression(where)
+            try:
+                table = dataset.to_table(columns=plain + blobs, filter=where, with_row_address=bool(blobs))  # blobs: descriptors only
+            except (ValueError, OSError, pa.ArrowException) as error:
+                raise FormatError(f"{storage.url_for(fs, root)}: {str(error).splitlines()[0]}") from error
+            if blobs:
+                addresses = table.column("_rowaddr").to_pylist()
+                for name in blobs:  # a token per row with a video, opened by _video_source
+                    present = table.column(name).is_valid().to_pylist()
+                    tokens = pa.array([f"{BLOB_CELL}{name}/{a}" if ok else None for a, ok in zip(addresses, present)], pa.string())
+                    table = table.set_column(table.schema.get_field_index(name), name, tokens)
+                table = table.drop_columns(["_rowaddr"])
+            return table.select(columns)
+
+        def _video_source(self, relative: str, column: str):
+            if not relative.startswith(BLOB_CELL):
+                return super()._video_source(relative, column)
+            name, address = relative[len(BLOB_CELL):].rsplit("/", 1)
+            where = f"{storage.url_for(fs, root)} ({name}, row address {address})"
+            blob = dataset.take_blobs(name, addresses=[int(address)])[0]
+            if blob is None:
+                raise FormatError(f"{where}: no video blob there")
+            return blob, where
+
+    return LanceRows()

@@ -1,0 +1,257 @@
+"""Sources: the contract every input format implements, and the registry that finds them.
+
+One folder a format beside this file (`lerobot_v3/`, `ortf/`, `rlds/`, `l5kit/`): its `__init__`
+holds the `Source` (launcher side) and registers it, `rows.py`/`records.py` the worker-side
+reader, `sample.py` the synthetic writer the tests use. A new format is one such folder.
+
+The contract: what a format module gives the rest of the product, and nothing more.
+
+Generic code (pipelines/, transforms/, validate) only ever talks to a `Source` object, its
+`SourceReader` and the `SourceRef`s it planned; it never names a format. A format is one module
+that subclasses these three and calls `formats.sources.register(TheSource())` at import.
+
+    Source                      on the launcher (and in `validate`)
+      id                        the --source name and mixtrain.json source.format
+      expects                   what detect looks for, said when no format matches
+      options                   its own command-line options (`SourceOption`s)
+      expands_refs              whether the reader fans a planned ref out (RLDS: shard -> records)
+      detect(fs, root)          bool: is root a dataset of this format (cheap: metadata only)
+      plan(fs, root, options)   (DatasetMeta, [SourceRef]) from metadata only
+      open(fs, root, meta)      a SourceReader (default: its `reader` class): once per worker, owns its caches
+      incremental_units(refs)   ([(fingerprint.Unit, ref)], shared files) for --incremental
+
+    SourceReader                on a worker, opened once (`transforms/read.py` setup)
+      expand(ref)               the refs a planned ref holds (default: the ref itself)
+      load(ref)                 one Sequence
+
+    SourceRef                   small, picklable, frozen: one planned unit of work
+      sequence_id               str, or None while the ref stands for several (an RLDS shard)
+      sequence_count            sequences it holds (1; None: unknown before it is read)
+      estimated_steps           steps it will write, None when unknown (sizes the shards)
+      estimated_bytes           bytes the source knows it holds beyond its steps (shard sizing)
+      read_group                refs loaded one after another by one reader (None: any order)
+      unit_key / unit_files / unit_prefix   its --incremental fingerprint unit
+
+What `plan` returns is split in two by audience: `meta.source` is published as mixtrain.json's
+"source" object; `meta.private` is the planning data only the source's reader needs (LeRobot's
+data-file footer signatures, RLDS's decoding layout) and is never written.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import logging
+from collections.abc import Iterator
+from importlib import metadata
+from typing import Any, ClassVar
+
+import fsspec
+
+from formats.errors import FormatError
+from formats.sequence import DatasetMeta, Sequence
+
+__all__ = ["Source", "SourceReader", "SourceRef", "SourceOption", "register", "unregister", "registered", "get", "detect", "sequence_count"]
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceOption:
+    """One command-line option a source reads: `--<flag>`, handed to `plan` as options[<key>].
+
+    `parse` turns the command-line value into the plan option (the default value turns into the
+    default plan option); `pipelines/cli.py` lists the flag (parsed before any format is imported)
+    and a test checks the two agree.
+    """
+
+    flag: str
+    key: str
+    parse: Any  # Callable[[Any], Any]: the option's value -> the plan option
+
+
+class SourceRef:
+    """Base of every planned ref. Subclasses are frozen dataclasses that define `sequence_id`
+    (a field, or a property returning None when the ref holds several sequences). No instance
+    dict here, so that a subclass declared with `slots=True` has none either (a million refs are
+    planned at once)."""
+
+    __slots__ = ()
+    sequence_id: str | None  # declared by every subclass
+
+    @property
+    def sequence_count(self) -> int | None:
+        return 1
+
+    @property
+    def estimated_steps(self) -> int | None:
+        return None
+
+    @property
+    def estimated_bytes(self) -> float:
+        return 0.0
+
+    @property
+    def read_group(self) -> str | None:
+        """Refs that read the same source data (a Parquet data file, a zarr chunk) share a
+        read group: the pipeline hands them to one reader one after another, in plan order, so
+        that the reader decodes the shared data once. None: nothing shared."""
+        return None
+
+    @property
+    def unit_key(self) -> str:
+        return self.sequence_id
+
+    @property
+    def unit_files(self) -> tuple[str, ...]:
+        """The source files (relative to the root) this ref reads."""
+        return ()
+
+    @property
+    def unit_prefix(self) -> str | None:
+        """The sequence-id prefix shared by the sequences of a unit planned as one ref."""
+        return None
+
+
+class SourceReader:
+    """A source opened on a worker: `load`s sequences, keeping whatever it caches to itself."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, meta: DatasetMeta):
+        self.fs, self.root, self.meta = fs, root, meta
+
+    def expand(self, ref: SourceRef) -> Iterator[SourceRef]:
+        yield ref
+
+    def load(self, ref: SourceRef) -> Sequence:
+        raise NotImplementedError
+
+
+class Source:
+    """One source format. Subclasses set the class attributes and implement detect, plan, open."""
+
+    id: ClassVar[str]
+    expects: ClassVar[str] = ""
+    options: ClassVar[tuple[SourceOption, ...]] = ()
+    expands_refs: ClassVar[bool] = False
+    reader: ClassVar[type[SourceReader]]  # what `open` opens, unless the source overrides `open`
+    # Files every unit depends on (relative to the root; "" is the whole root) for --incremental.
+    shared_files: ClassVar[tuple[str, ...]] = ()
+
+    def detect(self, fs: fsspec.AbstractFileSystem, root: str) -> bool:
+        raise NotImplementedError
+
+    def plan(self, fs: fsspec.AbstractFileSystem, root: str, options: dict) -> tuple[DatasetMeta, list[SourceRef]]:
+        raise NotImplementedError
+
+    def open(self, fs: fsspec.AbstractFileSystem, root: str, meta: DatasetMeta) -> SourceReader:
+        return self.reader(fs, root, meta)
+
+    def plan_options(self, values: dict[str, Any]) -> dict[str, Any]:
+        """The plan options from command-line values (flag -> value), for this source's options only."""
+        return {option.key: option.parse(values[option.flag]) for option in self.options}
+
+    def incremental_units(self, refs: list[SourceRef]) -> tuple[list, list[str]]:
+        """One fingerprint unit per ref, in the refs' order (its key, files and id prefix), each
+        paired with what its fingerprint hashes of the ref (the ref itself by default; a source may
+        leave out what is not part of the unit, as ORTF does its row position), and the shared files."""
+        from formats.mixtrain.fingerprint import Unit
+
+        units = [(Unit(ref.unit_key, tuple(ref.unit_files), prefix=ref.unit_prefix), ref) for ref in refs]
+        return units, list(self.shared_files)
+
+    def __repr__(self) -> str:
+        return f"<source {self.id}>"
+
+
+# --- the registry: format id -> Source --------------------------------------------------------
+
+# Built-in formats and plugins are imported on first use of the registry, not when a worker
+# imports one format's reader (which imports this package): `SOURCES` is computed (`__getattr__`).
+_SOURCES: dict[str, Source] = {}
+_builtins_loaded = False
+ENTRY_POINT_GROUP = "mixtrain_convert.sources"
+
+
+def register(source: Source) -> Source:
+    """Make `source` known to --source, auto-detection, convert, validate and the contract tests."""
+    if source.id in _SOURCES and type(_SOURCES[source.id]) is not type(source):
+        raise ValueError(f"source id {source.id!r} is already registered by {type(_SOURCES[source.id]).__name__}")
+    _SOURCES[source.id] = source
+    return source
+
+
+def unregister(source_id: str) -> None:
+    _SOURCES.pop(source_id, None)
+
+
+def _registry() -> dict[str, Source]:
+    """Every registered source, the built-in ones and plugins imported the first time."""
+    global _builtins_loaded
+    if not _builtins_loaded:
+        _builtins_loaded = True
+        _register_builtins()
+    return _SOURCES
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SOURCES":
+        return _registry()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@contextlib.contextmanager
+def registered(source: Source) -> Iterator[Source]:
+    """`source` registered for the duration of a with block (tests)."""
+    register(source)
+    try:
+        yield source
+    finally:
+        unregister(source.id)
+
+
+def get(name: str) -> Source:
+    known = _registry()
+    if name not in known:
+        raise FormatError(f"unknown source format {name!r}; known: {', '.join(sorted(known))}")
+    return known[name]
+
+
+def detect(fs: fsspec.AbstractFileSystem, root: str) -> str:
+    """The id of the one format whose `detect` accepts root; a clear error for none or several."""
+    if not fs.exists(root):
+        raise FormatError(f"{root}: input not found")
+    known = _registry()
+    found = [name for name, source in known.items() if source.detect(fs, root)]
+    if not found:
+        versions = sorted(path.rstrip("/").rsplit("/", 1)[-1] for path in fs.ls(root, detail=False)
+                          if fs.isdir(path) and fs.exists(f"{path.rstrip('/')}/dataset_info.json"))
+        if versions:
+            raise FormatError(f"{root}: a TFDS dataset folder; pass one of its version folders as --input "
+                              f"({', '.join(f'{root}/{v}' for v in versions)})")
+        raise FormatError(
+            f"{root}: not a dataset of a known format ({', '.join(sorted(known))}); "
+            + ", ".join(f"for {source.expects}" for source in known.values() if source.expects)
+        )
+    if len(found) > 1:
+        raise FormatError(f"{root}: looks like several formats ({', '.join(found)}); pass --source")
+    return found[0]
+
+
+def sequence_count(refs: list[SourceRef]) -> int | None:
+    """How many sequences `refs` hold, None when some ref cannot tell before it is read."""
+    counts = [ref.sequence_count for ref in refs]
+    return None if None in counts else sum(counts)
+
+
+BUILTIN = ("formats.sources.lerobot_v3", "formats.sources.ortf", "formats.sources.l5kit", "formats.sources.rlds")
+
+
+def _register_builtins() -> None:
+    """The built-in formats, then any plugin's: each registers itself when imported."""
+    for module in BUILTIN:
+        importlib.import_module(module)
+    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            entry.load()
+        except Exception as error:  # noqa: BLE001 - a broken plugin must not break every command
+            logging.getLogger(__name__).warning("source plugin %s could not be loaded (left out): %s: %s", entry.value,
+                                                type(error).__name__, error)
