@@ -309,6 +309,14 @@ class DatasetMeta:
     # with the plan, never written to mixtrain.json (that is `source`).
     private: dict = dataclasses.field(default_factory=dict)
 
+    @classmethod
+    def planned(cls, format: str, uri: str, fps: float | None, columns: list[ColumnSpec], described: dict,
+                private: dict | None = None) -> DatasetMeta:
+        """What a source's `plan` returns: mixtrain.json's "source" object is the format id and the
+        input's URL, then what the format itself describes (`described`, in its order)."""
+        return cls(format=format, uri=uri, fps=fps, columns=columns, source={"format": format, "uri": uri, **described},
+                   private=private if private is not None else {})
+
     def column(self, name: str) -> ColumnSpec:
         for spec in self.columns:
             if spec.name == name:

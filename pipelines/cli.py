@@ -234,9 +234,15 @@ def check_unknown(unknown: list[str], known: list[str]) -> None:
                          hint="python -m pipelines.convert --input=SRC --output=DST")
 
 
-def typed(argv: list[str], name: str) -> bool:
-    """The user wrote `--name` on the command line (whatever the value)."""
-    return any(arg == f"--{name}" or arg.startswith(f"--{name}=") for arg in argv)
+def typed(options: argparse.Namespace, name: str) -> bool:
+    """The user wrote `--name` on the command line (whatever the value): the one test of whether an
+    option was given, for the checks here and for the per-dataset ones (pipelines/plan.py)."""
+    return name in getattr(options, "typed_options", ())
+
+
+def _typed_names(argv: list[str]) -> frozenset[str]:
+    return frozenset(name for name in DEFAULTS
+                     if any(arg == f"--{name}" or arg.startswith(f"--{name}=") for arg in argv))
 
 
 def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -249,20 +255,21 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     for arg in rest:  # one of ours spelt with dashes is refused before Beam is even imported
         if arg.startswith("-") and _normalized(arg) in known:
             check_unknown([arg], known)
+    args.typed_options = _typed_names(argv)
     if not args.input or not args.output:
         raise UsageError("--input and --output are required", hint="python -m pipelines.convert --help lists every option")
-    if typed(argv, "target_shard_mb") and args.num_shards:
+    if typed(args, "target_shard_mb") and args.num_shards:
         raise UsageError("--target_shard_mb has no effect with --num_shards (the shard count is given); pass one of them")
-    if typed(argv, "max_skipped") and args.on_error != "skip":
+    if typed(args, "max_skipped") and args.on_error != "skip":
         raise UsageError("--max_skipped has no effect with --on_error=fail (the first bad sequence stops the run)",
                          hint="pass --on_error=skip to convert what can be converted")
-    if typed(argv, "lance_videos") and args.table_format != "lance":
+    if typed(args, "lance_videos") and args.table_format != "lance":
         raise UsageError("--lance_videos has no effect without --table_format=lance")
     if args.table_format in REFUSED_TABLE_FORMATS:
         raise UsageError(f"--table_format={args.table_format} is not supported: {REFUSED_TABLE_FORMATS[args.table_format]}")
     for name in ("catalog", "table_name", "partition_by"):
-        if typed(argv, name) and args.table_format != "iceberg":
+        if typed(args, name) and args.table_format != "iceberg":
             raise UsageError(f"--{name} has no effect with --table_format={args.table_format} (it names an Iceberg catalog or table)")
-    if typed(argv, "progress_interval") and args.progress in ("off", "bar"):
+    if typed(args, "progress_interval") and args.progress in ("off", "bar"):
         raise UsageError(f"--progress_interval has no effect with --progress={args.progress} (it spaces plain progress lines)")
     return args, rest

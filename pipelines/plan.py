@@ -63,28 +63,23 @@ def requested_encoding(options: Any) -> policy.EncodeOptions:
                                options.video_preset, options.video_pix_fmt or "yuv420p").resolved()
 
 
-def given(options: Any, name: str) -> bool:
-    """The user set this option to something other than its default."""
-    return getattr(options, name) != cli.DEFAULTS[name]
-
-
 def check_effective(options: Any, source: Source, meta: DatasetMeta, encode: dict) -> None:
     """Refuse an option that would change nothing for this source and mode: the user meant something."""
     own = {option.flag for option in source.options}
     for name, owner in cli.SOURCE_OPTIONS.items():
-        if given(options, name) and name not in own:
+        if cli.typed(options, name) and name not in own:
             raise UsageError(f"--{name} is an option of --source={owner}; it has no effect on this {source.id} dataset")
     cameras = [spec.name for spec in meta.columns if spec.kind == VIDEO]
     if not cameras:
         for name in ("video", "video_stats", "verify_copies", *cli.ENCODING_OPTIONS):
-            if given(options, name):
+            if cli.typed(options, name):
                 raise UsageError(f"--{name} has no effect: this {source.id} dataset has no cameras")
         return
-    if given(options, "verify_copies") and all(encode.values()):
+    if cli.typed(options, "verify_copies") and all(encode.values()):
         raise UsageError(f"--verify_copies has no effect: every camera of this dataset ({', '.join(cameras)}) is encoded, none copied")
     if not any(encode.values()):
         for name in cli.ENCODING_OPTIONS:
-            if given(options, name):
+            if cli.typed(options, name):
                 raise UsageError(f"--{name} has no effect: --video={options.video} copies every camera of this dataset "
                                  f"({', '.join(cameras)}) without encoding", hint="pass --video=reencode to encode them")
 

@@ -112,7 +112,7 @@ class _WriteVideosFn(beam.DoFn):
                         # With image statistics the written file is decoded below anyway: verified in that one pass.
                         verify = self._verify_copies and on_frame is None
                         if item.start is None and item.end is None:
-                            copied = self._copy_whole(source, destination, item, self._fps, verify)
+                            copied = stream_copy.copy_whole(source, destination, frames=item.frames, fps=self._fps, verify=verify)
                         else:
                             copied = stream_copy.copy_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
                                                         fps=self._fps, verify=verify)
@@ -154,32 +154,6 @@ class _WriteVideosFn(beam.DoFn):
             target = storage.join(self._out_root, relative)
             if self._out_fs.exists(target):
                 self._out_fs.rm(target)
-
-    @staticmethod
-    def _copy_whole(source, destination, item: VideoSegment, fps: float, verify: bool) -> stream_copy.CopyResult | None:
-        """A file that is exactly the episode: copied byte for byte (checked to hold its frames;
-        None). A longer one is cut to its first frames (`copy_segment`'s result, which says whether
-        the cut had to be encoded losslessly)."""
-        if isinstance(source, str):
-            with open(source, "rb") as handle:
-                data = handle.read()
-        else:
-            data = source.read()
-        frames = video.probe(io.BytesIO(data)).frames
-        first = video.first_time(io.BytesIO(data))
-        if frames > item.frames or first:  # the episode is the file's first frames, or its clock starts later: cut, from 0
-            return stream_copy.copy_segment(io.BytesIO(data), destination, start=first, end=first + item.frames / fps, frames=item.frames,
-                                      fps=fps, verify=verify)
-        if frames != item.frames:
-            raise video.VideoError(f"video holds {frames} frames, the episode has {item.frames} steps")
-        if verify:
-            stream_copy.verify_decodes(io.BytesIO(data), item.frames)
-        if isinstance(destination, str):
-            with open(destination, "wb") as handle:
-                handle.write(data)
-        else:
-            destination.write(data)
-        return None
 
     def _copy_file(self, sequence: Sequence, column: str, ref: FileRef, several: bool) -> str:
         """Copy a non-video source file (audio, depth NPZ, annotation image) byte for byte."""

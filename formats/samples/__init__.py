@@ -9,9 +9,10 @@ source registers its sample with `register` beside its reader (or from a test).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Callable
 from typing import Any
+
+from formats.sources import Registry
 
 __all__ = ["Sample", "SAMPLES", "register", "unregister", "get"]
 
@@ -32,40 +33,26 @@ class Sample:
     convert_args: tuple[str, ...] = ()
 
 
-# The built-in writers (sources/<format>/sample.py) register themselves when imported; they are
-# imported on first use of the registry (`SAMPLES` is computed), so that one of them can import
-# another (ORTF's writer uses LeRobot's frames) without an import cycle through this package.
-_SAMPLES: dict[str, Sample] = {}
-_builtins_loaded = False
-BUILTIN = ("formats.sources.lerobot_v3.sample", "formats.sources.ortf.sample", "formats.sources.l5kit.sample", "formats.sources.rlds.sample")
+# The built-in writers (sources/<format>/sample.py) register themselves when imported, on first
+# use of the registry (ORTF's writer imports LeRobot's frames: no cycle through this package).
+_REGISTRY = Registry(("formats.sources.lerobot_v3.sample", "formats.sources.ortf.sample", "formats.sources.l5kit.sample",
+                      "formats.sources.rlds.sample"))
 
 
 def register(sample: Sample) -> Sample:
-    _SAMPLES[sample.source] = sample
+    _REGISTRY.add(sample.source, sample)
     return sample
 
 
 def unregister(source: str) -> None:
-    _SAMPLES.pop(source, None)
+    _REGISTRY.remove(source)
 
 
-def _registry() -> dict[str, Sample]:
-    global _builtins_loaded
-    if not _builtins_loaded:
-        _builtins_loaded = True
-        for module in BUILTIN:
-            importlib.import_module(module)
-    return _SAMPLES
-
-
-def __getattr__(name: str) -> Any:
-    if name == "SAMPLES":
-        return _registry()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = _REGISTRY.module_attribute("SAMPLES", __name__)
 
 
 def get(source: str) -> Sample:
-    known = _registry()
+    known = _REGISTRY.all()
     if source not in known:
         raise KeyError(f"no sample writer for source {source!r}; known: {', '.join(sorted(known))}")
     return known[source]

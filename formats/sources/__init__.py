@@ -164,38 +164,71 @@ class Source:
 
 # --- the registry: format id -> Source --------------------------------------------------------
 
-# Built-in formats and plugins are imported on first use of the registry, not when a worker
-# imports one format's reader (which imports this package): `SOURCES` is computed (`__getattr__`).
-_SOURCES: dict[str, Source] = {}
-_builtins_loaded = False
+class Registry:
+    """A name -> entry table whose built-in entries register themselves when their modules are
+    imported. Those modules are imported on first use of the table, not when this package is: a
+    worker that imports one format's reader (and so this package) loads no other format, and one
+    built-in module may import another without a cycle through the registry."""
+
+    def __init__(self, builtin: tuple[str, ...], then: Any = None) -> None:
+        self.builtin, self._then, self._entries, self._loaded = builtin, then, {}, False
+
+    def add(self, name: str, entry: Any) -> None:
+        self._entries[name] = entry
+
+    def remove(self, name: str) -> None:
+        self._entries.pop(name, None)
+
+    def registered(self, name: str) -> Any:
+        """The entry under `name` without loading the built-ins (None: none yet)."""
+        return self._entries.get(name)
+
+    def all(self) -> dict[str, Any]:
+        if not self._loaded:
+            self._loaded = True
+            for module in self.builtin:
+                importlib.import_module(module)
+            if self._then is not None:
+                self._then()
+        return self._entries
+
+    def module_attribute(self, attribute: str, module: str) -> Any:
+        """A module's `__getattr__` that gives every entry as `module.<attribute>` (PEP 562)."""
+        def __getattr__(name: str) -> Any:
+            if name == attribute:
+                return self.all()
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        return __getattr__
+
+
 ENTRY_POINT_GROUP = "mixtrain_convert.sources"
+
+
+def _load_plugins() -> None:
+    """Any plugin's sources (entry points of ENTRY_POINT_GROUP): each registers itself when imported."""
+    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            entry.load()
+        except Exception as error:  # noqa: BLE001 - a broken plugin must not break every command
+            logging.getLogger(__name__).warning("source plugin %s could not be loaded (left out): %s: %s", entry.value,
+                                                type(error).__name__, error)
+
+
+_REGISTRY = Registry(("formats.sources.lerobot_v3", "formats.sources.ortf", "formats.sources.l5kit", "formats.sources.rlds"),
+                     then=_load_plugins)
 
 
 def register(source: Source) -> Source:
     """Make `source` known to --source, auto-detection, convert, validate and the contract tests."""
-    if source.id in _SOURCES and type(_SOURCES[source.id]) is not type(source):
-        raise ValueError(f"source id {source.id!r} is already registered by {type(_SOURCES[source.id]).__name__}")
-    _SOURCES[source.id] = source
+    known = _REGISTRY.registered(source.id)
+    if known is not None and type(known) is not type(source):
+        raise ValueError(f"source id {source.id!r} is already registered by {type(known).__name__}")
+    _REGISTRY.add(source.id, source)
     return source
 
 
 def unregister(source_id: str) -> None:
-    _SOURCES.pop(source_id, None)
-
-
-def _registry() -> dict[str, Source]:
-    """Every registered source, the built-in ones and plugins imported the first time."""
-    global _builtins_loaded
-    if not _builtins_loaded:
-        _builtins_loaded = True
-        _register_builtins()
-    return _SOURCES
-
-
-def __getattr__(name: str) -> Any:
-    if name == "SOURCES":
-        return _registry()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    _REGISTRY.remove(source_id)
 
 
 @contextlib.contextmanager
@@ -208,8 +241,11 @@ def registered(source: Source) -> Iterator[Source]:
         unregister(source.id)
 
 
+__getattr__ = _REGISTRY.module_attribute("SOURCES", __name__)  # every registered source, built-ins and plugins loaded on first use
+
+
 def get(name: str) -> Source:
-    known = _registry()
+    known = _REGISTRY.all()
     if name not in known:
         raise FormatError(f"unknown source format {name!r}; known: {', '.join(sorted(known))}")
     return known[name]
@@ -219,7 +255,7 @@ def detect(fs: fsspec.AbstractFileSystem, root: str) -> str:
     """The id of the one format whose `detect` accepts root; a clear error for none or several."""
     if not fs.exists(root):
         raise FormatError(f"{root}: input not found")
-    known = _registry()
+    known = _REGISTRY.all()
     found = [name for name, source in known.items() if source.detect(fs, root)]
     if not found:
         versions = sorted(path.rstrip("/").rsplit("/", 1)[-1] for path in fs.ls(root, detail=False)
@@ -240,18 +276,3 @@ def sequence_count(refs: list[SourceRef]) -> int | None:
     """How many sequences `refs` hold, None when some ref cannot tell before it is read."""
     counts = [ref.sequence_count for ref in refs]
     return None if None in counts else sum(counts)
-
-
-BUILTIN = ("formats.sources.lerobot_v3", "formats.sources.ortf", "formats.sources.l5kit", "formats.sources.rlds")
-
-
-def _register_builtins() -> None:
-    """The built-in formats, then any plugin's: each registers itself when imported."""
-    for module in BUILTIN:
-        importlib.import_module(module)
-    for entry in metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            entry.load()
-        except Exception as error:  # noqa: BLE001 - a broken plugin must not break every command
-            logging.getLogger(__name__).warning("source plugin %s could not be loaded (left out): %s: %s", entry.value,
-                                                type(error).__name__, error)

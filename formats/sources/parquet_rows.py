@@ -13,6 +13,7 @@ decoded once instead of once per episode.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,7 +24,9 @@ from formats import storage
 from formats.sequence import DatasetMeta
 from formats.sources import SourceReader
 
-__all__ = ["ParquetSourceReader", "DecodedRowGroups", "key_ranges", "row_groups_holding", "table_or_empty"]
+__all__ = ["ParquetSourceReader", "DecodedRowGroups", "read_row_groups", "key_ranges", "row_groups_holding", "table_or_empty"]
+
+READ_BATCH_ROWS = 4096  # a row group longer than this is decoded in batches of it
 
 
 class ParquetSourceReader(SourceReader):
@@ -69,6 +72,25 @@ class DecodedRowGroups:
         self._file, self._metadata = file, metadata
         self._groups = {group: decoded[group] for group in groups}
         return [decoded[group] for group in groups]
+
+
+def read_row_groups(fs: fsspec.AbstractFileSystem, path: str, metadata: Any, groups: Sequence[int],
+                    columns: Sequence[str] | None = None) -> dict[int, pa.Table]:
+    """Decode `groups` of one Parquet file (one open for all of them), `columns` only (None: all)."""
+    local = storage.local_path(fs, path)
+    columns = list(columns) if columns is not None else None
+    decoded = {}
+    with contextlib.nullcontext(local) if local else storage.open_input(fs, path) as handle:  # local: Arrow's own reads
+        # pre_buffer coalesces ranged reads: worth it on object stores, 60 % slower per small local read.
+        parquet = storage.parquet_file(handle, metadata=metadata, buffer_size=1 << 20, pre_buffer=not local)
+        for group in groups:
+            if metadata.row_group(group).num_rows <= READ_BATCH_ROWS:
+                # A small row group: Arrow's thread pool costs more than it saves (0.29 -> 0.16 ms).
+                decoded[group] = parquet.read_row_group(group, columns=columns, use_threads=False)
+            else:  # in batches: decoding a long row group of list columns at once peaks at ~8x its size
+                batches = parquet.iter_batches(batch_size=READ_BATCH_ROWS, row_groups=[group], columns=columns)
+                decoded[group] = pa.Table.from_batches(list(batches))
+    return decoded
 
 
 def key_ranges(footers: storage.ParquetFooters, path: str, column: str) -> list[tuple[Any, Any] | None]:

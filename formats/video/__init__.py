@@ -6,8 +6,11 @@ sizes: an odd frame is padded on the right/bottom by repeating its last column/r
 cropped away; `EncodeResult.padded_from` says so). Which options a column is encoded with is
 decided in formats/video/policy.py; copy mode's packet cuts are formats/video/stream_copy.py.
 
-Why ~510 lines: the encode loop, its colour-range handling and ImageDecoder share one frame path;
+Why ~570 lines: the encode loop, its colour-range handling and ImageDecoder share one frame path;
 split further, each half would need the other's internals.
+
+The package: this module (probe, decode, encode), `policy` (which codec and options a column gets),
+`stream_copy` (copy mode: packet cuts, through `mp4` for the sample tables), `verify` (PSNR checks).
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import io
 import os
 import threading
 from collections import OrderedDict
@@ -41,7 +42,9 @@ from formats.video import (
     _segment_frames,
     _video_stream,
     encode_frames,
+    first_time,
     mp4,
+    probe,
     stream_info,
 )
 from formats.video.policy import lossless_options
@@ -99,6 +102,31 @@ def copy_segment(
             verify_decodes(destination, frames)
         return copied
     return _copy_by_remux(source, destination, start=start, end=end, frames=frames, fps=fps)
+
+
+def copy_whole(source: BinaryIO | str, destination: BinaryIO | str, *, frames: int, fps: float, verify: bool = True) -> CopyResult | None:
+    """A file that is exactly the episode: copied byte for byte (checked to hold its `frames`;
+    None). A longer one is cut to its first frames (`copy_segment`'s result, which says whether
+    the cut had to be encoded losslessly)."""
+    if isinstance(source, str):
+        with open(source, "rb") as handle:
+            data = handle.read()
+    else:
+        data = source.read()
+    held = probe(io.BytesIO(data)).frames
+    first = first_time(io.BytesIO(data))
+    if held > frames or first:  # the episode is the file's first frames, or its clock starts later: cut, from 0
+        return copy_segment(io.BytesIO(data), destination, start=first, end=first + frames / fps, frames=frames, fps=fps, verify=verify)
+    if held != frames:
+        raise VideoError(f"video holds {held} frames, the episode has {frames} steps")
+    if verify:
+        verify_decodes(io.BytesIO(data), frames)
+    if isinstance(destination, str):
+        with open(destination, "wb") as handle:
+            handle.write(data)
+    else:
+        destination.write(data)
+    return None
 
 
 def _copy_by_remux(source: BinaryIO | str, destination: BinaryIO | str, *, start: float | None, end: float | None,

@@ -18,7 +18,6 @@ from formats.errors import FormatError
 from formats.sources import l5kit, lerobot_v3, ortf, parquet_rows
 from formats.sources.l5kit import sample as l5kit_sample
 from formats.sources.l5kit import zarr_v2
-from formats.sources.lerobot_v3 import rows
 from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
 from formats.sources.ortf import sample as ortf_sample
 
@@ -145,7 +144,7 @@ def test_lerobot_episode_inside_the_kept_row_group_reads_nothing_more(tmp_path, 
 
 def test_lerobot_long_row_groups_are_still_decoded_in_batches(tmp_path, monkeypatch):
     fs, root, meta, refs, truth = _lerobot(tmp_path, data_row_group_rows=10_000)
-    monkeypatch.setattr(rows, "_READ_BATCH_ROWS", 16)  # every row group is "long" now
+    monkeypatch.setattr(parquet_rows, "READ_BATCH_ROWS", 16)  # every row group is "long" now
     batch_sizes = []
     real = pq.ParquetFile.iter_batches
 

@@ -23,6 +23,7 @@ from formats.sources.lerobot_v3.sample import write_dataset as write_lerobot
 from formats.sources.ortf.sample import SyntheticORTF
 from formats.sources.ortf.sample import write_dataset as write_ortf
 from pipelines import convert, validate
+from tests.nightly import write_night
 
 pytest.importorskip("pyiceberg")
 pytest.importorskip("deltalake")
@@ -195,38 +196,17 @@ def _reference_dataset(src, tmp, name) -> dict:
                                                  rows.column("video_front").to_pylist())}
 
 
-def _write_night(src, lengths, seed):
-    """The source as it is tonight: files whose bytes did not change keep their mtime (as a sync
-    tool leaves them), so --incremental sees which episodes changed."""
-    import shutil
-    import tempfile
-
-    fresh = pathlib.Path(tempfile.mkdtemp(dir=src.parent)) / "ds"
-    write_lerobot(str(fresh), SyntheticLeRobot(lengths=lengths, codec="h264", gop=None, episodes_per_video_file=1,
-                                               episodes_per_data_file=1, cameras=("observation.images.front",), seed=seed))
-    for path in sorted(src.rglob("*"), reverse=True) if src.exists() else []:
-        if not (fresh / path.relative_to(src)).exists():
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-    for path in sorted(fresh.rglob("*")):
-        target = src / path.relative_to(fresh)
-        if path.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
-        elif not target.exists() or target.read_bytes() != path.read_bytes():
-            shutil.copyfile(path, target)
-    shutil.rmtree(fresh.parent)
-
-
 @pytest.mark.parametrize("table_format", FORMATS)
 def test_three_nights_leave_three_snapshots_each_reading_back_that_nights_dataset(tmp_path, table_format):
     src, dst = tmp_path / "src", tmp_path / "lake"
     nights = []
-    _write_night(src, (6, 5, 7), seed=1)
+    write_night(src, (6, 5, 7), seed=1)
     assert _convert(src, dst, "--num_shards=3", f"--table_format={table_format}") == 0
     nights.append(_reference_dataset(src, tmp_path, "night1"))
-    _write_night(src, (6, 9, 7, 4), seed=1)  # episode 1 modified (longer), episode 3 appended
+    write_night(src, (6, 9, 7, 4), seed=1)  # episode 1 modified (longer), episode 3 appended
     assert _convert(src, dst, "--num_shards=3", f"--table_format={table_format}", "--incremental") == 0
     nights.append(_reference_dataset(src, tmp_path, "night2"))
-    _write_night(src, (6, 9, 7), seed=1)  # episode 3 deleted
+    write_night(src, (6, 9, 7), seed=1)  # episode 3 deleted
     assert _convert(src, dst, "--num_shards=3", f"--table_format={table_format}", "--incremental") == 0
     nights.append(_reference_dataset(src, tmp_path, "night3"))
     committed = lake.versions(f"file://{dst}", TableSettings(format=table_format))
@@ -246,11 +226,11 @@ def test_three_nights_leave_three_snapshots_each_reading_back_that_nights_datase
 
 def test_a_sigkill_during_the_second_night_leaves_the_first_snapshot_current(tmp_path):
     src, dst = tmp_path / "src", tmp_path / "lake"
-    _write_night(src, (6, 5, 7), seed=1)
+    write_night(src, (6, 5, 7), seed=1)
     assert _convert(src, dst, "--num_shards=2", "--table_format=iceberg") == 0
     first = _snapshot_dataset(dst, "iceberg", None)
     before = lake.versions(f"file://{dst}", TableSettings(format="iceberg"))
-    _write_night(src, [12] * 16, seed=2)
+    write_night(src, [12] * 16, seed=2)
     command = [sys.executable, "-m", "pipelines.convert", f"--input={src}", f"--output={dst}", "--progress=off", "--num_shards=2",
                "--table_format=iceberg", "--incremental", "--video=reencode"]
     process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -309,7 +289,7 @@ def test_two_writers_one_commits_the_other_fails_with_one_line(tmp_path, table_f
     from formats.mixtrain import tables
 
     src, dst = tmp_path / "src", tmp_path / "lake"
-    _write_night(src, (6, 5), seed=1)
+    write_night(src, (6, 5), seed=1)
     assert _convert(src, dst, "--num_shards=2", f"--table_format={table_format}") == 0
     settings = TableSettings(format=table_format, run_id="late", base="")  # planned before the table existed
     first = dst / "runs" / os.listdir(dst / "runs")[0]
@@ -458,9 +438,9 @@ def test_a_delta_run_is_one_log_entry_holding_its_rows_and_its_property(tmp_path
     from formats.mixtrain.tables import delta
 
     src, dst = tmp_path / "src", tmp_path / "lake"
-    _write_night(src, (6, 5, 7), seed=1)
+    write_night(src, (6, 5, 7), seed=1)
     assert _convert(src, dst, "--num_shards=2", "--table_format=delta") == 0
-    _write_night(src, (6, 9, 7, 4), seed=1)
+    write_night(src, (6, 9, 7, 4), seed=1)
     assert _convert(src, dst, "--num_shards=2", "--table_format=delta", "--incremental") == 0
     assert sorted(os.listdir(dst / "_delta_log")) == ["00000000000000000000.json", "00000000000000000001.json"]
     committed = lake.versions(f"file://{dst}", TableSettings(format="delta"))
@@ -493,9 +473,9 @@ def test_the_reader_and_inspect_open_a_lake_tables_current_run(tmp_path, table_f
     from pipelines import inspect
 
     src, dst, reference = tmp_path / "src", tmp_path / "lake", tmp_path / "standalone"
-    _write_night(src, (6, 5, 7), seed=1)
+    write_night(src, (6, 5, 7), seed=1)
     assert _convert(src, dst, "--num_shards=2", f"--table_format={table_format}") == 0
-    _write_night(src, (6, 9, 7, 4), seed=1)
+    write_night(src, (6, 9, 7, 4), seed=1)
     capsys.readouterr()
     assert _convert(src, dst, "--num_shards=2", f"--table_format={table_format}", "--incremental") == 0
     import re

@@ -5,36 +5,15 @@ previous one still readable by number), and the rows are compressed while the bl
 from __future__ import annotations
 
 import io
-import pathlib
-import shutil
-import tempfile
 
 import numpy as np
 import pytest
 
 from formats.read.reader import open_dataset
-from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
 from pipelines import conversion, validate
+from tests.nightly import write_night
 
 lance = pytest.importorskip("lance", reason="pylance is installed by setup.py's lance and test extras")
-
-
-def _write_night(src: pathlib.Path, lengths, seed: int = 1) -> None:
-    """The source as it is tonight: files whose bytes did not change keep their mtime (as a sync
-    tool leaves them), so --incremental sees which episodes changed."""
-    fresh = pathlib.Path(tempfile.mkdtemp(dir=src.parent)) / "ds"
-    write_dataset(str(fresh), SyntheticLeRobot(lengths=lengths, codec="h264", gop=None, episodes_per_video_file=1,
-                                               episodes_per_data_file=1, cameras=("observation.images.front",), seed=seed))
-    for path in sorted(src.rglob("*"), reverse=True) if src.exists() else []:
-        if not (fresh / path.relative_to(src)).exists():
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-    for path in sorted(fresh.rglob("*")):
-        target = src / path.relative_to(fresh)
-        if path.is_dir():
-            target.mkdir(parents=True, exist_ok=True)
-        elif not target.exists() or target.read_bytes() != path.read_bytes():
-            shutil.copyfile(path, target)
-    shutil.rmtree(fresh.parent)
 
 
 def _run(src, dst, *extra) -> str:
@@ -62,10 +41,10 @@ def _contents(dataset) -> dict:
 @pytest.mark.parametrize("videos", ["blob", "reference"])
 def test_incremental_lance_reuses_unchanged_sequences_and_commits_one_new_version(tmp_path, videos):
     src, dst = tmp_path / "src", tmp_path / "out"
-    _write_night(src, (6, 5, 7, 4))
+    write_night(src, (6, 5, 7, 4))
     _run(src, dst, "--table_format=lance", f"--lance_videos={videos}")
     first = _contents(open_dataset(str(dst)))
-    _write_night(src, (6, 5, 8))  # episode 2 modified (longer), episode 3 deleted
+    write_night(src, (6, 5, 8))  # episode 2 modified (longer), episode 3 deleted
     summary = _run(src, dst, "--table_format=lance", f"--lance_videos={videos}", "--incremental")
     reference = tmp_path / "reference"
     _run(src, reference)  # the standalone output of tonight's source, converted from scratch
@@ -89,7 +68,7 @@ def test_incremental_lance_reuses_unchanged_sequences_and_commits_one_new_versio
 
 def test_incremental_lance_with_nothing_changed_reuses_everything(tmp_path):
     src, dst = tmp_path / "src", tmp_path / "out"
-    _write_night(src, (5, 4))
+    write_night(src, (5, 4))
     _run(src, dst, "--table_format=lance")
     before = _contents(open_dataset(str(dst)))
     _run(src, dst, "--table_format=lance", "--incremental")

@@ -246,14 +246,9 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             "status_names": ["ACTIVE", "INACTIVE", "UNKNOWN"],  # l5kit TL_FACE_LABELS
         }))
     check_unique_columns(columns)
-    meta = DatasetMeta(
-        format=FORMAT,
-        uri=storage.url_for(fs, root),
-        fps=FRAME_RATE_HZ,
-        columns=columns,
-        source={
-            "format": FORMAT,
-            "uri": storage.url_for(fs, root),
+    meta = DatasetMeta.planned(
+        FORMAT, storage.url_for(fs, root), FRAME_RATE_HZ, columns,
+        {
             "format_version": version,
             "labels": labels,
             "frame_rate_hz": FRAME_RATE_HZ,

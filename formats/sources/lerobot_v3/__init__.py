@@ -23,7 +23,7 @@ lerobot 0.6.1 (../shared/fixtures/lerobot_v3/*_lerobot061) and its tools add:
 Episodes are read on the workers by formats/sources/lerobot_v3/rows.py (by `index` range: only the row
 groups whose statistics overlap it); this module plans.
 
-Why ~540 lines: it is the LeRobot plan alone (info.json, the episode index and the checks of every
+Why ~580 lines: it is the LeRobot plan alone (info.json, the episode index and the checks of every
 quirk above); the worker-side reading is formats/sources/lerobot_v3/rows.py.
 """
 
@@ -148,16 +148,9 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
                                         description="per-step index into this row's tasks"))
     check_unique_columns(columns)
 
-    meta = DatasetMeta(
-        # Planning data for the reader, never published: the footer of every data file read here.
-        private={"footers": dict(footers.signatures)},
-        format=FORMAT,
-        uri=storage.url_for(fs, root),
-        fps=float(fps),
-        columns=columns,
-        source={
-            "format": FORMAT,
-            "uri": storage.url_for(fs, root),
+    meta = DatasetMeta.planned(
+        FORMAT, storage.url_for(fs, root), float(fps), columns,
+        {
             "codebase_version": version,
             "robot_type": info.get("robot_type"),
             "fps": fps,
@@ -168,6 +161,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             "tasks": task_texts,
             **({"tools": info["tools"]} if info.get("tools") is not None else {}),
         },
+        private={"footers": dict(footers.signatures)},  # for the reader, never published: every data file's footer read here
     )
     return meta, refs
 

@@ -10,7 +10,6 @@ of one row group holding 80 episodes is decoded once, not 80 times.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Any
 
@@ -62,30 +61,26 @@ class Reader(parquet_rows.ParquetSourceReader):
     row groups decoded for one episode serve the next ones that live in them."""
 
     def load(self, ref: EpisodeRef) -> Sequence:
-        return _load(self.fs, self.root, ref, self.meta, self.footers, self.decoded)
-
-
-def _load(fs, root: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.ParquetFooters,
-          decoded: parquet_rows.DecodedRowGroups) -> Sequence:
-    data_path = storage.resolve_inside(root, ref.data_file, what="data file", fs=fs)
-    try:
-        if _changed_since_plan(fs, data_path, footers, meta):
-            raise FormatError(f"{data_path}: {ref.sequence_id}: changed while it was being converted (rerun the conversion)")
-        table = _read_episode_rows(fs, data_path, ref, meta, footers, decoded)
-        sequence = _to_sequence(table, ref, meta)
-        for spec in meta.columns:
-            if spec.kind == VIDEO and spec.meta.get("encoded_from") == FROM_IMAGES:
-                images = episode_images(fs, root, spec.meta["source"], table.column(spec.meta["source"]), ref)
-                sequence.videos[spec.name] = ImageFrames(images.frames, source=data_path)
-        return sequence
-    except ConversionError as error:
-        raise in_context(error, file=data_path, sequence=ref.sequence_id) from error
-    except (OSError, pa.ArrowException) as error:
-        reason = "changed while it was being converted (rerun the conversion)" if _changed_since_read(fs, data_path, footers) \
-            else f"cannot read data: {error}"
-        failure = FormatError(f"{data_path}: {ref.sequence_id}: {reason}")
-        failure.file, failure.sequence = data_path, ref.sequence_id
-        raise failure from error
+        fs, root, meta, footers, decoded = self.fs, self.root, self.meta, self.footers, self.decoded
+        data_path = storage.resolve_inside(root, ref.data_file, what="data file", fs=fs)
+        try:
+            if _changed_since_plan(fs, data_path, footers, meta):
+                raise FormatError(f"{data_path}: {ref.sequence_id}: changed while it was being converted (rerun the conversion)")
+            table = _read_episode_rows(fs, data_path, ref, meta, footers, decoded)
+            sequence = _to_sequence(table, ref, meta)
+            for spec in meta.columns:
+                if spec.kind == VIDEO and spec.meta.get("encoded_from") == FROM_IMAGES:
+                    images = episode_images(fs, root, spec.meta["source"], table.column(spec.meta["source"]), ref)
+                    sequence.videos[spec.name] = ImageFrames(images.frames, source=data_path)
+            return sequence
+        except ConversionError as error:
+            raise in_context(error, file=data_path, sequence=ref.sequence_id) from error
+        except (OSError, pa.ArrowException) as error:
+            reason = "changed while it was being converted (rerun the conversion)" if _changed_since_read(fs, data_path, footers) \
+                else f"cannot read data: {error}"
+            failure = FormatError(f"{data_path}: {ref.sequence_id}: {reason}")
+            failure.file, failure.sequence = data_path, ref.sequence_id
+            raise failure from error
 
 
 def _changed_since_plan(fs, path: str, footers: storage.ParquetFooters, meta: DatasetMeta) -> bool:
@@ -113,9 +108,6 @@ def _changed_since_read(fs, path: str, footers: storage.ParquetFooters) -> bool:
 
 
 # --- data ---------------------------------------------------------------------------------------
-
-
-_READ_BATCH_ROWS = 4096
 
 
 def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.ParquetFooters,
@@ -166,19 +158,7 @@ class _RowGroup:
 
 def _decode(fs, path: str, metadata, columns: list[str], key_column: str, groups: list[int]) -> dict[int, _RowGroup]:
     """Decode `groups` of the data file (one open for all of them)."""
-    local = storage.local_path(fs, path)
-    decoded = {}
-    with contextlib.nullcontext(local) if local else storage.open_input(fs, path) as handle:  # local: Arrow's own reads
-        # pre_buffer coalesces ranged reads: worth it on object stores, 60 % slower per small local read.
-        parquet = storage.parquet_file(handle, metadata=metadata, buffer_size=1 << 20, pre_buffer=not local)
-        for group in groups:
-            if metadata.row_group(group).num_rows <= _READ_BATCH_ROWS:
-                # A small row group: Arrow's thread pool costs more than it saves (0.29 -> 0.16 ms).
-                table = parquet.read_row_group(group, columns=columns, use_threads=False)
-            else:  # in batches: decoding a long row group of list columns at once peaks at ~8x its size
-                table = pa.Table.from_batches(list(parquet.iter_batches(batch_size=_READ_BATCH_ROWS, row_groups=[group], columns=columns)))
-            decoded[group] = _RowGroup(table, key_column)
-    return decoded
+    return {group: _RowGroup(table, key_column) for group, table in parquet_rows.read_row_groups(fs, path, metadata, groups, columns).items()}
 
 
 def _cut(parts: list[_RowGroup], low: int, high: int, schema: pa.Schema, columns: list[str], key_column: str) -> pa.Table:

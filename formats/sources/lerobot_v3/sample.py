@@ -14,6 +14,9 @@ lossless, log-quantised 12-bit codes with B-frames; depth images as 16-bit TIFF;
 rewritten through pandas (`list<float>` vectors) beside ones written later (`fixed_size_list`);
 lerobot-annotate's language columns (`list<null>` in a file without annotations); and
 convert_image_to_video_dataset's videos, many episodes in one encode (episodes start mid-GOP).
+
+Why ~530 lines: one option per layout choice lerobot's writers make (files per chunk, codecs, depth,
+images, annotations, pandas rewrites), each needing its part of the writer.
 """
 
 from __future__ import annotations

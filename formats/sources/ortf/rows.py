@@ -67,19 +67,15 @@ class Reader(parquet_rows.ParquetSourceReader):
     row groups decoded for one episode serve the next ones that live in them."""
 
     def load(self, ref: EpisodeRef) -> Sequence:
-        return _load(self.fs, self.root, ref, self.meta, self.footers, self.decoded)
-
-
-def _load(fs, root: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.ParquetFooters,
-          decoded: parquet_rows.DecodedRowGroups) -> Sequence:
-    path = storage.resolve_inside(root, ref.steps_file, what="steps file", fs=fs)
-    try:
-        table = _episode_rows(fs, path, ref, footers, decoded)
-        return _to_sequence(fs, root, table, ref, meta)
-    except ConversionError as error:
-        raise in_context(error, file=path, sequence=ref.sequence_id) from error
-    except (OSError, pa.ArrowException) as error:
-        raise FormatError(f"{path}: {ref.sequence_id}: cannot read steps: {error}") from error
+        fs, root, meta, footers, decoded = self.fs, self.root, self.meta, self.footers, self.decoded
+        path = storage.resolve_inside(root, ref.steps_file, what="steps file", fs=fs)
+        try:
+            table = _episode_rows(fs, path, ref, footers, decoded)
+            return _to_sequence(fs, root, table, ref, meta)
+        except ConversionError as error:
+            raise in_context(error, file=path, sequence=ref.sequence_id) from error
+        except (OSError, pa.ArrowException) as error:
+            raise FormatError(f"{path}: {ref.sequence_id}: cannot read steps: {error}") from error
 
 
 def _episode_rows(fs, path: str, ref: EpisodeRef, footers: storage.ParquetFooters, decoded: parquet_rows.DecodedRowGroups) -> pa.Table:
@@ -110,9 +106,7 @@ def _episode_rows(fs, path: str, ref: EpisodeRef, footers: storage.ParquetFooter
 
 def _decode(fs, path: str, metadata, groups: list[int]) -> dict[int, _StepsRowGroup]:
     """Decode `groups` of the steps file, every column (one open for all of them)."""
-    with storage.open_input(fs, path) as handle:
-        parquet = storage.parquet_file(handle, metadata=metadata)
-        return {group: _StepsRowGroup(parquet.read_row_group(group)) for group in groups}
+    return {group: _StepsRowGroup(table) for group, table in parquet_rows.read_row_groups(fs, path, metadata, groups).items()}
 
 
 class _StepsRowGroup:

@@ -148,14 +148,9 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     bgr = set(options.get("bgr_cameras") or ())
     columns, layout = _columns(features, features_path, float(fps), bgr)
     check_unique_columns(columns)
-    meta = DatasetMeta(
-        format=FORMAT,
-        uri=storage.url_for(fs, root),
-        fps=float(fps),
-        columns=columns,
-        source={
-            "format": FORMAT,
-            "uri": storage.url_for(fs, root),
+    meta = DatasetMeta.planned(
+        FORMAT, storage.url_for(fs, root), float(fps), columns,
+        {
             "name": name,
             "version": info.get("version"),
             "description": info.get("description"),
