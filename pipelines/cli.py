@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import math
+from typing import Any
 
 __all__ = ["UsageError", "add_arguments", "build_parser", "check_unknown", "parse", "DEFAULTS", "SOURCE_OPTIONS"]
 
@@ -234,10 +235,15 @@ def check_unknown(unknown: list[str], known: list[str]) -> None:
                          hint="python -m pipelines.convert --input=SRC --output=DST")
 
 
-def typed(options: argparse.Namespace, name: str) -> bool:
+def typed(options: Any, name: str) -> bool:
     """The user wrote `--name` on the command line (whatever the value): the one test of whether an
-    option was given, for the checks here and for the per-dataset ones (pipelines/plan.py)."""
-    return name in getattr(options, "typed_options", ())
+    option was given, for the checks here and for the per-dataset ones (pipelines/plan.py).
+    `options`: what `parse` returned, or Beam's view of the same command line (its `_flags` are
+    the arguments it was made from)."""
+    names = getattr(options, "typed_options", None)
+    if names is None:
+        names = _typed_names(list(getattr(options, "_flags", ())))
+    return name in names
 
 
 def _typed_names(argv: list[str]) -> frozenset[str]:

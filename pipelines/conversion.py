@@ -30,7 +30,7 @@ from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptio
 from formats import errors, mixtrain, sources, storage
 from formats.mixtrain import publish, tables
 from formats.mixtrain.tables import lake, lance
-from pipelines import cli, failures, local_workers
+from pipelines import cli, failures, local_workers, preflight
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
 from pipelines.plan import ConversionPlan, blame, make_plan, requested_encoding, without_cycle_collection
 from pipelines.progress import Progress
@@ -44,10 +44,9 @@ from transforms.write import WriteMixtrain, stage_fingerprints
 
 __all__ = ["ConvertOptions", "build_pipeline", "run"]
 
-# Runner names that mean "run here": served by Beam's FnApiRunner directly, because Beam's
-# DirectRunner first tries Prism, which downloads a binary (NOTES.md) and ignores
+# Runner names that mean "run here" (pipelines/preflight.py): served by Beam's FnApiRunner directly,
+# because Beam's DirectRunner first tries Prism, which downloads a binary (NOTES.md) and ignores
 # --direct_num_workers / --direct_running_mode.
-LOCAL_RUNNERS = {None, "DirectRunner", "FnApiRunner", "BundleBasedDirectRunner"}
 _LOG = logging.getLogger("mixtrain-convert")
 
 
@@ -61,24 +60,11 @@ class ConvertOptions(PipelineOptions):
 
 def _runner(options: PipelineOptions, zygote: local_workers.Zygote | None):
     name = options.view_as(StandardOptions).runner
-    if name in LOCAL_RUNNERS:
+    if name in preflight.LOCAL_RUNNERS:
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
         return local_workers.runner(zygote) if zygote is not None else FnApiRunner()
     return name
-
-
-def check_reachable_by_workers(options: PipelineOptions) -> None:
-    """On a remote runner the workers cannot see the launcher's disk: --input and --output must be
-    URLs of shared storage (gs://...), not local paths."""
-    if options.view_as(StandardOptions).runner in LOCAL_RUNNERS:
-        return
-    ours = options.view_as(ConvertOptions)
-    for flag, url in (("--input", ours.input), ("--output", ours.output)):
-        fs, _ = storage.open_root(url)
-        if storage.is_local(fs):
-            raise errors.ConversionError(f"{flag}={url} is on this machine's disk, which {options.view_as(StandardOptions).runner} "
-                                         "workers cannot read; use a gs:// (or other shared storage) URL")
 
 
 def prepare_output(output_url: str, overwrite: bool, table_format: str = tables.DEFAULT) -> None:
@@ -95,8 +81,7 @@ def prepare_output(output_url: str, overwrite: bool, table_format: str = tables.
             raise errors.ConversionError(f"{root}: output holds a Lance dataset; pass --table_format=lance to publish a new "
                                          "version of it, or choose another --output")
         if not overwrite:
-            raise errors.ConversionError(f"{root}: output already holds a Lance dataset; pass --overwrite (or --incremental) "
-                                         "to publish a new version of it")
+            raise errors.ConversionError(preflight.already_published(root, "Lance"))
         return
     names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(root, detail=False)}
     foreign = publish.foreign_entries(fs, root)
@@ -107,7 +92,7 @@ def prepare_output(output_url: str, overwrite: bool, table_format: str = tables.
         raise errors.ConversionError(f"{root}: output is not empty and is not a Mixtrain dataset ({', '.join(sorted(names))}); "
                                      "choose another --output")
     if not overwrite:
-        raise errors.ConversionError(f"{root}: output already holds a Mixtrain dataset; pass --overwrite to replace it")
+        raise errors.ConversionError(preflight.already_published(root, "Mixtrain"))
     if foreign and storage.is_local(fs) and publish.replaces_whole_folder(root):
         raise errors.ConversionError(f"{root}: the output folder also holds {', '.join(foreign)}, which replacing the dataset "
                                      "would delete (the whole folder is replaced); move them out or choose another --output")
@@ -132,7 +117,7 @@ def staging_root(fs, root: str, run_id: str, options: ConvertOptions) -> str:
 def codec_threads(options: PipelineOptions) -> int | None:
     """Local runs share the cores among the workers' codecs; a Dataflow worker has its own cores
     and the codecs' own choice (None) stands."""
-    if options.view_as(StandardOptions).runner not in LOCAL_RUNNERS:
+    if options.view_as(StandardOptions).runner not in preflight.LOCAL_RUNNERS:
         return None
     return local_workers.codec_threads(options.view_as(DirectOptions).direct_num_workers)
 
@@ -236,7 +221,7 @@ def print_beam_help(out: TextIO) -> None:
 
 def _launch_only(options: PipelineOptions) -> str | None:
     """Why this launch will not run the job (a dry run, a template), or None."""
-    if options.view_as(StandardOptions).runner in LOCAL_RUNNERS:
+    if options.view_as(StandardOptions).runner in preflight.LOCAL_RUNNERS:
         return None
     if options.view_as(TestOptions).dry_run:  # Beam takes any non-empty value as true
         return "dry run"
@@ -250,7 +235,6 @@ def _check_command_line(argv: list[str], options: ConvertOptions, all_options: P
     cli.check_unknown(beam_unknown(argv), known_options())
     try:
         requested_encoding(options)
-        check_reachable_by_workers(all_options)
     except errors.ConversionError as error:
         raise UsageError(str(error)) from None
     if options.incremental and options.video_stats:
@@ -263,7 +247,7 @@ def _check_command_line(argv: list[str], options: ConvertOptions, all_options: P
     if lake.missing_library(options.table_format):
         raise UsageError(f"--table_format={options.table_format} needs {lake.missing_library(options.table_format)}, which is not "
                          "installed: pip install 'mixtrain-convert[lake]' (or -e '.[lake]' in a clone)")
-    if options.detach and all_options.view_as(StandardOptions).runner in LOCAL_RUNNERS:
+    if options.detach and all_options.view_as(StandardOptions).runner in preflight.LOCAL_RUNNERS:
         raise UsageError("--detach has no effect on a local runner (the run is this process); it is for --runner=DataflowRunner")
     roots = {}
     for flag, url in (("--input", options.input), ("--output", options.output)):
@@ -275,15 +259,12 @@ def _check_command_line(argv: list[str], options: ConvertOptions, all_options: P
     if options.table_format == "iceberg" and not options.catalog and not storage.is_local(out_fs):
         raise UsageError(f"--output={options.output}: the embedded Iceberg catalog is an SQLite file on the output's disk, which "
                          "an object store is not; pass --catalog (a REST, SQL or Glue catalog the workers reach, docs/lake.md)")
-    if type(in_fs) is type(out_fs) and _inside(in_root, out_root, storage.is_local(in_fs)):
-        raise UsageError(f"--input={options.input} is inside --output={options.output}: publishing the output would replace "
-                         "the input; choose an output folder outside the dataset")
-
-
-def _inside(path: str, folder: str, local: bool) -> bool:
-    if local:
-        path, folder = os.path.realpath(path), os.path.realpath(folder)
-    return path == folder or path.startswith(folder.rstrip("/") + "/")
+    if type(in_fs) is type(out_fs) and not storage.is_local(in_fs):  # local paths: preflight.check
+        for (inner, inner_flag), (outer, outer_flag) in (((in_root, "--input"), (out_root, "--output")),
+                                                         ((out_root, "--output"), (in_root, "--input"))):
+            if inner == outer or inner.startswith(outer.rstrip("/") + "/"):
+                raise UsageError(f"{inner_flag} is inside {outer_flag} ({options.input} and {options.output}): choose an output "
+                                 "folder outside the input dataset")
 
 
 def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = None, run_id: str | None = None,
@@ -298,19 +279,24 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
     started = time.monotonic() if started is None else started
     run_id = run_id or new_run_id()
     try:
-        args, _ = cli.parse(argv)
+        argv = preflight.as_meant(argv)
+        args, rest = cli.parse(argv)
+        preflight.check(args, argv, rest)
         all_options = PipelineOptions(argv)
         options = all_options.view_as(ConvertOptions)
         _check_command_line(argv, options, all_options)
     except UsageError as error:
         _usage(console, error)
         return EXIT_USAGE
+    except preflight.Refusal as error:
+        print(f"error: {error}", file=console, flush=True)
+        return EXIT_FAILED
     launch_only = _launch_only(all_options)
     runner = all_options.view_as(StandardOptions).runner
-    local = runner in LOCAL_RUNNERS
+    local = runner in preflight.LOCAL_RUNNERS
     out_fs, out_root = storage.open_root(options.output)
     staging = staging_root(out_fs, out_root, run_id, options)
-    created = not out_fs.exists(out_root)  # a failed run then removes the folder it made (the output as it was)
+    created = _first_missing(out_fs, out_root)  # a failed run then removes the folders it made (the output as it was)
     try:
         try:
             if not launch_only:
@@ -375,18 +361,38 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
     return EXIT_SKIPPED if skipped else EXIT_OK
 
 
-def _discard(fs, staging: str, out_root: str, created: bool) -> None:
+def _first_missing(fs, out_root: str) -> str | None:
+    """The outermost folder of `out_root`'s path that does not exist yet (the output or a parent
+    that the run will create on the way), None when the output exists."""
+    if fs.exists(out_root):
+        return None
+    missing = out_root
+    if storage.is_local(fs):
+        parent = os.path.dirname(missing)
+        while parent != missing and not os.path.exists(parent):
+            missing, parent = parent, os.path.dirname(parent)
+    return missing
+
+
+def _discard(fs, staging: str, out_root: str, created: str | None) -> None:
     """Best effort after a failure, so the output is left as it was: drop this run's staging, a
-    lake table's `runs/` when no other run's folder is in it, and the output folder when this run
-    created it and nothing else is in it (on object stores, where folders exist only through
-    their objects, any output folder left empty)."""
+    lake table's `runs/` when no other run's folder is in it, and the folders this run created
+    (the output and the parents made for it) when nothing else is in them (on object stores,
+    where folders exist only through their objects, any output folder left empty)."""
     try:
         publish.discard_staging(fs, staging, out_root)
         runs = storage.join(out_root, lake.RUNS_DIR)
         if staging.startswith(runs + "/") and fs.exists(runs) and not fs.ls(runs):
             fs.rm(runs, recursive=True)
-        if (created or not storage.is_local(fs)) and fs.exists(out_root) and not fs.ls(out_root):
-            fs.rm(out_root, recursive=True)
+        if not storage.is_local(fs):
+            if fs.exists(out_root) and not fs.ls(out_root):
+                fs.rm(out_root, recursive=True)
+            return
+        folder = out_root
+        while created is not None and (folder == created or folder.startswith(created.rstrip("/") + "/")):
+            if os.path.isdir(folder) and not os.listdir(folder):
+                os.rmdir(folder)
+            folder = os.path.dirname(folder)
     except OSError:
         pass
 

@@ -22,36 +22,43 @@ import time
 
 STARTED = time.monotonic()  # the summary's seconds count from here, imports included
 
-from pipelines import cli, exit_without_teardown  # noqa: E402 - after the clock starts
+from pipelines import cli, exit_without_teardown, preflight  # noqa: E402 - after the clock starts
 
 __all__ = ["main", "run", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_SKIPPED"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SKIPPED = cli.EXIT_OK, cli.EXIT_FAILED, cli.EXIT_USAGE, cli.EXIT_SKIPPED
 
 
-def _early(argv: list[str]) -> int | None:
-    """Answer --help, --help_beam and a bad command line before any heavy import; None: go on."""
+def _early(argv: list[str]) -> tuple[int | None, list[str]]:
+    """Answer --help, --help_beam and whatever the command line alone refuses (pipelines/preflight.py)
+    before any heavy import: (exit status or None to go on, the command line as meant)."""
     try:
-        args, _ = cli.parse(argv)
+        argv = preflight.as_meant(argv)
+        args, rest = cli.parse(argv)
+        if not (args.help or args.help_beam):
+            preflight.check(args, argv, rest)
     except cli.UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         if error.hint:
             print(error.hint, file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_USAGE, argv
+    except preflight.Refusal as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_FAILED, argv
     if args.help:
         cli.build_parser().print_help(sys.stdout)
-        return EXIT_OK
+        return EXIT_OK, argv
     if args.help_beam:
         from pipelines import conversion
 
         conversion.print_beam_help(sys.stdout)
-        return EXIT_OK
-    return None
+        return EXIT_OK, argv
+    return None, argv
 
 
 def run(argv: list[str]) -> int:
     """Convert as `argv` says, in this process, printing to this process's stdout and stderr."""
-    code = _early(argv)
+    code, argv = _early(argv)
     if code is not None:
         return code
     from pipelines import conversion
@@ -60,8 +67,7 @@ def run(argv: list[str]) -> int:
 
 
 def main() -> None:
-    argv = sys.argv[1:]
-    code = _early(argv)
+    code, argv = _early(sys.argv[1:])
     if code is not None:
         sys.exit(code)
     args, _ = cli.parse(argv)

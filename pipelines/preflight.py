@@ -1,0 +1,153 @@
+"""What the command line alone decides, answered before Beam, pyarrow or fsspec is imported.
+
+A new user's first mistakes (a missing input, an existing output, a laptop path handed to Dataflow,
+a Dataflow run without its project) must be refused in a fraction of a second, not after the two
+to fifteen seconds that importing Beam and building a pipeline take. These checks use `os` and the
+command line only, so they cover local paths; URLs are checked by the conversion itself (the
+same rules, `pipelines.conversion`), which imports the storage libraries.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+
+from pipelines import cli
+from pipelines.beam_flags import BEAM_FLAGS
+from pipelines.cli import UsageError
+
+__all__ = ["LOCAL_RUNNERS", "KNOWN_RUNNERS", "PATH_OPTIONS", "as_meant", "runner_of", "check", "Refusal", "is_local_path",
+           "inside", "output_holds_dataset", "already_published"]
+
+# Runner names that mean "run here": served by Beam's FnApiRunner directly (pipelines.conversion).
+LOCAL_RUNNERS = {None, "DirectRunner", "FnApiRunner", "BundleBasedDirectRunner"}
+# Beam's runner names (StandardOptions.ALL_KNOWN_RUNNERS; a test checks the list), which Beam
+# matches without case and with "Runner" optional: `--runner=direct` is the DirectRunner.
+KNOWN_RUNNERS = ("DataflowRunner", "BundleBasedDirectRunner", "DirectRunner", "SwitchingDirectRunner", "InteractiveRunner",
+                 "FlinkRunner", "FnApiRunner", "KafkaStreamsRunner", "PortableRunner", "PrismRunner", "SparkRunner",
+                 "TestDirectRunner", "TestDataflowRunner")
+# Options whose value is a path of this machine's or a URL: `~` is expanded in them as a shell
+# would have, had the user not written `--name=~/...` (bash expands `~` only at a word's start).
+PATH_OPTIONS = ("input", "output", "log_file")
+# What Dataflow needs to start a job; without them Beam creates a default bucket over the network.
+DATAFLOW_REQUIRED = (("project", ("project",)), ("region", ("region",)),
+                     ("temp_location", ("temp_location", "staging_location")))
+
+
+class Refusal(Exception):
+    """The input or output as they stand cannot be converted (exit 1, not a command-line error)."""
+
+
+def is_local_path(value: str) -> bool:
+    return "://" not in value or value.startswith("file://")
+
+
+def _local(value: str) -> str:
+    return os.path.abspath(value[len("file://"):] if value.startswith("file://") else value)
+
+
+def as_meant(argv: list[str]) -> list[str]:
+    """`argv` as the user meant it: `~` and `~user` expanded at the start of every path option's
+    value (as the shell does for a word, but not after `--name=`), and `--runner` spelt as Beam's
+    runner it names (`Direct`, `dataflow`: what Beam itself accepts), so that every later check
+    sees the runner that will run."""
+    meant = []
+    for position, arg in enumerate(argv):
+        name, equals, value = arg.partition("=")
+        if equals and name.startswith("--") and name[2:] in PATH_OPTIONS and value.startswith("~"):
+            arg = f"{name}={os.path.expanduser(value)}"
+        elif equals and name == "--runner":
+            arg = f"--runner={_runner_name(value)}"
+        elif position and argv[position - 1] == "--runner":
+            arg = _runner_name(arg)
+        meant.append(arg)
+    return meant
+
+
+def _runner_name(value: str) -> str:
+    if "." in value:  # a runner class given by its module path
+        return value
+    names = {name.lower(): name for name in KNOWN_RUNNERS}
+    known = names.get(value.lower()) or names.get(value.lower() + "runner")
+    if known is None:
+        match = difflib.get_close_matches(value, KNOWN_RUNNERS, n=1, cutoff=0.5)
+        raise UsageError(f"unknown runner {value!r} (Beam's runners: {', '.join(KNOWN_RUNNERS)})",
+                         hint=f"did you mean --runner={match[0]}?" if match else None)
+    return known
+
+
+def _option(argv: list[str], name: str) -> str | None:
+    """The value of `--name=value` or `--name value` in `argv` (the last one), None if absent."""
+    value = None
+    for position, arg in enumerate(argv):
+        if arg.startswith(f"--{name}="):
+            value = arg.split("=", 1)[1]
+        elif arg == f"--{name}" and position + 1 < len(argv):
+            value = argv[position + 1]
+    return value
+
+
+def runner_of(argv: list[str]) -> str | None:
+    return _option(argv, "runner")
+
+
+def inside(path: str, folder: str) -> bool:
+    """Whether local `path` is `folder` or lies under it (symlinks resolved)."""
+    path, folder = os.path.realpath(path), os.path.realpath(folder)
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+def output_holds_dataset(root: str) -> str | None:
+    """What kind of published dataset the local folder `root` holds ("Mixtrain", "Lance"), None for none."""
+    if os.path.isfile(os.path.join(root, "mixtrain.json")):
+        return "Mixtrain"
+    versions = os.path.join(root, "_versions")  # as formats.mixtrain.tables.lance.is_dataset, without its imports
+    if os.path.isdir(versions) and any(name.endswith(".manifest") for name in os.listdir(versions)):
+        return "Lance"
+    return None
+
+
+def already_published(root: str, kind: str) -> str:
+    """The one message for an output that holds a dataset and no --overwrite/--incremental."""
+    verb = "replace it" if kind == "Mixtrain" else "publish a new version of it"
+    return (f"{root}: output already holds a {kind} dataset; pass --overwrite to {verb}, "
+            "or --incremental to convert only what changed")
+
+
+def check(args, argv: list[str], rest: list[str]) -> None:
+    """Every check of the command line (`argv` as_meant; `rest`: what our parser left for Beam)
+    against Beam's option names and this machine's disk; raises UsageError (exit 2) for a command
+    line that cannot work, Refusal (exit 1) for an input or output that cannot."""
+    unknown = [arg for arg in rest if arg.startswith("-") and arg.split("=", 1)[0] not in BEAM_FLAGS]
+    if unknown:
+        ours = [option for action in cli.build_parser()._actions for option in action.option_strings]
+        cli.check_unknown(unknown, ours + sorted(BEAM_FLAGS))
+    runner = runner_of(argv)
+    if runner not in LOCAL_RUNNERS:
+        for flag, value in (("--input", args.input), ("--output", args.output)):
+            if is_local_path(value):
+                raise UsageError(f"{flag}={value} is on this machine's disk, which {runner} workers cannot read; use a gs:// "
+                                 "(or other shared storage) URL")
+        if runner == "DataflowRunner":
+            missing = [f"--{name}" for name, spellings in DATAFLOW_REQUIRED if not any(_option(argv, s) for s in spellings)]
+            if missing:
+                raise UsageError(f"DataflowRunner needs {', '.join(missing)}",
+                                 hint="python -m pipelines.convert --input=gs://... --output=gs://... --runner=DataflowRunner "
+                                      "--project=PROJECT --region=REGION --temp_location=gs://BUCKET/tmp (docs/dataflow.md)")
+    if not (is_local_path(args.input) and is_local_path(args.output)):
+        return
+    source, target = _local(args.input), _local(args.output)
+    if not os.path.exists(source):
+        raise Refusal(f"{source}: input not found")
+    if inside(source, target):
+        raise UsageError(f"--input={args.input} is inside --output={args.output}: publishing the output would replace "
+                         "the input; choose an output folder outside the dataset")
+    if inside(target, source):
+        raise UsageError(f"--output={args.output} is inside --input={args.input}: the dataset would be written into the "
+                         "source dataset; choose an output folder outside it")
+    if os.path.exists(target) and not os.path.isdir(target):
+        raise Refusal(f"{target}: output exists and is not a directory")
+    kind = output_holds_dataset(target)
+    if kind is not None and not (args.overwrite or args.incremental) and args.table_format in ("parquet", "lance"):
+        if (kind == "Lance") == (args.table_format == "lance"):
+            raise Refusal(already_published(target, kind))

@@ -1,0 +1,116 @@
+"""What the command line alone decides (pipelines/preflight.py): `~` paths, nested input and output,
+Dataflow's required options, runner names, Beam's option names, and that every such refusal comes
+before Beam or pyarrow is imported."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
+from pipelines import beam_flags, cli, preflight
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory) -> pathlib.Path:
+    src = tmp_path_factory.mktemp("preflight") / "ds"
+    write_dataset(str(src), SyntheticLeRobot(lengths=(4, 5), codec="h264", gop=None, cameras=("observation.images.front",)))
+    return src
+
+
+def _refused(tmp_path: pathlib.Path, *args: str, home: pathlib.Path | None = None) -> tuple[int, list[str], bool]:
+    """(exit status, stderr lines, whether Beam or pyarrow was imported) of `convert.run(args)` in a fresh process."""
+    script = ("import sys\nfrom pipelines import convert\ncode = convert.run(sys.argv[1:])\n"
+              "print(code, 'apache_beam' in sys.modules or 'pyarrow' in sys.modules)")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), **({"HOME": str(home)} if home else {})}
+    done = subprocess.run([sys.executable, "-c", script, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    code, heavy = done.stdout.split()[-2:]
+    return int(code), done.stderr.strip().splitlines(), heavy == "True"
+
+
+@pytest.mark.parametrize("case", ["unknown option", "unknown runner", "missing input", "existing output", "local path on Dataflow",
+                                  "Dataflow without project", "output inside input", "input inside output"])
+def test_refusals_need_no_data_and_no_heavy_import(tmp_path, small, case):
+    out = tmp_path / "out"
+    published = tmp_path / "published"
+    published.mkdir()
+    (published / "mixtrain.json").write_text("{}")
+    args, expected = {
+        "unknown option": ((f"--input={small}", f"--output={out}", "--num_workrs=2"),
+                           (2, ["error: unknown option --num_workrs", "did you mean --num_workers?"])),
+        "unknown runner": ((f"--input={small}", f"--output={out}", "--runner=Dataflw"),
+                           (2, ["error: unknown runner 'Dataflw' (Beam's runners: " + ", ".join(preflight.KNOWN_RUNNERS) + ")",
+                                "did you mean --runner=DataflowRunner?"])),
+        "missing input": ((f"--input={tmp_path / 'nope'}", f"--output={out}"), (1, [f"error: {tmp_path / 'nope'}: input not found"])),
+        "existing output": ((f"--input={small}", f"--output={published}"),
+                            (1, [f"error: {published}: output already holds a Mixtrain dataset; pass --overwrite to replace it, "
+                                 "or --incremental to convert only what changed"])),
+        "local path on Dataflow": ((f"--input={small}", "--output=gs://b/out", "--runner=DataflowRunner"),
+                                   (2, [f"error: --input={small} is on this machine's disk, which DataflowRunner workers cannot read; "
+                                        "use a gs:// (or other shared storage) URL"])),
+        "Dataflow without project": (("--input=gs://b/in", "--output=gs://b/out", "--runner=dataflow", "--region=europe-west1"),
+                                     (2, ["error: DataflowRunner needs --project, --temp_location",
+                                          "python -m pipelines.convert --input=gs://... --output=gs://... --runner=DataflowRunner "
+                                          "--project=PROJECT --region=REGION --temp_location=gs://BUCKET/tmp (docs/dataflow.md)"])),
+        "output inside input": ((f"--input={small}", f"--output={small}/converted"),
+                                (2, [f"error: --output={small}/converted is inside --input={small}: the dataset would be written "
+                                     "into the source dataset; choose an output folder outside it"])),
+        "input inside output": ((f"--input={small}", f"--output={small.parent}"),
+                                (2, [f"error: --input={small} is inside --output={small.parent}: publishing the output would replace "
+                                     "the input; choose an output folder outside the dataset"])),
+    }[case]
+    code, lines, heavy = _refused(tmp_path, *args)
+    assert (code, lines) == expected
+    assert not heavy, "refused after importing Beam or pyarrow"
+    assert not out.exists() and not (small / "converted").exists()
+
+
+def test_tilde_paths_are_expanded_as_a_shell_user_means_them(tmp_path, small):
+    home = tmp_path / "home"
+    (home / "data").mkdir(parents=True)
+    os.symlink(small, home / "data/ds")
+    done = subprocess.run([sys.executable, "-m", "pipelines.convert", "--input=~/data/ds", "--output=~/out", "--progress=off"],
+                          cwd=tmp_path, env={**os.environ, "HOME": str(home), "XDG_CACHE_HOME": str(tmp_path / "cache")},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().endswith(f"-> {home / 'out'}")
+    assert (home / "out/mixtrain.json").is_file() and not (tmp_path / "~").exists()
+
+
+def test_a_failed_run_removes_the_parent_folders_it_created(tmp_path):
+    not_a_dataset = tmp_path / "junk"
+    not_a_dataset.mkdir()
+    (not_a_dataset / "readme.txt").write_text("hello")
+    target = tmp_path / "new" / "parent" / "child"
+    done = subprocess.run([sys.executable, "-m", "pipelines.convert", f"--input={not_a_dataset}", f"--output={target}"], cwd=ROOT,
+                          env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and done.stderr.startswith(f"error: {not_a_dataset}: not a dataset of a known format")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["cache", "junk"]
+
+
+@pytest.mark.parametrize("typed, meant", [("Direct", "DirectRunner"), ("direct", "DirectRunner"), ("dataflow", "DataflowRunner"),
+                                          ("FnApiRunner", "FnApiRunner"), ("my.module.Runner", "my.module.Runner")])
+def test_runner_names_are_read_as_beam_reads_them(typed, meant):
+    assert preflight.as_meant([f"--runner={typed}"]) == [f"--runner={meant}"]
+    assert preflight.as_meant(["--runner", typed]) == ["--runner", meant]
+
+
+def test_only_path_options_are_expanded():
+    home = os.path.expanduser("~")
+    assert preflight.as_meant(["--input=~/a", "--output=~", "--log_file=~/l", "--table_name=~x", "--input"]) == \
+        [f"--input={home}/a", f"--output={home}", f"--log_file={home}/l", "--table_name=~x", "--input"]
+
+
+def test_the_lists_kept_without_beam_match_beam():
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    assert sorted(beam_flags.BEAM_FLAGS) == beam_flags.current(), "rewrite it: python -m pipelines.beam_flags"
+    assert list(preflight.KNOWN_RUNNERS) == [path.rsplit(".", 1)[-1] for path in StandardOptions.ALL_KNOWN_RUNNERS]
+    ours = {option for action in cli.build_parser()._actions for option in action.option_strings}
+    assert not ours & beam_flags.BEAM_FLAGS
