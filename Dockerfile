@@ -19,6 +19,7 @@ COPY BEAM_VERSION MANIFEST.in README.md pyproject.toml setup.py ./
 COPY formats ./formats
 COPY transforms ./transforms
 COPY pipelines ./pipelines
+COPY mixtrain_convert ./mixtrain_convert
 RUN pip install --no-cache-dir ".[lake,lance]" && python -c "import apache_beam, av, pyarrow, formats, pyiceberg, deltalake, lance; print(apache_beam.__version__)"
 
 ENV FLEX_TEMPLATE_PYTHON_PY_FILE=/template/pipelines/convert.py

@@ -19,7 +19,7 @@ setup(
     name="mixtrain-convert",
     version=VERSION,
     description="Apache Beam pipeline converting robot-learning datasets to Mixtrain v1.0",
-    packages=find_packages(include=["formats", "formats.*", "transforms", "transforms.*", "pipelines", "pipelines.*"]),
+    packages=find_packages(include=["formats", "formats.*", "transforms", "transforms.*", "pipelines", "pipelines.*", "mixtrain_convert"]),
     python_requires=">=3.10",
     install_requires=[
         # [gcp]: the DataflowRunner, GCS I/O and job submission for the launcher (the SDK container has them).

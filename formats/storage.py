@@ -30,9 +30,10 @@ def open_root(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     """Return (filesystem, root path without trailing slash) for a URL or local path.
 
     A local path (no `://`) or a file:// URL is taken as it is: fsspec would read `::` in it as a
-    chain of protocols (`a::b` -> "Protocol not known: a")."""
+    chain of protocols (`a::b` -> "Protocol not known: a"); a leading `~` is the home folder, as
+    in a shell (a training script's `open_dataset("~/data/ds")`, `validate "~/ds"`)."""
     if "://" not in url or url.startswith("file://"):
-        path = os.path.abspath(url[len("file://"):] if url.startswith("file://") else url)
+        path = os.path.abspath(os.path.expanduser(url[len("file://"):] if url.startswith("file://") else url))
         return LocalFileSystem(), path.rstrip("/") or "/"
     fs, root = url_to_fs(url)
     return fs, root.rstrip("/") or "/"

@@ -1,3 +1,10 @@
+"""The command lines (convert, validate, inspect, make_sample) and their wiring."""
+
+from mixtrain_convert import _packages
+
+_packages.pin()  # `python -m pipelines.convert` beside a user's transforms.py: our packages, not theirs
+
+
 def exit_without_teardown(code: int):
     """Flush and leave the process without interpreter teardown, where FFmpeg's and Arrow's native
     threads once aborted it after the result was printed ("terminate called without an active

@@ -114,3 +114,47 @@ def test_the_lists_kept_without_beam_match_beam():
     assert list(preflight.KNOWN_RUNNERS) == [path.rsplit(".", 1)[-1] for path in StandardOptions.ALL_KNOWN_RUNNERS]
     ours = {option for action in cli.build_parser()._actions for option in action.option_strings}
     assert not ours & beam_flags.BEAM_FLAGS
+
+
+def test_the_reader_validate_and_inspect_take_tilde_paths(tmp_path, small, monkeypatch):
+    from formats import storage
+    from formats.read.reader import open_dataset
+    from pipelines import convert, inspect, validate
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert convert.run([f"--input={small}", "--output=~/out", "--progress=off"]) == 0
+    assert storage.open_root("~/out")[1] == str(tmp_path / "out")
+    assert len(open_dataset("~/out")) == 2
+    assert validate.main(["~/out"]) == 0 and inspect.main(["~/out"]) == 0
+
+
+def test_a_users_formats_py_and_transforms_py_do_not_break_the_documented_commands(tmp_path, small):
+    """A training repository's own transforms.py / formats.py in the working folder (python puts
+    the working folder first on sys.path): the commands and `from mixtrain_convert import ...` still work."""
+    work = tmp_path / "training_repo"
+    work.mkdir()
+    (work / "transforms.py").write_text("raise SystemExit('the user transforms.py was imported')\n")
+    (work / "formats.py").write_text("USERS = True\n")
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), "PYTHONPATH": ""}
+
+    def run(*command):
+        return subprocess.run([sys.executable, *command], cwd=work, env=env, capture_output=True, text=True, timeout=300)
+
+    converted = run("-m", "pipelines.convert", f"--input={small}", f"--output={work / 'out'}", "--progress=off")
+    assert converted.returncode == 0, converted.stderr
+    assert run("-m", "pipelines.validate", str(work / "out")).returncode == 0
+    read = run("-c", "from mixtrain_convert import open_dataset, torch_windows\n"
+                     "ds = open_dataset('out')\nprint(len(ds), ds.sequence(ds.sequence_ids()[0])['length'])")
+    assert (read.returncode, read.stdout.split()) == (0, ["2", "4"]), read.stderr
+    first = run("-c", "import formats\nimport mixtrain_convert")  # theirs imported first: one clear refusal
+    assert first.returncode == 1 and first.stderr.strip().splitlines()[-1] == (
+        f"ImportError: {work / 'formats.py'} was imported as 'formats' before mixtrain-convert's own 'formats' package "
+        f"({ROOT}); rename that file, or import mixtrain_convert first")
+
+
+def test_the_public_name_converts_in_process(tmp_path, small):
+    import mixtrain_convert
+
+    assert mixtrain_convert.convert([f"--input={small}", f"--output={tmp_path / 'out'}", "--progress=off"]) == 0
+    assert len(mixtrain_convert.open_dataset(str(tmp_path / "out"))) == 2
+    assert mixtrain_convert.__version__ == __import__("formats").__version__
