@@ -39,6 +39,16 @@ def open_root(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     return fs, root.rstrip("/") or "/"
 
 
+def parse_url(url: str) -> tuple[type, str]:
+    """The filesystem class and root `open_root(url)` would give, without opening the filesystem
+    (which, for a cloud store, looks for credentials over the network). Raises ValueError for an
+    unknown protocol, ImportError when its package is missing."""
+    if "://" not in url or url.startswith("file://"):
+        return LocalFileSystem, open_root(url)[1]
+    cls = fsspec.get_filesystem_class(fsspec.core.split_protocol(url)[0])
+    return cls, cls._strip_protocol(url).rstrip("/") or "/"
+
+
 def join(root: str, *parts: str) -> str:
     return posixpath.join(root, *parts)
 
@@ -117,8 +127,41 @@ def _allowed_roots(root: str) -> tuple[str, ...]:
     return tuple(allowed)
 
 
-def is_local(fs: fsspec.AbstractFileSystem) -> bool:
-    """Whether `fs` is this machine's disk (renames, symlinks and OS paths are available)."""
+REACH_SECONDS = 5.0  # a store that has not answered by then is unreachable (offline, gcsfs looks for credentials and retries for ~50 s)
+
+
+def open_reachable(url: str) -> tuple[fsspec.AbstractFileSystem, str, bool]:
+    """`open_root(url)` and whether its root exists, but a store that cannot be reached (no
+    network, a name that does not resolve, credentials missing or refused) is one FormatError
+    naming the URL and what to do within REACH_SECONDS, instead of the client's credential
+    probing and retries (a minute offline) and their traceback."""
+    if "://" not in url or url.startswith(("file://", "memory://")):
+        fs, root = open_root(url)
+        return fs, root, fs.exists(root)
+    import concurrent.futures
+
+    def attempt() -> tuple[fsspec.AbstractFileSystem, str, bool]:
+        fs, root = open_root(url)
+        return fs, root, fs.exists(root)
+
+    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="reach")
+    try:
+        return pool.submit(attempt).result(timeout=REACH_SECONDS)
+    except concurrent.futures.TimeoutError:
+        raise FormatError(f"{url}: the store did not answer in {REACH_SECONDS:g} s; check the network (a proxy or a "
+                          "firewall) and the credentials (gcloud auth application-default login), then retry") from None
+    except (ValueError, ImportError):
+        raise  # an unknown protocol or a missing package: the caller's usage error
+    except Exception as error:  # noqa: BLE001 - every other client failure here is the environment, not the data
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise FormatError(f"{url}: cannot reach the store ({reason}); check the network, the URL and the credentials' "
+                          "access to it") from None
+    finally:
+        pool.shutdown(wait=False)
+
+
+def is_local(fs: fsspec.AbstractFileSystem | type) -> bool:
+    """Whether `fs` (or a filesystem class) is this machine's disk (renames, symlinks and OS paths are available)."""
     protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
     return bool({"file", "local"} & set(protocols))
 

@@ -252,14 +252,14 @@ def _check_command_line(argv: list[str], options: ConvertOptions, all_options: P
     roots = {}
     for flag, url in (("--input", options.input), ("--output", options.output)):
         try:
-            roots[flag] = storage.open_root(url)
+            roots[flag] = storage.parse_url(url)  # not opened yet: run() reaches the stores, with a deadline
         except (ValueError, ImportError) as error:  # an unknown protocol, or one whose package is missing
             raise UsageError(f"{flag}={url}: {error}") from None
     (in_fs, in_root), (out_fs, out_root) = roots["--input"], roots["--output"]
     if options.table_format == "iceberg" and not options.catalog and not storage.is_local(out_fs):
         raise UsageError(f"--output={options.output}: the embedded Iceberg catalog is an SQLite file on the output's disk, which "
                          "an object store is not; pass --catalog (a REST, SQL or Glue catalog the workers reach, docs/lake.md)")
-    if type(in_fs) is type(out_fs) and not storage.is_local(in_fs):  # local paths: preflight.check
+    if in_fs is out_fs and not storage.is_local(in_fs):  # local paths: preflight.check
         for (inner, inner_flag), (outer, outer_flag) in (((in_root, "--input"), (out_root, "--output")),
                                                          ((out_root, "--output"), (in_root, "--input"))):
             if inner == outer or inner.startswith(outer.rstrip("/") + "/"):
@@ -294,9 +294,16 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
     launch_only = _launch_only(all_options)
     runner = all_options.view_as(StandardOptions).runner
     local = runner in preflight.LOCAL_RUNNERS
-    out_fs, out_root = storage.open_root(options.output)
+    try:  # the stores first: an unreachable one (no network, no credentials) is one line, at once
+        in_fs, in_root, found = storage.open_reachable(options.input)
+        if not found:
+            raise errors.FormatError(f"{storage.url_for(in_fs, in_root)}: input not found")
+        out_fs, out_root, exists = storage.open_reachable(options.output)
+        created = None if exists else _first_missing(out_fs, out_root)  # a failed run removes the folders it made
+    except errors.ConversionError as error:
+        print(f"error: {error}", file=console, flush=True)
+        return EXIT_FAILED
     staging = staging_root(out_fs, out_root, run_id, options)
-    created = _first_missing(out_fs, out_root)  # a failed run then removes the folders it made (the output as it was)
     try:
         try:
             if not launch_only:
@@ -362,10 +369,8 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
 
 
 def _first_missing(fs, out_root: str) -> str | None:
-    """The outermost folder of `out_root`'s path that does not exist yet (the output or a parent
-    that the run will create on the way), None when the output exists."""
-    if fs.exists(out_root):
-        return None
+    """The outermost folder of the missing `out_root`'s path that does not exist yet (the output or
+    a parent that the run will create on the way)."""
     missing = out_root
     if storage.is_local(fs):
         parent = os.path.dirname(missing)

@@ -158,3 +158,59 @@ def test_the_public_name_converts_in_process(tmp_path, small):
     assert mixtrain_convert.convert([f"--input={small}", f"--output={tmp_path / 'out'}", "--progress=off"]) == 0
     assert len(mixtrain_convert.open_dataset(str(tmp_path / "out"))) == 2
     assert mixtrain_convert.__version__ == __import__("formats").__version__
+
+
+class _Unreachable:
+    """fsspec filesystems standing for a store that hangs, or refuses the connection."""
+
+    @staticmethod
+    def register(monkeypatch):
+        import time
+
+        import fsspec
+        from fsspec.implementations.memory import MemoryFileSystem
+
+        class Hangs(MemoryFileSystem):
+            protocol = "hangs"
+
+            def exists(self, path, **kwargs):
+                time.sleep(3)
+                return True
+
+        class Refuses(MemoryFileSystem):
+            protocol = "refuses"
+
+            def __init__(self, *args, **kwargs):
+                raise ConnectionError("Cannot connect to host store.example:443 [Name or service not known]")
+
+        fsspec.register_implementation("hangs", Hangs, clobber=True)
+        fsspec.register_implementation("refuses", Refuses, clobber=True)
+
+
+def test_an_unreachable_store_is_one_line_within_the_deadline(monkeypatch):
+    from formats import storage
+    from formats.errors import FormatError
+
+    _Unreachable.register(monkeypatch)
+    monkeypatch.setattr(storage, "REACH_SECONDS", 0.5)
+    with pytest.raises(FormatError) as hung:
+        storage.open_reachable("hangs://bucket/data")
+    assert str(hung.value) == ("hangs://bucket/data: the store did not answer in 0.5 s; check the network (a proxy or a firewall) "
+                               "and the credentials (gcloud auth application-default login), then retry")
+    with pytest.raises(FormatError) as refused:
+        storage.open_reachable("refuses://bucket/data")
+    assert str(refused.value) == ("refuses://bucket/data: cannot reach the store (Cannot connect to host store.example:443 [Name or "
+                                  "service not known]); check the network, the URL and the credentials' access to it")
+
+
+def test_the_dataflow_dry_run_of_the_docs_offline_is_one_line(tmp_path):
+    """docs/dataflow.md's command with placeholders, offline: one `error:` line naming the URL, not
+    an internal error after a minute of retries."""
+    env = {key: value for key, value in os.environ.items() if key != "STORAGE_EMULATOR_HOST"}
+    done = subprocess.run([sys.executable, "-m", "pipelines.convert", "--input=gs://BUCKET/datasets/so100",
+                           "--output=gs://BUCKET/mixtrain/so100", "--runner=DataflowRunner", "--project=PROJECT", "--region=REGION",
+                           "--temp_location=gs://BUCKET/dataflow/tmp", "--setup_file=./setup.py", "--dry_run=True"],
+                          cwd=ROOT, env={**env, "XDG_CACHE_HOME": str(tmp_path / "cache")}, capture_output=True, text=True, timeout=60)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: gs://BUCKET/datasets/so100: ") and "internal error" not in lines[0]
