@@ -22,6 +22,7 @@ import time
 
 STARTED = time.monotonic()  # the summary's seconds count from here, imports included
 
+from formats.text import for_terminal  # noqa: E402
 from pipelines import cli, exit_without_teardown  # noqa: E402 - after the clock starts
 
 __all__ = ["main", "run", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_SKIPPED"]
@@ -34,7 +35,7 @@ def _early(argv: list[str]) -> int | None:
     try:
         args, _ = cli.parse(argv)
     except cli.UsageError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {for_terminal(error)}", file=sys.stderr)
         if error.hint:
             print(error.hint, file=sys.stderr)
         return EXIT_USAGE
@@ -74,7 +75,7 @@ def main() -> None:
     try:
         session.__enter__()
     except LogError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {for_terminal(error)}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     with contextlib.closing(session):
         try:
@@ -84,7 +85,7 @@ def main() -> None:
                                   log_path=str(session.log_path) if session.log_path else None, zygote=zygote)
         except Exception as error:  # noqa: BLE001 - a fault of ours: one line here, the traceback in the log
             logging.getLogger("mixtrain-convert").error("internal error", exc_info=error)
-            print(f"error: internal error: {type(error).__name__}: {error}", file=session.console)
+            print(f"error: internal error: {type(error).__name__}: {for_terminal(error)}", file=session.console)
             if session.log_path:
                 print(f"(the traceback is in {session.log_path})", file=session.console)
             code = EXIT_FAILED

@@ -33,6 +33,7 @@ from formats.mixtrain import array_layout
 from formats.mixtrain.tables import TableSettings, lake, lance
 from formats.read import reader
 from formats.sequence import ImageFrames
+from formats.text import for_terminal
 from formats.video import verify
 from pipelines import exit_without_teardown
 
@@ -398,13 +399,13 @@ def main(argv: list[str] | None = None) -> int:
         deep_findings, summary = deep_check(args.dataset, args.source, args.min_psnr)
         findings += deep_findings
         for line in summary:
-            print(line)
+            print(for_terminal(line))
         if summary == [NO_VIDEO]:
             verdict = " (deep: no video columns to compare)"
         elif not any("not reachable" in line for line in summary):
             verdict = " (deep: videos match the source)"
     for finding in findings:
-        print(finding)
+        print(for_terminal(finding))
     if findings:
         print(f"{len(findings)} finding(s): {args.dataset} is not a valid Mixtrain dataset", file=sys.stderr)
         return 1

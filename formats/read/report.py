@@ -21,6 +21,7 @@ import numpy as np
 from formats import storage, video
 from formats.errors import FormatError
 from formats.read.reader import STEPS, TIMESTAMPS, TRAJECTORY, Dataset
+from formats.text import for_terminal
 
 __all__ = ["summarize", "render_text", "render_html", "sample_ids", "thumbnail_jpeg"]
 
@@ -145,7 +146,7 @@ def _length_bars(summary: dict, width: int = 40) -> list[str]:
 
 
 def render_text(summary: dict) -> str:
-    """The terminal summary: one fact per line, columns aligned."""
+    """The terminal summary: one fact per line, columns aligned, control characters escaped."""
     lines = [f"dataset     {summary['url']} (Mixtrain {summary['format']})",
              f"sequences   {summary['sequences']}",
              f"timesteps   {summary['timesteps']}",
@@ -199,7 +200,7 @@ def render_text(summary: dict) -> str:
     lines.append(f"skipped     {count}" if count else "skipped     none")
     for error in skipped:
         lines.append(f"  {error.get('sequence_id', '?')}: {error.get('error') or error.get('message') or error}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(for_terminal(line) for line in lines) + "\n"  # names, units, errors... are the data's: no control reaches the terminal
 
 
 def _units(units: Any) -> str:

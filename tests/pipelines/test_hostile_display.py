@@ -9,7 +9,12 @@ from __future__ import annotations
 import html
 import html.parser
 import json
+import os
+import pathlib
+import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -17,12 +22,16 @@ from formats.sources.lerobot_v3.sample import SyntheticLeRobot
 from formats.sources.lerobot_v3.sample import write_dataset as write_lerobot
 from formats.sources.ortf.sample import SyntheticORTF
 from formats.sources.ortf.sample import write_dataset as write_ortf
+from formats.sources.rlds.sample import SyntheticRLDS
+from formats.sources.rlds.sample import write_dataset as write_rlds
+from formats.text import for_terminal
 from pipelines import convert, inspect
 
 # Markup a value might carry: a script element, an event handler attribute breaking out of a
 # quoted attribute, and an SVG one (the report draws inline SVG).
 PAYLOADS = ("<script>alert(1)</script>", '"><img src=x onerror=alert(2)>', "'><svg onload=alert(3)>")
 # The keys the reader itself checks and refuses with one line (tested below): the rest is shown.
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 READER_CHECKED = {("mixtrain",), ("num_sequences",), ("num_timesteps",), ("num_shards",), ("shards",)}
 
 
@@ -189,3 +198,121 @@ def test_a_checked_sidecar_key_holding_markup_is_one_error_line(ortf_dataset, tm
     assert inspect.main([str(copy), f"--html={tmp_path / 'r.html'}"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("error: ") and not (tmp_path / "r.html").exists()
+
+
+# --- terminal ------------------------------------------------------------------------------------
+
+# Terminal controls a name might carry: clear the screen, ring the bell, a C1 CSI (red text), set
+# the window title (OSC ... BEL), a carriage return that overwrites the line, a bidi override.
+CONTROLS = ("cam\x1b[2J", "bell\x07", "csi\x9b31m", "title\x1b]0;owned\x07", "over\rwrite", "rtl\u202etxt")
+SHOWN = ("cam\\x1b[2J", "bell\\x07", "csi\\x9b31m", "title\\x1b]0;owned\\x07", "over\\x0dwrite", "rtl\\u202etxt")
+_RAW = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # every control but the newline ending a line
+
+
+def _assert_no_raw_controls(*streams: bytes) -> str:
+    """No control byte (C0 but newline, DEL, C1 as UTF-8) in what reached the terminal; its text."""
+    text = ""
+    for data in streams:
+        assert not any(code in data for code in (b"\x1b", b"\x07", b"\r", b"\x00", b"\xc2\x9b", b"\xe2\x80\xae")), data[-2000:]
+        decoded = data.decode("utf-8")
+        assert _RAW.search(decoded) is None, decoded[-2000:]
+        text += decoded
+    return text
+
+
+def _cli(module: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", f"pipelines.{module}", *map(str, args)], capture_output=True, timeout=300,
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def _control_sidecar(dst) -> None:
+    """Every string value of the sidecar the reader does not check, a control payload in turn."""
+    sidecar = json.loads((dst / "mixtrain.json").read_text())
+    strings = [path for path, value in _leaves(sidecar) if isinstance(value, str) and path[:1] not in {p[:1] for p in READER_CHECKED}
+               and path != ("stats",) and not (path[0] == "column_types" and path[-1] == "type")]
+    for number, path in enumerate(strings):
+        _set(sidecar, path, CONTROLS[number % len(CONTROLS)])
+    (dst / "mixtrain.json").write_text(json.dumps(sidecar))
+    (dst / "_errors.jsonl").write_text("".join(json.dumps({"sequence_id": c, "error": c, "stage": "load"}) + "\n" for c in CONTROLS))
+
+
+@pytest.fixture(scope="module")
+def control_dataset(tmp_path_factory):
+    """A LeRobot conversion whose feature names and tasks hold terminal controls (`converted`),
+    and a copy whose sidecar and _errors.jsonl hold them too (returned)."""
+    base = tmp_path_factory.mktemp("controls")
+    src = base / "src"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(4, 3), state_dim=len(CONTROLS), codec="h264", tasks=CONTROLS[:2]))
+    info = json.loads((src / "meta/info.json").read_text())
+    info["features"]["observation.state"]["names"] = list(CONTROLS)
+    (src / "meta/info.json").write_text(json.dumps(info))
+    assert convert.run([f"--input={src}", f"--output={base / 'converted'}", "--progress=off"]) == 0
+    shutil.copytree(base / "converted", base / "dst")
+    _control_sidecar(base / "dst")
+    return base / "dst"
+
+
+def test_inspect_prints_no_control_character_of_the_data(control_dataset, tmp_path):
+    done = _cli("inspect", control_dataset, f"--html={tmp_path / 'report.html'}")
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = _assert_no_raw_controls(done.stdout, done.stderr)
+    for shown in SHOWN:
+        assert shown in out, shown
+    assert any(line.startswith("  obs_state ") and line.endswith(f"dim 6    [{', '.join(SHOWN[3:] + SHOWN[:3])}]") for line in out.splitlines())
+
+
+def test_validate_prints_no_control_character_of_the_data(control_dataset, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(control_dataset.parent / "converted", copy)  # the conversion, its sidecar as written
+    sidecar = json.loads((copy / "mixtrain.json").read_text())
+    sidecar["column_types"]["video_front"].update(pix_fmt=CONTROLS[0], codec=CONTROLS[3])
+    (copy / "mixtrain.json").write_text(json.dumps(sidecar))
+    done = _cli("validate", copy)
+    assert done.returncode == 1
+    out = _assert_no_raw_controls(done.stdout, done.stderr)
+    assert [line.split(": ", 2)[-1] for line in out.splitlines()[:2]] == [f"codec h264, column_types says {SHOWN[3]}"] * 2
+
+
+def _rlds_template(src):
+    path = src / "dataset_info.json"
+    info = json.loads(path.read_text())
+    info["splits"][0]["filepathTemplate"] = "x\x1b[2J\x07\x9b31m-{SHARD_X_OF_Y}"
+    path.write_text(json.dumps(info))
+
+
+def _ortf_video(src):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(src / "meta/episodes.parquet")
+    rows = table.column("video_files").to_pylist()
+    rows[0] = {**rows[0], "cam_wrist": "videos/cam\x1b]0;owned\x07\x9b2J.mp4"}
+    pq.write_table(table.set_column(table.schema.get_field_index("video_files"), "video_files", pa.array(rows)), src / "meta/episodes.parquet")
+
+
+CONVERT_CASES = {
+    "rlds_shard_name": (lambda p: write_rlds(str(p), SyntheticRLDS(splits={"train": (3,)}, shards={"train": 1})), _rlds_template,
+                        "x\\x1b[2J\\x07\\x9b31m-00000-of-00001: shard 0 of split 'train' not found"),
+    "ortf_video_path": (lambda p: write_ortf(str(p), SyntheticORTF(lengths=(4, 3), cameras=("cam_wrist",), slow_camera=None,
+                                                                   depth_format=None, audio=False, annotations=False, urdf=False)),
+                        _ortf_video, "videos/cam\\x1b]0;owned\\x07\\x9b2J.mp4"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONVERT_CASES))
+def test_convert_prints_no_control_character_of_the_data(tmp_path, case):
+    write, corrupt, shown = CONVERT_CASES[case]
+    write(tmp_path / "src")
+    corrupt(tmp_path / "src")
+    done = _cli("convert", f"--input={tmp_path / 'src'}", f"--output={tmp_path / 'out'}", "--progress=off",
+                "--fps=10" if case.startswith("rlds") else "--on_error=fail")
+    assert done.returncode == 1
+    err = _assert_no_raw_controls(done.stdout, done.stderr)
+    lines = [line for line in err.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1 and shown in lines[0], err
+
+
+@pytest.mark.parametrize("text, shown", [("\x1b[2J\x07", "\\x1b[2J\\x07"), ("a\nb\tc\r", "a\\x0ab\\x09c\\x0d"), ("\x9b\x85\x7f", "\\x9b\\x85\\x7f"),
+                                         ("\u202eabc\u2066", "\\u202eabc\\u2066"), ("élan 日本 ✓", "élan 日本 ✓")])
+def test_for_terminal_escapes_controls_and_keeps_text(text, shown):
+    assert for_terminal(text) == shown
