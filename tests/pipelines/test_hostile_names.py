@@ -248,3 +248,52 @@ def test_the_plan_check_names_the_source_for_a_column():
     columns = [ColumnSpec("video_../x", VIDEO, pa.string())]
     with pytest.raises(FormatError, match=r"^src: column 'video_../x' cannot name an output file: it holds a path separator$"):
         mixtrain.check_output_names(columns, [], "src")
+
+
+# --- read side: a row's file path leading out of the dataset --------------------------------------
+
+@pytest.fixture(scope="module")
+def converted(originals, tmp_path_factory):
+    """An ORTF conversion with a camera and audio files."""
+    base = tmp_path_factory.mktemp("converted")
+    write_ortf(str(base / "src"), SyntheticORTF(lengths=(4, 3), cameras=("cam_wrist",), slow_camera=None, depth_format=None,
+                                                audio=True, annotations=False, urdf=False))
+    assert _run(base / "src", base / "dst") == convert.EXIT_OK
+    return base / "dst"
+
+
+def _cells(dst, column, value):
+    """Row 0's cell of `column` in the (one) shard replaced by `value`."""
+    shard = dst / "data/part-00000.parquet"
+    table = pq.read_table(shard)
+    cells = table.column(column).to_pylist()
+    cells[0] = value
+    pq.write_table(table.set_column(table.schema.get_field_index(column), column, pa.array(cells, table.schema.field(column).type)), shard)
+    return table.column("sequence_id")[0].as_py()
+
+
+@pytest.mark.parametrize("column, escape, reason", [
+    ("video_cam_wrist", "../outside.mp4", "escapes the dataset root"),
+    ("video_cam_wrist", "/OUTSIDE/outside.mp4", "is absolute; paths in metadata must be inside the dataset"),
+    ("audio", "../outside.wav", "escapes the dataset root"),
+], ids=["video-traversal", "video-absolute", "audio-traversal"])
+def test_validate_and_the_reader_never_open_a_file_outside_the_dataset(converted, tmp_path, capsys, column, escape, reason):
+    """A row naming a file beside the dataset (there, and valid: before, validate probed it and
+    said valid) is a finding of validate, an error of the reader, and no thumbnail of inspect."""
+    from formats.read import reader
+    from pipelines import inspect, validate
+
+    dst = tmp_path / "dst"
+    shutil.copytree(converted, dst)
+    original = (dst / pq.read_table(dst / "data").column(column)[0].as_py())
+    shutil.copy(original, tmp_path / escape.rsplit("/", 1)[-1])
+    escape = escape.replace("/OUTSIDE", str(tmp_path))
+    sequence_id = _cells(dst, column, escape)
+    assert validate.main([str(dst)]) == 1
+    out = capsys.readouterr().out.splitlines()
+    assert f"{dst / 'data/part-00000.parquet'}: {sequence_id}: {column} file {escape!r} {reason}" in out, out
+    if column.startswith("video_"):
+        with pytest.raises(FormatError, match=re.escape(f"video file {escape!r} {reason}")):
+            reader.open_dataset(str(dst)).frames(sequence_id, column, 0, 1)
+        assert inspect.main([str(dst), f"--html={tmp_path / 'report.html'}"]) == 0
+        assert f"video file {escape!r} {reason}".replace("'", "&#x27;") in (tmp_path / "report.html").read_text()
