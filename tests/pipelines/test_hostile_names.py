@@ -297,3 +297,24 @@ def test_validate_and_the_reader_never_open_a_file_outside_the_dataset(converted
             reader.open_dataset(str(dst)).frames(sequence_id, column, 0, 1)
         assert inspect.main([str(dst), f"--html={tmp_path / 'report.html'}"]) == 0
         assert f"video file {escape!r} {reason}".replace("'", "&#x27;") in (tmp_path / "report.html").read_text()
+
+
+def test_iceberg_partition_values_become_bounded_file_names_inside_the_table(tmp_path):
+    """--partition_by puts a value of the data (a task) in a shard's file name: percent-encoded
+    (no '/', '..' or control survives), and a long one cut with a digest (an 80-character CJK
+    instruction made a name too long to create: the conversion failed)."""
+    pytest.importorskip("pyiceberg")
+    from formats.mixtrain.tables import TableSettings, lake
+
+    tasks = ("日本" * 40, "../../x\x1b[2J/" * 3, "Pick up the cube.")
+    src = tmp_path / "work/src"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(3, 2, 4), cameras=(), tasks=tasks))
+    before = {p[len("work/"):] for p in _tree(tmp_path) if p.startswith("work/")}
+    assert convert.run([f"--input={src}", f"--output={tmp_path / 'work/out'}", "--progress=off", "--table_format=iceberg",
+                        "--partition_by=task"]) == convert.EXIT_OK
+    assert _outside(tmp_path / "work", before) == set()
+    names = [path.rsplit("/", 1)[-1] for path in _tree(tmp_path / "work/out") if path.endswith(".parquet") and "/data/" in path]
+    assert len(names) == 3 and all(len(name.encode()) <= 200 and name.isascii() for name in names), names
+    assert "part-00000.task=Pick%20up%20the%20cube..parquet" in names  # a short value: named as before
+    rows = lake.read_rows(f"file://{tmp_path / 'work/out'}", TableSettings(format="iceberg")).sort_by("sequence_id")
+    assert rows.column("task").to_pylist() == list(tasks)
