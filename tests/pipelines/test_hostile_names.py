@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -318,3 +319,23 @@ def test_iceberg_partition_values_become_bounded_file_names_inside_the_table(tmp
     assert "part-00000.task=Pick%20up%20the%20cube..parquet" in names  # a short value: named as before
     rows = lake.read_rows(f"file://{tmp_path / 'work/out'}", TableSettings(format="iceberg")).sort_by("sequence_id")
     assert rows.column("task").to_pylist() == list(tasks)
+
+
+def test_two_files_of_a_row_with_one_name_are_refused_before_any_copy(tmp_path):
+    """files/<column>/<id>/<name>: two source files of one row sharing a name would be one output
+    file, the last copied winning (no built-in source lists such a row: a guard for any)."""
+    from formats.sequence import FileRef, Sequence
+    from transforms.video import _WriteVideosFn
+
+    for folder in ("a", "b"):
+        (tmp_path / "src" / folder).mkdir(parents=True)
+        (tmp_path / "src" / folder / "x.png").write_bytes(folder.encode())
+    (tmp_path / "staging").mkdir()
+    write = _WriteVideosFn(str(tmp_path / "src"), str(tmp_path / "staging"), 10.0, {}, {}, False)
+    write.setup()
+    sequence = Sequence("ep", 1, np.zeros(1), files={"annotation_files": [FileRef("a/x.png"), FileRef("b/x.png")]})
+    with pytest.raises(FormatError, match=r"^ep: annotation_files files 'a/x.png' and 'b/x.png' would both be written as 'x.png'$"):
+        list(write.process(sequence))
+    assert _tree(tmp_path / "staging") == set()
+    named = Sequence("ep", 1, np.zeros(1), files={"annotation_files": [FileRef("a/x.png"), FileRef("b/x.png", name="y.png")]})
+    assert [s.files for s in write.process(named)] == [{"annotation_files": ["files/annotation_files/ep/x.png", "files/annotation_files/ep/y.png"]}]
