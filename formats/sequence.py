@@ -37,6 +37,8 @@ __all__ = [
     "column_name",
     "check_unique_columns",
     "safe_sequence_id",
+    "path_component",
+    "quoted",
     "rebased_timestamps",
     "episode_field_columns",
     "episode_field_values",
@@ -203,14 +205,15 @@ def column_name(source_key: str, *, camera: bool = False) -> str:
     return _snake(key)
 
 
-def check_unique_columns(columns: list[ColumnSpec]) -> None:
-    """Raise ColumnNameError naming both sources when two columns share a name."""
+def check_unique_columns(columns: list[ColumnSpec], where: str | None = None) -> None:
+    """Raise ColumnNameError naming both sources (and `where`, the metadata file that declares
+    them) when two columns share a name: they would share one cell, and files/<column>/ folder."""
     seen: dict[str, str] = {}
     for spec in columns:
         origin = spec.meta.get("source", spec.name)
         if spec.name in seen:
             raise ColumnNameError(
-                f"source features {seen[spec.name]!r} and {origin!r} both map to column "
+                f"{where + ': ' if where else ''}source features {seen[spec.name]!r} and {origin!r} both map to column "
                 f"{spec.name!r}; rename one in the source"
             )
         seen[spec.name] = origin
@@ -222,6 +225,43 @@ _ID_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 def safe_sequence_id(raw: str) -> str:
     """Replace characters outside [A-Za-z0-9._-] with `_` (ids become file names)."""
     return _ID_UNSAFE.sub("_", raw)
+
+
+# A name from the data that becomes one output path component (files/<column>/<sequence_id>.mp4)
+# may hold none of these: separators, NUL, C0/C1 control characters and DEL.
+_COMPONENT_UNSAFE = re.compile(r"[/\\\x00-\x1f\x7f-\x9f]")
+# Longest such name in UTF-8 bytes: file systems allow 255 a component, and an extension or a
+# temporary suffix is added to it.
+MAX_COMPONENT_BYTES = 200
+
+
+def path_component(name: str, what: str) -> str:
+    """`name` unchanged when it can be one component of an output path, else a FormatError saying
+    why: a split, camera, feature or episode id read from the data must never make a file land
+    outside its folder (`../`), in another (`a/b`), or two names share one path.
+
+    Refused: a non-string or empty name, `.` and `..`, `/` and `\\`, NUL and other control
+    characters, more than MAX_COMPONENT_BYTES bytes of UTF-8. Callers add the file and the key."""
+    if not isinstance(name, str):
+        reason = f"is a {type(name).__name__}, not a string"
+    elif not name:
+        reason = "is empty"
+    elif name in (".", ".."):
+        reason = "is a relative folder name"
+    elif (bad := _COMPONENT_UNSAFE.search(name)) is not None:
+        reason = "holds a path separator" if bad.group() in "/\\" else f"holds the control character {bad.group()!r}"
+    elif len(name) * 4 > MAX_COMPONENT_BYTES and len(name.encode("utf-8", "surrogatepass")) > MAX_COMPONENT_BYTES:
+        reason = f"is longer than {MAX_COMPONENT_BYTES} bytes"
+    else:
+        return name
+    raise FormatError(f"{what} {quoted(name)} cannot name an output file: it {reason}")
+
+
+def quoted(value: object, limit: int = 60) -> str:
+    """repr() of a value from the data for a message: control characters escaped, and a long one cut."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]!r}... ({len(value)} characters)"
+    return repr(value)
 
 
 # How far the median step may stray from 1 / fps before the declared rate counts as contradicted.

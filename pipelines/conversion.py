@@ -30,6 +30,7 @@ from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptio
 from formats import errors, mixtrain, sources, storage
 from formats.mixtrain import publish, tables
 from formats.mixtrain.tables import lake, lance
+from formats.text import for_terminal
 from pipelines import cli, failures, local_workers, preflight
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
 from pipelines.plan import ConversionPlan, blame, make_plan, requested_encoding, without_cycle_collection
@@ -289,7 +290,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         _usage(console, error)
         return EXIT_USAGE
     except preflight.Refusal as error:
-        print(f"error: {error}", file=console, flush=True)
+        print(f"error: {for_terminal(error)}", file=console, flush=True)
         return EXIT_FAILED
     launch_only = _launch_only(all_options)
     runner = all_options.view_as(StandardOptions).runner
@@ -301,7 +302,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         out_fs, out_root, exists = storage.open_reachable(options.output)
         created = None if exists else _first_missing(out_fs, out_root)  # a failed run removes the folders it made
     except errors.ConversionError as error:
-        print(f"error: {error}", file=console, flush=True)
+        print(f"error: {for_terminal(error)}", file=console, flush=True)
         return EXIT_FAILED
     staging = staging_root(out_fs, out_root, run_id, options)
     try:
@@ -343,7 +344,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         _usage(console, error)
         return EXIT_USAGE
     except Interrupted as interrupt:
-        print(f"error: interrupted ({interrupt}): the output was left as it was", file=console, flush=True)
+        print(f"error: interrupted ({for_terminal(interrupt)}): the output was left as it was", file=console, flush=True)
         return interrupt.exit_code
     except Exception as error:  # noqa: BLE001 - every failure becomes one line and a clean output
         message = failures.output_message(error, options.output) or failures.user_message(error)
@@ -351,7 +352,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
             first = (str(error).strip().splitlines() or [""])[0]
             message = f"{options.output}: conversion failed: {type(error).__name__}: {first}"
         _LOG.error("conversion failed: %s", message, exc_info=error)  # the traceback, for whoever reads the log
-        print(f"error: {message}", file=console, flush=True)
+        print(f"error: {for_terminal(message)}", file=console, flush=True)
         if log_path:
             print(f"(Beam's and the workers' log of this run: {log_path})", file=console, flush=True)
         return EXIT_FAILED
@@ -364,7 +365,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         summary, skipped = _lake_summary(out_fs, out_root, options, run_id, time.monotonic() - started)
     else:
         summary, skipped = _summary(out_fs, out_root, options.output, time.monotonic() - started)
-    print(summary, file=out, flush=True)
+    print(for_terminal(summary), file=out, flush=True)
     return EXIT_SKIPPED if skipped else EXIT_OK
 
 
@@ -445,7 +446,7 @@ def new_run_id() -> str:
 
 
 def _usage(console: TextIO, error: UsageError) -> None:
-    print(f"error: {error}", file=console, flush=True)
+    print(f"error: {for_terminal(error)}", file=console, flush=True)
     if error.hint:
         print(error.hint, file=console, flush=True)
 

@@ -22,6 +22,7 @@ import time
 
 STARTED = time.monotonic()  # the summary's seconds count from here, imports included
 
+from formats.text import for_terminal  # noqa: E402
 from pipelines import cli, exit_without_teardown, preflight  # noqa: E402 - after the clock starts
 
 __all__ = ["main", "run", "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_SKIPPED"]
@@ -38,12 +39,12 @@ def _early(argv: list[str]) -> tuple[int | None, list[str]]:
         if not (args.help or args.help_beam):
             preflight.check(args, argv, rest)
     except cli.UsageError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {for_terminal(error)}", file=sys.stderr)
         if error.hint:
             print(error.hint, file=sys.stderr)
         return EXIT_USAGE, argv
     except preflight.Refusal as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {for_terminal(error)}", file=sys.stderr)
         return EXIT_FAILED, argv
     if args.help:
         cli.build_parser().print_help(sys.stdout)
@@ -80,7 +81,7 @@ def main() -> None:
     try:
         session.__enter__()
     except LogError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {for_terminal(error)}", file=sys.stderr)
         sys.exit(EXIT_USAGE)
     with contextlib.closing(session):
         try:
@@ -90,7 +91,7 @@ def main() -> None:
                                   log_path=str(session.log_path) if session.log_path else None, zygote=zygote)
         except Exception as error:  # noqa: BLE001 - a fault of ours: one line here, the traceback in the log
             logging.getLogger("mixtrain-convert").error("internal error", exc_info=error)
-            print(f"error: internal error: {type(error).__name__}: {error}", file=session.console)
+            print(f"error: internal error: {type(error).__name__}: {for_terminal(error)}", file=session.console)
             if session.log_path:
                 print(f"(the traceback is in {session.log_path})", file=session.console)
             code = EXIT_FAILED

@@ -22,6 +22,7 @@ import pyarrow as pa
 from formats import storage
 from formats.errors import ConversionError
 from formats.read import reader, report
+from formats.text import for_terminal
 from pipelines import exit_without_teardown
 
 __all__ = ["main", "entry"]
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         message = str(error) if not isinstance(error, KeyError) else error.args[0]
         if isinstance(error, OSError) and getattr(error, "filename", None) and str(error.filename) not in message:
             message = f"{error.filename}: {message}"
-        print(f"error: {message}", file=sys.stderr)
+        print(f"error: {for_terminal(message)}", file=sys.stderr)
         return 1
     return 0
 

@@ -170,6 +170,8 @@ def _make_plan(options: Any, *, output_url: str, created_at: str, previous_root:
         source = sources.get(sources.detect(fs, root) if options.source == "auto" else options.source)
         plan_options = source_options(source, options)
         meta, refs = source.plan(fs, root, plan_options)
+    mixtrain.check_output_names(meta.columns, (ref.sequence_id or ref.unit_prefix for ref in refs),
+                                storage.local_path(fs, root) or storage.url_for(fs, root))
     if not refs or sources.sequence_count(refs) == 0:
         raise errors.ConversionError(f"{storage.url_for(fs, root)}: the {source.id} dataset holds no sequences; nothing to convert "
                                      "(an existing dataset at the output is left as it was)")

@@ -33,6 +33,7 @@ from formats.mixtrain import array_layout
 from formats.mixtrain.tables import TableSettings, lake, lance
 from formats.read import reader
 from formats.sequence import ImageFrames
+from formats.text import for_terminal
 from formats.video import verify
 from pipelines import exit_without_teardown
 
@@ -240,7 +241,11 @@ def _check_files(fs, root: str, path: str, table: pa.Table, column_types: dict) 
             continue
         for sequence_id, cell in zip(table.column("sequence_id").to_pylist(), table.column(name).to_pylist()):
             for relative in cell if isinstance(cell, list) else [cell] if cell else []:
-                file_path = relative if "://" in relative else storage.join(root, relative)
+                try:
+                    file_path = _cell_path(fs, root, relative, f"{name} file")
+                except FormatError as error:
+                    findings.append(f"{path}: {sequence_id}: {error}")
+                    continue
                 if not fs.exists(file_path):
                     findings.append(f"{path}: {sequence_id}: {name} file {relative} is missing")
     for name, entry in column_types.items():
@@ -252,7 +257,11 @@ def _check_files(fs, root: str, path: str, table: pa.Table, column_types: dict) 
                 if not entry.get("optional"):  # a camera some episodes lack says so in column_types
                     findings.append(f"{path}: {sequence_id}: {name} has no file (null path)")
                 continue
-            file_path = relative if "://" in relative else storage.join(root, relative)
+            try:
+                file_path = _cell_path(fs, root, relative, f"{name} file")
+            except FormatError as error:
+                findings.append(f"{path}: {sequence_id}: {error}")
+                continue
             if not fs.exists(file_path):
                 findings.append(f"{path}: {sequence_id}: {name} file {relative} is missing")
                 continue
@@ -267,6 +276,13 @@ def _check_files(fs, root: str, path: str, table: pa.Table, column_types: dict) 
             if frames != length:
                 findings.append(f"{file_path}: {sequence_id}: {frames} frames, length is {length}")
     return findings
+
+
+def _cell_path(fs, root: str, relative: str, what: str) -> str:
+    """The file a row's cell references: a URL as it is, a relative path inside the dataset; one
+    that leads out of it (`../`, absolute, a symlink out) is a FormatError: validate never opens
+    a file outside the dataset because a row says so."""
+    return relative if "://" in relative else storage.resolve_inside(root, relative, what=what, fs=fs)
 
 
 def _check_video_info(file_path: str, sequence_id: str, info: video.VideoInfo, entry: dict) -> list[str]:
@@ -316,7 +332,11 @@ def deep_check(url: str, source_url: str | None = None, min_psnr: float = 35.0) 
                 if row[name] is None:
                     continue
                 fps = float(entry.get("fps") or 30)
-                file_path = storage.join(root, row[name])
+                try:
+                    file_path = _cell_path(fs, root, row[name], f"{name} file")
+                except FormatError as error:
+                    findings.append(f"{storage.join(root, shard)}: {row['sequence_id']}: {error}")
+                    continue
                 reference = _reference_frames(loader, sequence, name, fps) if sequence is not None else iter(())
                 try:
                     with storage.open_input(fs, file_path) as handle:
@@ -398,13 +418,13 @@ def main(argv: list[str] | None = None) -> int:
         deep_findings, summary = deep_check(args.dataset, args.source, args.min_psnr)
         findings += deep_findings
         for line in summary:
-            print(line)
+            print(for_terminal(line))
         if summary == [NO_VIDEO]:
             verdict = " (deep: no video columns to compare)"
         elif not any("not reachable" in line for line in summary):
             verdict = " (deep: videos match the source)"
     for finding in findings:
-        print(finding)
+        print(for_terminal(finding))
     if findings:
         print(f"{len(findings)} finding(s): {args.dataset} is not a valid Mixtrain dataset", file=sys.stderr)
         return 1

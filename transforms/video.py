@@ -63,6 +63,7 @@ class _WriteVideosFn(beam.DoFn):
                 if isinstance(item, FileRef):
                     sequence.files[column] = self._copy_file(sequence, column, item, several=False)
                 elif isinstance(item, (list, tuple)):
+                    _check_distinct_names(sequence, column, item)
                     sequence.files[column] = [self._copy_file(sequence, column, ref, several=True) for ref in item]
         except ConversionError as error:
             self._discard_written(sequence)
@@ -169,6 +170,18 @@ class _WriteVideosFn(beam.DoFn):
         self._written_bytes += len(data)
         self._files.inc()
         return relative
+
+
+def _check_distinct_names(sequence: Sequence, column: str, refs: list[FileRef]) -> None:
+    """A row's several files go to files/<column>/<id>/<name>: two with one name would be one file
+    (the last copied winning), so they are refused before anything is copied."""
+    seen: dict[str, str] = {}
+    for ref in refs:
+        name = ref.name or ref.path.rsplit("/", 1)[-1]
+        if name in seen:
+            raise in_context(FormatError(f"{column} files {seen[name]!r} and {ref.path!r} would both be written as {name!r}"),
+                             sequence=sequence.sequence_id)
+        seen[name] = ref.path
 
 
 def _sampler(stats: ImageStats):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import posixpath
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -17,8 +19,21 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from formats import storage
+from formats.errors import FormatError
 from formats.mixtrain import array_layout
-from formats.sequence import FILE, SCALAR, STEPS, TIMESTAMPS, TRAJECTORY, VIDEO, ColumnSpec, DatasetMeta, Sequence
+from formats.sequence import (
+    FILE,
+    SCALAR,
+    STEPS,
+    TIMESTAMPS,
+    TRAJECTORY,
+    VIDEO,
+    ColumnSpec,
+    DatasetMeta,
+    Sequence,
+    check_unique_columns,
+    path_component,
+)
 
 __all__ = [
     "VERSION",
@@ -29,6 +44,7 @@ __all__ = [
     "shard_path",
     "video_path",
     "file_path",
+    "check_output_names",
     "arrow_schema",
     "sequences_to_table",
     "table_to_sequences",
@@ -65,16 +81,42 @@ def shard_path(index: int) -> str:
 
 
 def video_path(column: str, sequence_id: str, extension: str = "mp4") -> str:
-    return f"{FILES_DIR}/{column}/{sequence_id}.{extension}"
+    return _inside_files(column, f"{path_component(sequence_id, 'sequence id')}.{extension}")
 
 
 def file_path(column: str, sequence_id: str, source_name: str, several: bool) -> str:
     """Where a copied source file goes: files/<column>/<id>.<ext>, or files/<column>/<id>/<name>
     when a row holds several files in that column."""
     if several:
-        return f"{FILES_DIR}/{column}/{sequence_id}/{source_name}"
+        return _inside_files(column, path_component(sequence_id, "sequence id"), source_name)
     extension = source_name.rsplit(".", 1)[-1] if "." in source_name else "bin"
-    return f"{FILES_DIR}/{column}/{sequence_id}.{extension}"
+    return _inside_files(column, f"{path_component(sequence_id, 'sequence id')}.{extension}")
+
+
+def _inside_files(column: str, *names: str) -> str:
+    """files/<column>/<names...>: every part is a name from the data (`path_component`), and the
+    joined path is checked once more to stay below files/<column>/ (the one place output file
+    paths are made, for every source and table format)."""
+    path = "/".join((FILES_DIR, path_component(column, "column"), *(path_component(name, "file name") for name in names)))
+    if posixpath.normpath(path) != path or not path.startswith(f"{FILES_DIR}/{column}/"):
+        raise FormatError(f"output path {path!r} is not inside {FILES_DIR}/{column}/")
+    return path
+
+
+def check_output_names(columns: list[ColumnSpec], ids: Iterable[str | None], where: str) -> None:
+    """Plan time, for every source: the names that will become output paths (video and file
+    columns, each planned sequence id or unit id prefix) are refused before any worker runs,
+    naming `where` (the source); `video_path` and `file_path` check them again as they are used."""
+    check_unique_columns(columns)
+    try:
+        for spec in columns:
+            if spec.kind in (VIDEO, FILE):
+                path_component(spec.name, "column")
+        for sequence_id in ids:
+            if sequence_id is not None:
+                path_component(sequence_id, "sequence id")
+    except FormatError as error:
+        raise FormatError(f"{where}: {error}") from None
 
 
 def arrow_schema(columns: list[ColumnSpec]) -> pa.Schema:

@@ -21,6 +21,7 @@ import numpy as np
 from formats import storage, video
 from formats.errors import FormatError
 from formats.read.reader import STEPS, TIMESTAMPS, TRAJECTORY, Dataset
+from formats.text import for_terminal
 
 __all__ = ["summarize", "render_text", "render_html", "sample_ids", "thumbnail_jpeg"]
 
@@ -145,7 +146,7 @@ def _length_bars(summary: dict, width: int = 40) -> list[str]:
 
 
 def render_text(summary: dict) -> str:
-    """The terminal summary: one fact per line, columns aligned."""
+    """The terminal summary: one fact per line, columns aligned, control characters escaped."""
     lines = [f"dataset     {summary['url']} (Mixtrain {summary['format']})",
              f"sequences   {summary['sequences']}",
              f"timesteps   {summary['timesteps']}",
@@ -199,7 +200,7 @@ def render_text(summary: dict) -> str:
     lines.append(f"skipped     {count}" if count else "skipped     none")
     for error in skipped:
         lines.append(f"  {error.get('sequence_id', '?')}: {error.get('error') or error.get('message') or error}")
-    return "\n".join(lines) + "\n"
+    return "\n".join(for_terminal(line) for line in lines) + "\n"  # names, units, errors... are the data's: no control reaches the terminal
 
 
 def _units(units: Any) -> str:
@@ -214,6 +215,14 @@ def _at(values: Any, index: int) -> Any:
         return None
     flat = np.ravel(np.asarray(values, dtype=object))
     return flat[index] if index < len(flat) else None
+
+
+def _real(value: Any) -> float | None:
+    """A statistic drawn on the page: a number, or None for anything else stats.json holds there
+    (drawn as absent; the table cell shows the value escaped)."""
+    if isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool):
+        return float(value)
+    return None
 
 
 def _dimension_names(summary: dict, column: str, dim: int) -> list[str]:
@@ -285,7 +294,7 @@ def _band_svg(entry: dict, index: int) -> str:
     """One dimension's distribution on its own scale: min-max line, q01-q99 and q10-q90 bars,
     mean +- std whisker, median tick, mean dot."""
     width, height, pad = 260, 18, 4
-    low, high = _at(entry.get("min"), index), _at(entry.get("max"), index)
+    low, high = _real(_at(entry.get("min"), index)), _real(_at(entry.get("max"), index))
     if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
         return f'<svg class="band" width="{width}" height="{height}" xmlns="http://www.w3.org/2000/svg">{_svg_text(4, 13, "undefined")}</svg>'
     span = (high - low) or 1.0
@@ -299,14 +308,14 @@ def _band_svg(entry: dict, index: int) -> str:
     parts = [f'<svg class="band" width="{width}" height="{height}" viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">',
              f'<line x1="{x(low):.1f}" y1="{mid}" x2="{x(high):.1f}" y2="{mid}" stroke="#999"/>']
     for lo_key, hi_key, thick, colour in (("q01", "q99", 6, "#c6dbef"), ("q10", "q90", 10, "#6baed6")):
-        a, b = x(_at(entry.get(lo_key), index)), x(_at(entry.get(hi_key), index))
+        a, b = x(_real(_at(entry.get(lo_key), index))), x(_real(_at(entry.get(hi_key), index)))
         if math.isfinite(a) and math.isfinite(b):
             parts.append(f'<rect x="{a:.1f}" y="{mid - thick / 2}" width="{max(b - a, 1):.1f}" height="{thick}" fill="{colour}"/>')
-    mean, std = _at(entry.get("mean"), index), _at(entry.get("std"), index)
+    mean, std = _real(_at(entry.get("mean"), index)), _real(_at(entry.get("std"), index))
     if mean is not None and std is not None and math.isfinite(mean) and math.isfinite(std):
         parts.append(f'<line x1="{x(mean - std):.1f}" y1="{mid + 6}" x2="{x(mean + std):.1f}" y2="{mid + 6}" '
                      f'stroke="{PALETTE[1]}" stroke-width="2"/>')
-    median = x(_at(entry.get("q50"), index))
+    median = x(_real(_at(entry.get("q50"), index)))
     if math.isfinite(median):
         parts.append(f'<line x1="{median:.1f}" y1="{mid - 7}" x2="{median:.1f}" y2="{mid + 7}" stroke="#08306b" stroke-width="2"/>')
     if mean is not None and math.isfinite(x(mean)):
@@ -392,7 +401,7 @@ def render_html(ds: Dataset, summary: dict, *, samples: int = 4, trajectory_samp
     out.append("<h2>Columns</h2><table><tr><th>column</th><th>kind</th><th>dtype</th><th>dim</th><th>names</th><th>units</th></tr>")
     for column in summary["columns"]:
         out.append(f"<tr><td><code>{e(column['name'])}</code></td><td>{e(column['kind'])}</td><td>{e(str(column['dtype']))}</td>"
-                   f"<td class=\"num\">{'' if column['dim'] is None else column['dim']}</td>"
+                   f"<td class=\"num\">{'' if column['dim'] is None else e(_fmt(column['dim']))}</td>"
                    f"<td>{e(', '.join(map(str, column['names'] or [])))}</td><td>{e(_units(column['units']))}</td></tr>")
     out.append("</table>")
     if summary["cameras"]:
@@ -400,7 +409,7 @@ def render_html(ds: Dataset, summary: dict, *, samples: int = 4, trajectory_samp
                    "<th>written as</th><th>files</th><th>bytes</th></tr>")
         for camera in summary["cameras"]:
             out.append(f"<tr><td><code>{e(camera['name'])}</code>{' (depth)' if camera['depth'] else ''}</td><td>{e(str(camera['codec']))}</td>"
-                       f"<td>{camera['width']}x{camera['height']}</td><td class=\"num\">{e(_fmt(camera['fps']))}</td>"
+                       f"<td>{e(_fmt(camera['width']))}x{e(_fmt(camera['height']))}</td><td class=\"num\">{e(_fmt(camera['fps']))}</td>"
                        f"<td>{e(str(camera['pix_fmt']))}</td><td>{e(str(camera['written_as']))}</td>"
                        f"<td class=\"num\">{camera['files']}</td><td class=\"num\">{_mb(camera['bytes'])}</td></tr>")
         out.append("</table>")
@@ -416,7 +425,7 @@ def render_html(ds: Dataset, summary: dict, *, samples: int = 4, trajectory_samp
     for name in trajectory_columns + step_columns:
         entry = summary["stats"].get(name)
         column = next(c for c in summary["columns"] if c["name"] == name)
-        if not entry:
+        if not entry or not isinstance(entry, dict):
             out.append(f"<h3><code>{e(name)}</code></h3><p class=\"muted\">no statistics in stats.json</p>")
             continue
         dim = len(np.ravel(entry.get("mean", [])))
@@ -437,7 +446,9 @@ def render_html(ds: Dataset, summary: dict, *, samples: int = 4, trajectory_samp
         legend = "".join(f'<span><i style="background:{PALETTE[i % len(PALETTE)]}"></i>{e(s)}</span>' for i, s in enumerate(picked))
         out.append(f"<h2>Sampled trajectories</h2><p class=\"legend\">{legend}</p>")
         for name in trajectory_columns:
-            dim = ds.column_types[name].get("dim") or rows[picked[0]][name].shape[1]
+            dim = ds.column_types[name].get("dim")
+            if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:  # absent, or not a count: the decoded rows say
+                dim = rows[picked[0]][name].shape[1]
             names = _dimension_names(summary, name, int(dim))
             shown = names[:MAX_PLOTTED_DIMENSIONS]
             note = f' <span class="muted">(the first {len(shown)} of {len(names)} dimensions)</span>' if len(shown) < len(names) else ""
@@ -471,7 +482,7 @@ def render_html(ds: Dataset, summary: dict, *, samples: int = 4, trajectory_samp
                         except (FormatError, video.VideoError) as error:
                             cells.append(f'<td class="muted">timestep {step}: {e(str(error))}</td>')
                     cells += ["<td></td>"] * (3 - len(cells))  # one or two timesteps: the row keeps three cells
-                out.append(f"<tr><td><code>{e(row['sequence_id'])}</code><br><span class=\"muted\">{row['length']} timesteps</span></td>"
+                out.append(f"<tr><td><code>{e(row['sequence_id'])}</code><br><span class=\"muted\">{int(row['length'])} timesteps</span></td>"
                            f"<td>{e(str(row.get('task') or ''))}</td>{''.join(cells)}</tr>")
             out.append("</table>")
     out.append(f"<p class=\"muted\">Written by mixtrain-convert's pipelines.inspect in {time.perf_counter() - started:.1f} s.</p></body></html>")

@@ -195,10 +195,22 @@ def concrete_shards(fs, shards: list[str]) -> list[str]:
     return sorted(untyped)
 
 
+# Longest partition part of a shard's file name (ASCII): with `part-NNNNN.` and `.parquet` around
+# it, well under the 255 bytes a file name may have.
+MAX_PARTITION_NAME = 160
+
+
 def _partition_name(values: dict) -> str:
+    """The partition values as one file name part: each percent-encoded (no '/', '..' or control
+    of the data's survives); a long one (a 200-character instruction, or 60 CJK characters, made
+    the file name too long to create) cut, with a digest of the whole keeping names distinct."""
+    import hashlib
     from urllib.parse import quote
 
-    return ".".join(f"{column}={'__null__' if value is None else quote(str(value), safe='')}" for column, value in values.items())
+    name = ".".join(f"{column}={'__null__' if value is None else quote(str(value), safe='')}" for column, value in values.items())
+    if len(name) > MAX_PARTITION_NAME:
+        name = f"{name[:MAX_PARTITION_NAME - 18]}~{hashlib.sha256(name.encode()).hexdigest()[:16]}"
+    return name
 
 
 def split_by_partition(fs, shards: list[str], columns: tuple[str, ...]) -> list[str]:

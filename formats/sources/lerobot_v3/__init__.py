@@ -146,7 +146,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     if multi_task:
         columns.append(ColumnSpec.steps("task_index", pa.int32(), source="task_index",
                                         description="per-step index into this row's tasks"))
-    check_unique_columns(columns)
+    check_unique_columns(columns, info_path)
 
     meta = DatasetMeta.planned(
         FORMAT, storage.url_for(fs, root), float(fps), columns,

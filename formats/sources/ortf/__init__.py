@@ -50,6 +50,8 @@ from formats.sequence import (
     column_name,
     episode_field_columns,
     episode_field_values,
+    path_component,
+    quoted,
     safe_sequence_id,
 )
 from formats.sources import Source
@@ -298,7 +300,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     if with_annotations:
         columns += [ColumnSpec("scene_objects", SCALAR, pa.string(), {"type": "json", "source": "annotations/episode_*/scene_objects.json"}),
                     ColumnSpec("annotation_files", FILE, pa.list_(pa.string()), {"type": "image", "source": "annotations/episode_*/"})]
-    check_unique_columns(columns)
+    check_unique_columns(columns, manifest_path)
     if with_annotations and not any(_annotation_folder(annotation_folders, row, i) for i, row in enumerate(rows)):
         raise FormatError(f"{storage.join(root, 'annotations')}: no folder matches an episode (expected episode_XXXXXX "
                           "by episode number, or episode_<episode_id>)")
@@ -312,6 +314,10 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
         sequence_id = safe_sequence_id(episode_id)
         if row["episode_id"] is None:
             raise FormatError(f"{episodes_path}: row {position} has no episode_id")
+        try:  # made safe character by character above; '', '.', '..' or an overlong id are refused
+            path_component(sequence_id, f"episode_id {quoted(episode_id)} as sequence id")
+        except FormatError as error:
+            raise FormatError(f"{episodes_path}: row {position}: {error}") from None
         if sequence_id in seen:
             raise ColumnNameError(f"{episodes_path}: episode ids {seen[sequence_id]!r} and {episode_id!r} both become "
                                   f"sequence id {sequence_id!r}")

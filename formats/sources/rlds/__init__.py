@@ -41,6 +41,7 @@ from formats.sequence import (
     base_columns,
     check_unique_columns,
     column_name,
+    path_component,
 )
 from formats.sources import Source, SourceOption
 from formats.sources.rlds.records import Reader, RecordRef, ShardRef, expand_ref, features_and_parser
@@ -147,7 +148,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     refs = _shard_refs(fs, root, info, info_path, name, splits)
     bgr = set(options.get("bgr_cameras") or ())
     columns, layout = _columns(features, features_path, float(fps), bgr)
-    check_unique_columns(columns)
+    check_unique_columns(columns, features_path)
     meta = DatasetMeta.planned(
         FORMAT, storage.url_for(fs, root), float(fps), columns,
         {
@@ -188,6 +189,12 @@ def _check_info(info: dict, path: str) -> None:
         where = f"splits[{number}]"
         if not isinstance(split.get("name"), str) or not split["name"]:
             raise FormatError(f"{path}: {where} has no name")
+        try:  # the split begins every sequence id, which names the sequence's files
+            path_component(split["name"], f"{where}.name")
+        except FormatError as error:
+            raise FormatError(f"{path}: {error}") from None
+        if any(other.get("name") == split["name"] for other in splits[:number]):
+            raise FormatError(f"{path}: {where}.name {split['name']!r} names an earlier split too (its sequence ids would repeat)")
         lengths = split.get("shardLengths")
         if lengths is not None:
             counts = [_count(n) for n in lengths] if isinstance(lengths, list) else [None]
