@@ -107,8 +107,10 @@ def source_id(text: str) -> str:
 
     if text in sources.SOURCES:
         return text
-    known = ", ".join(repr(name) for name in ("auto", *sorted(sources.SOURCES)))
-    raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {known})")
+    names = ("auto", *sorted(sources.SOURCES))
+    match = difflib.get_close_matches(text, names, n=1, cutoff=0.6)
+    raise argparse.ArgumentTypeError(f"invalid choice: {text!r} (choose from {', '.join(map(repr, names))})"
+                                     + (f"; did you mean {match[0]!r}?" if match else ""))
 
 
 def _flag(parser, name: str, help: str) -> None:

@@ -325,7 +325,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                 print("[mixtrain-convert] --incremental: the previous output was written with other options or by another "
                       "converter version; every sequence is converted again", file=out, flush=True)
             print(f"[mixtrain-convert] {plan.meta.format}: {what}{f' ({reused} reused)' if reused else ''} -> {options.output} "
-                  f"({plan.num_shards} shards)", file=out, flush=True)
+                  f"({plan.num_shards} shard{'s' if plan.num_shards != 1 else ''})", file=out, flush=True)
             mode = options.progress if local else "off"
             if mode == "auto":
                 mode = "bar" if out.isatty() else "lines"
@@ -409,13 +409,8 @@ def _summary(fs, root: str, output_url: str, seconds: float) -> tuple[str, int]:
     total_bytes = sum(info["size"] for info in fs.find(publish.published_root(fs, root), detail=True).values())
     skipped = int(sidecar.get("num_skipped", 0))
     units = int(sidecar.get("num_skipped_units", 0))
-    line = (
-        f"converted {sidecar['num_sequences']} sequences, {sidecar['num_timesteps']} timesteps, "
-        f"{total_bytes / 1e6:.2f} MB in {seconds:.1f} s -> {output_url}"
-    )
-    incremental = sidecar.get("incremental") or {}
-    if incremental:
-        line += f" (--incremental: {incremental.get('reused_sequences', 0)} unchanged sequences reused)"
+    line = (f"{_sequences_phrase(sidecar)}, {sidecar['num_timesteps']} timesteps, {total_bytes / 1e6:.2f} MB in {seconds:.1f} s "
+            f"-> {output_url}")
     non_finite = sidecar.get("non_finite_values") or {}
     if non_finite:
         line += f"; kept {sum(non_finite.values())} NaN/inf value(s) (" + ", ".join(f"{k}: {v}" for k, v in non_finite.items()) + ")"
@@ -426,13 +421,24 @@ def _summary(fs, root: str, output_url: str, seconds: float) -> tuple[str, int]:
     return line, skipped + units
 
 
+def _sequences_phrase(sidecar: dict) -> str:
+    """What the run did to the sequences: 'converted N sequences', or with --incremental how many of
+    the published ones it converted and how many it kept unchanged (all 12 reused is not "converted 12")."""
+    total = sidecar.get("num_sequences")
+    incremental = sidecar.get("incremental") or {}
+    if not incremental:
+        return f"converted {total} sequences"
+    reused = int(incremental.get("reused_sequences", 0))
+    return f"published {total} sequences (--incremental: {int(total or 0) - reused} converted, {reused} unchanged sequences reused)"
+
+
 def _lake_summary(fs, root: str, options: ConvertOptions, run_id: str, seconds: float) -> tuple[str, int]:
     """The success line of a lake run: what was committed, where the table is and how to open it."""
     value, where = lake.summary(storage.url_for(fs, root), table_settings(options, run_id))
     skipped = int(value.get("num_skipped", 0)) + int(value.get("num_skipped_units", 0))
     # What this run wrote (its folder: every shard, and the videos it converted; reused ones stay in earlier runs' folders).
     written = sum(info["size"] for info in fs.find(lake.run_root(root, run_id), detail=True).values())
-    line = (f"converted {value.get('num_sequences')} sequences, {value.get('num_timesteps')} timesteps, {written / 1e6:.2f} MB in "
+    line = (f"{_sequences_phrase(value)}, {value.get('num_timesteps')} timesteps, {written / 1e6:.2f} MB in "
             f"{seconds:.1f} s -> {options.output}: {where}")
     if skipped:
         line += f"; skipped {skipped}, listed in {storage.join(root, value.get('errors', mixtrain.ERRORS_FILE))}"

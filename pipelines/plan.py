@@ -164,10 +164,21 @@ def without_cycle_collection():
             gc.enable()
 
 
+def _refuse_forced_source(fs, root: str, source: Source) -> None:
+    """--source names a format the input is not: say what it is instead (what auto-detection sees)."""
+    try:
+        seen = f"auto-detection finds {sources.detect(fs, root)}: pass --source={sources.detect(fs, root)} or leave --source out"
+    except errors.FormatError:
+        seen = "auto-detection finds no known format there either"
+    raise errors.FormatError(f"{storage.url_for(fs, root)}: --source={source.id}, but this is not a {source.id} dataset; {seen}")
+
+
 def _make_plan(options: Any, *, output_url: str, created_at: str, previous_root: str | None) -> ConversionPlan:
     with blame(options.input, "cannot read the input"):
         fs, root = storage.open_root(options.input)
         source = sources.get(sources.detect(fs, root) if options.source == "auto" else options.source)
+        if options.source != "auto" and not source.detect(fs, root):
+            _refuse_forced_source(fs, root, source)
         plan_options = source_options(source, options)
         meta, refs = source.plan(fs, root, plan_options)
     mixtrain.check_output_names(meta.columns, (ref.sequence_id or ref.unit_prefix for ref in refs),

@@ -356,7 +356,8 @@ def deep_check(url: str, source_url: str | None = None, min_psnr: float = 35.0) 
                 total["psnr"] = min(total["psnr"], report.psnr_min)
     summary = notes + [
         f"{name}: {t['sequences']} videos, {t['frames']} frames, "
-        + (f"{t['identical']}/{t['sequences']} pixel-identical, min luma PSNR {t['psnr']:.2f} dB" if loader else "not compared")
+        + (f"{t['identical']}/{t['sequences']} pixel-identical" + ("" if t["psnr"] == math.inf else f", min luma PSNR {t['psnr']:.2f} dB")
+           if loader else "not compared")
         for name, t in totals.items()
     ]
     return findings, summary

@@ -126,7 +126,9 @@ def test_v21_names_the_converter(writable_so100):
     with pytest.raises(FormatError) as caught:
         _plan(writable_so100)
     assert "codebase_version 'v2.1' is not supported (only v3.0)" in str(caught.value)
-    assert "lerobot.datasets.v30.convert_dataset_v21_to_v30" in str(caught.value)
+    assert str(caught.value).endswith("convert it to v3.0 first with lerobot's converter: python -m "
+                                      "lerobot.scripts.convert_dataset_v21_to_v30 --repo-id=local/<name> --root=<this folder> "
+                                      "--output-root=<a new folder> --push-to-hub=false")
 
 
 def test_wrong_type_in_metadata(writable_so100):

@@ -100,6 +100,13 @@ def test_a_misspelt_option_is_refused_with_a_suggestion(tmp_path, small_lerobot,
     assert done.stdout == "" and not dst.exists()
 
 
+def test_a_source_the_input_is_not_says_what_auto_detection_sees(tmp_path, small_lerobot):
+    done = _cli(tmp_path, f"--input={small_lerobot}", f"--output={tmp_path / 'out'}", "--source=rlds")
+    assert (done.returncode, _lines(done.stderr)[0]) == (1, f"error: file://{small_lerobot}: --source=rlds, but this is not a rlds "
+                                                            "dataset; auto-detection finds lerobot_v3: pass --source=lerobot_v3 or "
+                                                            "leave --source out")
+
+
 @pytest.mark.parametrize("args, message", [
     (("--video_codec=hevc", "--video_crf=30"),
      ["error: --video_codec has no effect: --video=copy copies every camera of this dataset (video_front, video_wrist) without encoding",
@@ -111,7 +118,7 @@ def test_a_misspelt_option_is_refused_with_a_suggestion(tmp_path, small_lerobot,
     (("--fps=-10",), ["error: argument --fps: expected a number > 0, found '-10'", "python -m pipelines.convert --help lists every option"]),
     (("--fps=nan",), ["error: argument --fps: expected a number > 0, found 'nan'", "python -m pipelines.convert --help lists every option"]),
     (("--source=lerobot",), ["error: argument --source: invalid choice: 'lerobot' (choose from 'auto', 'l5kit', 'lerobot_v3', 'ortf', "
-                             "'rlds')", "python -m pipelines.convert --help lists every option"]),
+                             "'rlds'); did you mean 'lerobot_v3'?", "python -m pipelines.convert --help lists every option"]),
     (("extra",), ["error: unexpected argument 'extra' (options are written --name=value)",
                   "python -m pipelines.convert --input=SRC --output=DST"]),
 ])
@@ -210,7 +217,7 @@ def test_success_prints_progress_with_a_total_and_leaves_no_temp_files(tmp_path)
                 *TWO_WORKERS)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     lines = _lines(done.stdout)
-    assert lines[0] == f"[mixtrain-convert] lerobot_v3: 300 sequences -> {dst} (1 shards)"
+    assert lines[0] == f"[mixtrain-convert] lerobot_v3: 300 sequences -> {dst} (1 shard)"
     assert re.fullmatch(rf"converted 300 sequences, 12000 timesteps, [0-9.]+ MB in [0-9.]+ s -> {dst}", lines[-1])
     progress = [re.match(r"\[mixtrain-convert\] (\d+)/300 sequences \((\d+)%\), (\d+) timesteps, ([0-9.]+) MB written", line)
                 for line in lines[1:-1]]

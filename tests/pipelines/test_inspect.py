@@ -65,7 +65,7 @@ def test_terminal_summary_states_the_dataset(skipped_dataset, capsys):
     assert "  task              scalar      string" in out
     assert f"  video_front  h264  64x48  30 fps  yuv420p  copy  3 files  {_mb(dst / 'files/video_front')}" in out
     assert f"  video_wrist  h264  64x48  30 fps  yuv420p  copy  3 files  {_mb(dst / 'files/video_wrist')}" in out
-    start = out.index("  action  (19 values)")
+    start = out.index("  action  (19 timesteps)")
     assert out[start + 1].split() == ["mean", "std", "min", "q01", "q50", "q99", "max"]
     assert out[start + 2].split() == ["joint_0", *(report._fmt(stats["action"][key][0]) for key in report.STAT_KEYS)]
     assert f"  source      lerobot_v3 file://{src}" in out

@@ -516,3 +516,15 @@ def test_the_reader_and_inspect_open_a_lake_tables_current_run(tmp_path, table_f
     assert inspect.main([str(empty)]) == 1
     assert capsys.readouterr().err == f"error: {empty}: {name} table without a readable Mixtrain run: read it with {library}/DuckDB " \
                                       "(docs/lake.md)\n"
+
+
+@pytest.mark.parametrize("table_format", FORMATS)
+def test_an_incremental_run_that_reuses_everything_says_so(tmp_path, table_format, capsys):
+    """All sequences unchanged: the summary says 0 converted, not "converted 3 sequences"."""
+    src, dst = tmp_path / "src", tmp_path / "lake"
+    write_night(src, (6, 5, 7), seed=1)
+    assert _convert(src, dst, f"--table_format={table_format}") == 0
+    capsys.readouterr()
+    assert _convert(src, dst, f"--table_format={table_format}", "--incremental") == 0
+    summary = capsys.readouterr().out.strip().splitlines()[-1]
+    assert summary.startswith("published 3 sequences (--incremental: 0 converted, 3 unchanged sequences reused), 18 timesteps, ")

@@ -67,7 +67,10 @@ TASKS_PATH = "meta/tasks.parquet"
 STATS_PATH = "meta/stats.json"
 EPISODES_DIR = "meta/episodes"
 SUPPORTED_VERSION = "v3.0"
-V21_CONVERTER = "python -m lerobot.datasets.v30.convert_dataset_v21_to_v30 --repo-id=<your dataset>"
+# lerobot 0.6's converter, on a local copy (without --root it downloads the dataset from the Hub, and
+# without --push-to-hub=false it pushes the result there; --output-root keeps the v2.1 copy as it is).
+V21_CONVERTER = ("python -m lerobot.scripts.convert_dataset_v21_to_v30 --repo-id=local/<name> --root=<this folder> "
+                 "--output-root=<a new folder> --push-to-hub=false")
 
 # Per-frame columns every LeRobot dataset has; derivable, so not repeated per step.
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
