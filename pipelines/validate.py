@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from formats import mixtrain, sources, storage, video
 from formats.errors import ConversionError, FormatError
 from formats.mixtrain import array_layout
+from formats.mixtrain.schema import check_sidecar, check_stats
 from formats.mixtrain.tables import TableSettings, lake, lance
 from formats.read import reader
 from formats.sequence import ImageFrames
@@ -70,9 +71,8 @@ def validate(url: str) -> list[str]:
     findings: list[str] = []
     if not isinstance(sidecar, dict) or sidecar.get("mixtrain") != mixtrain.VERSION:
         return [f"{sidecar_path}: 'mixtrain' must be {mixtrain.VERSION!r}"]
-    column_types = sidecar.get("column_types", {})
-    if not isinstance(column_types, dict):
-        return [f"{sidecar_path}: column_types must be an object"]
+    check_sidecar(sidecar, sidecar_path)  # values of the wrong type: one error, nothing else can be checked
+    column_types = sidecar["column_types"]
     shards = sidecar.get("shards") or sorted(
         p[len(root) + 1:] for p in fs.glob(storage.join(root, mixtrain.DATA_DIR, "*.parquet"))
     )
@@ -107,19 +107,25 @@ def validate(url: str) -> list[str]:
         findings.append(f"{sidecar_path}: num_sequences {sidecar['num_sequences']} but the shards hold {sequences}")
     if sidecar.get("num_timesteps") not in (None, timesteps):
         findings.append(f"{sidecar_path}: num_timesteps {sidecar['num_timesteps']} but the shards hold {timesteps}")
-    stats = sidecar.get("stats")
-    if stats and not fs.exists(storage.join(root, stats)):
-        findings.append(f"{storage.join(root, stats)}: named in mixtrain.json but missing")
+    findings += _check_stats_file(fs, root, sidecar.get("stats"), "mixtrain.json")
     return findings
+
+
+def _check_stats_file(fs, root: str, name: str | None, named_in: str) -> list[str]:
+    """stats.json: present when named, and of the types stats.json has (a FormatError otherwise)."""
+    if not name:
+        return []
+    path = storage.resolve_inside(root, name, what="stats", fs=fs)
+    if not fs.exists(path):
+        return [f"{path}: named in {named_in} but missing"]
+    check_stats(storage.read_json(fs, path, want_object=False), path)
+    return []
 
 
 def _validate_lance(fs, root: str) -> list[str]:
     """A Lance dataset (--table_format=lance): the same row checks as a shard's, on its latest
     version; blob videos probed through take_blobs (frames == length, codec, resolution)."""
-    try:
-        rows = reader.open_dataset(storage.url_for(fs, root))
-    except (FormatError, ValueError) as error:
-        return [str(error)]
+    rows = reader.open_dataset(storage.url_for(fs, root))  # checks the metadata: a FormatError when it cannot be used
     where = f"{storage.url_for(fs, root)} (Lance version {rows.version})"
     blobs = [name for name, entry in rows.column_types.items() if entry.get("stored_as") == "blob"]
     plain = {name: entry for name, entry in rows.column_types.items() if name not in blobs}
@@ -163,11 +169,12 @@ def validate_table(fs, root: str, table_format: str, settings: TableSettings | N
     where = f"{root} ({table_format} table, property {lake.PROPERTY!r})"
     try:
         value = lake.current_property(url, settings)
-    except (ValueError, ConversionError) as error:
-        return [f"{where}: unreadable: {error}"]
+    except ValueError as error:  # the property's JSON (a FormatError, a table that cannot be read, passes on)
+        raise FormatError(f"{where}: unreadable: {error}") from None
     if not isinstance(value, dict) or value.get("mixtrain") != mixtrain.VERSION:
         return [f"{where}: missing, or 'mixtrain' is not {mixtrain.VERSION!r}"]
-    column_types = value.get("column_types") or {}
+    check_sidecar(value, where)
+    column_types = value["column_types"]
     table = lake.read_rows(url, settings)
     findings: list[str] = []
     columns = []
@@ -191,9 +198,7 @@ def validate_table(fs, root: str, table_format: str, settings: TableSettings | N
     timesteps = pc.sum(table.column("length")).as_py() if "length" in table.column_names else None
     if value.get("num_timesteps") not in (None, timesteps):
         findings.append(f"{where}: num_timesteps {value['num_timesteps']} but the table holds {timesteps}")
-    stats = value.get("stats")
-    if stats and not fs.exists(storage.join(root, stats)):
-        findings.append(f"{storage.join(root, stats)}: named in the mixtrain property but missing")
+    findings += _check_stats_file(fs, root, value.get("stats"), "the mixtrain property")
     return findings
 
 
@@ -392,10 +397,15 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exit_:
         return 2 if exit_.code else 0
-    findings = validate(args.dataset)
     verdict = ""
-    if args.deep and not findings:
-        deep_findings, summary = deep_check(args.dataset, args.source, args.min_psnr)
+    try:
+        findings = validate(args.dataset)
+        summary = deep_check(args.dataset, args.source, args.min_psnr) if args.deep and not findings else None
+    except ConversionError as error:  # the dataset cannot be checked at all (its metadata unusable)
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    if summary is not None:
+        deep_findings, summary = summary
         findings += deep_findings
         for line in summary:
             print(line)

@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from formats import mixtrain, storage, video
 from formats.errors import FormatError
 from formats.mixtrain import array_layout
+from formats.mixtrain.schema import check_sidecar, check_stats
 
 __all__ = ["Dataset", "Filter", "TIMESTAMPS", "TRAJECTORY", "STEPS", "VIDEO", "PER_STEP", "check_sidecar"]
 
@@ -35,23 +36,6 @@ Filter = Any
 # column_types kinds with one value per timestep (sliced by windows()).
 TIMESTAMPS, TRAJECTORY, STEPS, VIDEO = "timestamps", "trajectory", "steps", "video"
 PER_STEP = (TIMESTAMPS, TRAJECTORY, STEPS)
-
-
-def check_sidecar(sidecar: dict, path: str) -> None:
-    """The keys the reader relies on have the types this converter writes (one line otherwise)."""
-    column_types = sidecar.get("column_types")
-    if not isinstance(column_types, dict) or not all(isinstance(entry, dict) for entry in column_types.values()):
-        raise FormatError(f"{path}: column_types must be an object of objects (one per column)")
-    for key in ("num_sequences", "num_timesteps", "num_shards"):
-        if key in sidecar and (not isinstance(sidecar[key], int) or isinstance(sidecar[key], bool) or sidecar[key] < 0):
-            raise FormatError(f"{path}: {key} must be a non-negative integer, found {sidecar[key]!r}")
-    shards = sidecar.get("shards", [])
-    if not isinstance(shards, list) or not all(isinstance(shard, str) for shard in shards):
-        raise FormatError(f"{path}: shards must be a list of paths")
-    for name, entry in column_types.items():
-        fps = entry.get("fps")
-        if entry.get("type") == VIDEO and (not isinstance(fps, (int, float)) or isinstance(fps, bool) or not fps > 0):
-            raise FormatError(f"{path}: column {name!r}: fps must be a positive number, found {fps!r}")
 
 
 class Dataset:
@@ -108,7 +92,10 @@ class Dataset:
     def stats(self) -> dict:
         """stats.json: per column mean/std/min/max/count/q01..q99, lists of D values."""
         name = self.metadata.get("stats") or mixtrain.STATS_FILE
-        return storage.read_json(self.fs, storage.resolve_inside(self.root, str(name), what="stats", fs=self.fs)) or {}
+        path = storage.resolve_inside(self.root, str(name), what="stats", fs=self.fs)
+        stats = storage.read_json(self.fs, path, want_object=False)
+        check_stats(stats or {}, path)
+        return stats or {}
 
     def errors(self) -> list[dict]:
         """The sequences the conversion skipped (_errors.jsonl; empty when none were)."""
