@@ -11,6 +11,8 @@ column_types declares; counts match the sidecar.
 source URI recorded in mixtrain.json, or --source): frame count, frame i at i/fps, and pixels:
 identical for copied and lossless columns, luma PSNR >= --min_psnr for lossy encodes. It prints
 one summary line per camera. Without a reachable source only the decode and timing are checked.
+It also recomputes the statistics of the rows and compares them with stats.json (a finding names
+the column and the stat).
 Exit status 0 when clean, 1 with one finding per line otherwise, 2 on a bad command line.
 """
 
@@ -31,6 +33,7 @@ from formats import mixtrain, sources, storage, video
 from formats.errors import ConversionError, FormatError
 from formats.mixtrain import array_layout
 from formats.mixtrain.schema import check_sidecar, check_stats
+from formats.mixtrain.stats import summarise, table_stats
 from formats.mixtrain.tables import TableSettings, lake, lance
 from formats.read import reader
 from formats.sequence import ImageFrames
@@ -299,15 +302,17 @@ def deep_check(url: str, source_url: str | None = None, min_psnr: float = 35.0) 
     if not fs.exists(storage.join(root, mixtrain.SIDECAR)) and lance.is_dataset(fs, root):
         return [f"{storage.url_for(fs, root)}: a Lance dataset; --deep compares the videos of standalone "
                 "(--table_format=parquet) datasets with their source"], []
-    sidecar = json.loads(fs.cat_file(storage.join(root, mixtrain.SIDECAR)))
+    sidecar = storage.read_json(fs, storage.join(root, mixtrain.SIDECAR))
+    check_sidecar(sidecar, storage.join(root, mixtrain.SIDECAR))
+    statistics = check_statistics(fs, root, sidecar)
     columns = {name: entry for name, entry in sidecar["column_types"].items() if entry.get("type") == "video"}
     if not columns:
-        return [], [NO_VIDEO]
+        return statistics, [NO_VIDEO]
     source = sidecar.get("source") or {}
     plan_options = (sidecar.get("converter") or {}).get("options", {}).get("source_options") or {}
     loader = _source_loader(source_url or source.get("uri"), source.get("format"), plan_options)
     notes = [] if loader is not None else [f"source {source_url or source.get('uri')!r} not reachable: checked decoding and timing only"]
-    findings: list[str] = []
+    findings: list[str] = statistics
     totals = {name: {"sequences": 0, "frames": 0, "identical": 0, "psnr": math.inf} for name in columns}
     for shard in sidecar.get("shards", []):
         with storage.open_input(fs, storage.join(root, shard)) as handle:
@@ -345,6 +350,57 @@ def deep_check(url: str, source_url: str | None = None, min_psnr: float = 35.0) 
         for name, t in totals.items()
     ]
     return findings, summary
+
+
+def check_statistics(fs, root: str, sidecar: dict) -> list[str]:
+    """Recompute the statistics of the rows (per row group, merged in shard order, as the writer
+    did) and compare them with stats.json: a finding per column whose stored value differs,
+    naming the stat. Statistics only the videos give (image statistics) are not recomputed."""
+    path = storage.resolve_inside(root, sidecar.get("stats") or mixtrain.STATS_FILE, what="stats", fs=fs)
+    stored = storage.read_json(fs, path, want_object=False)
+    if stored is None:
+        return []
+    check_stats(stored, path)
+    partials = []
+    for shard in sidecar.get("shards", []):
+        with storage.open_input(fs, storage.join(root, shard)) as handle:
+            parquet = pq.ParquetFile(handle)
+            specs = mixtrain.column_specs(parquet.schema_arrow, sidecar["column_types"])
+            partial: dict = {}
+            for group in range(parquet.num_row_groups):
+                for name, stats in table_stats(parquet.read_row_group(group), specs).items():
+                    partial[name] = partial[name].merge(stats) if name in partial else stats
+        partials.append(partial)
+    recomputed = json.loads(mixtrain.dumps(summarise(partials)))
+    findings = []
+    for column, values in recomputed.items():
+        if column not in stored:
+            findings.append(f"{path}: {column}: no statistics, the rows give some")
+            continue
+        for stat, value in values.items():
+            difference = _difference(stored[column].get(stat), value)
+            if difference is not None:
+                findings.append(f"{path}: {column}.{stat}{difference}")
+                break
+    return findings
+
+
+def _difference(stored, recomputed, at: str = "") -> str | None:
+    """Where two stat values first differ (`[i] is a, the rows give b`), or None when equal:
+    means and standard deviations within 1e-9 relative (sums of floats), everything else exactly."""
+    if isinstance(stored, list) and isinstance(recomputed, list) and len(stored) == len(recomputed):
+        return next((found for index, (a, b) in enumerate(zip(stored, recomputed))
+                     if (found := _difference(a, b, f"{at}[{index}]")) is not None), None)
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (stored, recomputed))
+    if stored == recomputed and type(stored) is type(recomputed) or \
+            numbers and math.isclose(stored, recomputed, rel_tol=1e-9, abs_tol=1e-12):
+        return None
+    return f"{at} is {_short(stored)}, the rows give {_short(recomputed)}"
+
+
+def _short(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _source_loader(url: str | None, source_format: str | None, plan_options: dict):

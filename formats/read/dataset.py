@@ -41,8 +41,9 @@ PER_STEP = (TIMESTAMPS, TRAJECTORY, STEPS)
 class Dataset:
     """One opened dataset: metadata in memory, rows and videos read on demand."""
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, sidecar: dict) -> None:
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, sidecar: dict, where: str | None = None) -> None:
         self.fs, self.root, self.metadata = fs, root, sidecar
+        self.where = where or storage.join(root, mixtrain.SIDECAR)  # where the metadata is, for messages
         self.column_types: dict[str, dict] = sidecar["column_types"]
         self.shards: list[str] = list(sidecar.get("shards") or [])
         self._schema: pa.Schema | None = None
@@ -164,24 +165,32 @@ class Dataset:
         if "sequence_id" not in wanted:
             wanted.insert(0, "sequence_id")
         for shard in self._shards_of(sequence_id):
-            table = self._read(shard, wanted, pc.field("sequence_id") == sequence_id)
+            table = self._read(shard, self._with_length(wanted), pc.field("sequence_id") == sequence_id)
             if table.num_rows:
-                return self._row(table)
+                return self._row(table, 0, wanted)
         raise KeyError(f"no sequence {sequence_id!r} in {storage.url_for(self.fs, self.root)}")
 
-    def _row(self, table: pa.Table, index: int = 0) -> dict[str, Any]:
+    def _with_length(self, wanted: list[str]) -> list[str]:
+        """`wanted`, and `length` where a bytes trajectory is among them (its cells are checked against it)."""
+        if "length" in wanted or not any(array_layout.is_bytes(self.column_types.get(name) or {}) for name in wanted):
+            return wanted
+        return [*wanted, "length"] if "length" in self.schema.names else wanted
+
+    def _row(self, table: pa.Table, index: int = 0, names: Sequence[str] | None = None) -> dict[str, Any]:
         row: dict[str, Any] = {}
-        for name in table.column_names:
+        length = table.column("length")[index].as_py() if "length" in table.column_names else None
+        sequence_id = table.column("sequence_id")[index].as_py() if "sequence_id" in table.column_names else f"row {index}"
+        for name in table.column_names if names is None else names:
             cell = table.column(name).slice(index, 1).combine_chunks()
-            row[name] = self._cell(name, cell)
+            row[name] = self._cell(name, cell, length, sequence_id)
         return row
 
-    def _cell(self, name: str, cell: pa.Array) -> Any:
+    def _cell(self, name: str, cell: pa.Array, length: int | None = None, sequence_id: str = "") -> Any:
         """One cell (a length-1 Arrow array) as numpy or Python."""
         kind = self.kind(name)
         entry = self.column_types.get(name) or {}
         if kind == TRAJECTORY and array_layout.is_bytes(entry):  # a view of the row's buffer, no copy
-            return array_layout.decode(cell, 0, entry["dtype"], int(entry["dim"]))
+            return self._bytes_cell(name, cell, entry, length, sequence_id)
         if kind in PER_STEP and pa.types.is_list(cell.type):
             if cell.null_count:
                 return None
@@ -193,6 +202,20 @@ class Dataset:
                 return values.to_numpy(zero_copy_only=False)
             return values.to_pylist()
         return cell[0].as_py()
+
+    def _bytes_cell(self, name: str, cell: pa.Array, entry: dict, length: int | None, sequence_id: str) -> np.ndarray | None:
+        """A bytes-layout cell as [T, D], its size checked against `length` x dim x itemsize: a
+        column_types entry edited (another dim or a wider dtype) would otherwise give arrays of
+        another shape without a word. (A dtype of the same width is only caught by validate --deep.)"""
+        described = f"column_types says {entry['dim']} x {entry['dtype']} a step"
+        try:
+            values = array_layout.decode(cell, 0, entry["dtype"], int(entry["dim"]))
+        except ValueError as error:
+            raise FormatError(f"{self.where}: {sequence_id}: column {name!r}: {error} ({described})") from None
+        if values is not None and length is not None and len(values) != length:
+            raise FormatError(f"{self.where}: {sequence_id}: column {name!r}: a cell of {values.nbytes} bytes holds {len(values)} "
+                              f"steps as {described}, but the sequence has {length} timesteps")
+        return values
 
     def trajectories(self, sequence_id: str, columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """One sequence's trajectories (default: every trajectory column) as numpy [T, D] arrays in
@@ -220,9 +243,9 @@ class Dataset:
         """Every matching sequence as `sequence()` gives it, one shard read at a time."""
         wanted = list(self.schema.names if columns is None else columns)
         for shard in self.shards:
-            table = self._read(shard, wanted, where)
+            table = self._read(shard, self._with_length(wanted), where)
             for index in range(table.num_rows):
-                yield self._row(table, index)
+                yield self._row(table, index, wanted)
 
     # --- videos ---------------------------------------------------------------------------------
 
@@ -232,9 +255,12 @@ class Dataset:
         return None if relative is None else storage.url_for(self.fs, self._resolve(relative))
 
     def _video_cell(self, sequence_id: str, column: str) -> str | None:
+        return self._video_row(sequence_id, column)[column]
+
+    def _video_row(self, sequence_id: str, column: str) -> dict[str, Any]:
         if self.kind(column) != VIDEO:
             raise KeyError(f"{column!r} is not a video column of {self.root}; video columns: {', '.join(self.video_columns) or 'none'}")
-        return self.sequence(sequence_id, ["sequence_id", column])[column]
+        return self.sequence(sequence_id, ["sequence_id", "length", column] if "length" in self.schema.names else ["sequence_id", column])
 
     def _resolve(self, relative: str) -> str:
         if "://" in relative:
@@ -243,14 +269,16 @@ class Dataset:
 
     def frames(self, sequence_id: str, column: str, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Timesteps [start, stop) of a camera, decoded with PyAV: [N, H, W, 3] uint8 RGB (depth
-        cameras: [N, H, W, 1] uint16 or uint8 gray). Frame i of the file is timestep i."""
-        relative = self._video_cell(sequence_id, column)
-        if relative is None:
+        cameras: [N, H, W, 1] uint16 or uint8 gray). Frame i of the file is timestep i; all of them
+        (no `stop`) must be the sequence's `length` timesteps."""
+        row = self._video_row(sequence_id, column)
+        if row[column] is None:
             raise KeyError(f"sequence {sequence_id!r} has no video in column {column!r}")
-        return self.decode(relative, column, start, stop)
+        return self.decode(row[column], column, start, stop, length=row.get("length"))
 
-    def decode(self, relative: str, column: str, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """Frames [start, stop) of the video file at `relative` (a cell of `column`)."""
+    def decode(self, relative: str, column: str, start: int = 0, stop: int | None = None, *, length: int | None = None) -> np.ndarray:
+        """Frames [start, stop) of the video file at `relative` (a cell of `column`); with no
+        `stop`, a file that does not hold `length` frames (when given) is a FormatError."""
         entry = self.column_types.get(column) or {}
         if not entry.get("fps"):
             raise FormatError(f"{storage.join(self.root, mixtrain.SIDECAR)}: column {column!r} is not a video column with an fps")
@@ -281,6 +309,8 @@ class Dataset:
                 source.close()
         if stop is not None and len(out) != stop - start:
             raise FormatError(f"{where}: timesteps [{start}, {stop}) asked, {len(out)} frames decoded")
+        if stop is None and length is not None and len(out) != max(0, length - start):
+            raise FormatError(f"{where}: {len(out)} frames decoded from timestep {start}, but the sequence has {length} timesteps")
         return np.stack(out) if out else np.zeros((0, 0, 0, 3), np.uint8)
 
     def _video_source(self, relative: str, column: str) -> tuple[str | BinaryIO, str]:

@@ -38,7 +38,7 @@ def open_rows(fs, root: str, version: int | None = None):
             where = f"{storage.url_for(fs, root)} (Lance version {dataset.version} metadata)"
             check_sidecar(sidecar, where)
             check_stats(self._stats, f"{where} stats")
-            super().__init__(fs, root, sidecar)
+            super().__init__(fs, root, sidecar, where)
             self.lance = dataset
             self.version: int = dataset.version
             self.shards = [""]
