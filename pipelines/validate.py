@@ -90,7 +90,11 @@ def validate(url: str) -> list[str]:
             continue
         try:
             with storage.open_input(fs, path) as handle:
+                storage.check_parquet_footer(handle, path)
                 table = pq.read_table(handle)
+        except FormatError as error:
+            findings.append(str(error))
+            continue
         except (OSError, pa.ArrowException) as error:
             findings.append(f"{path}: unreadable Parquet shard: {str(error).splitlines()[0] if str(error) else type(error).__name__}")
             continue
@@ -364,6 +368,7 @@ def check_statistics(fs, root: str, sidecar: dict) -> list[str]:
     partials = []
     for shard in sidecar.get("shards", []):
         with storage.open_input(fs, storage.join(root, shard)) as handle:
+            storage.check_parquet_footer(handle, storage.join(root, shard))
             parquet = pq.ParquetFile(handle)
             specs = mixtrain.column_specs(parquet.schema_arrow, sidecar["column_types"])
             partial: dict = {}

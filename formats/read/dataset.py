@@ -66,6 +66,7 @@ class Dataset:
             if not self.shards:
                 raise FormatError(f"{self.root}: the dataset has no shards")
             with self._open(self.shards[0]) as handle:
+                storage.check_parquet_footer(handle, storage.join(self.root, self.shards[0]))
                 try:
                     self._schema = pq.ParquetFile(handle).schema_arrow
                 except (pa.ArrowInvalid, OSError) as error:
@@ -127,6 +128,7 @@ class Dataset:
         # object stores; off for scans of scalar columns, where it would also fetch the
         # trajectories lying between two projected columns.
         with self._open(shard) as handle:
+            storage.check_parquet_footer(handle, storage.join(self.root, shard))
             try:
                 return pq.read_table(handle, columns=columns, filters=where, pre_buffer=coalesce)
             except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as error:
