@@ -21,6 +21,7 @@ from formats.sources.lerobot_v3.sample import write_dataset as write_lerobot
 from formats.sources.ortf.sample import SyntheticORTF
 from formats.sources.ortf.sample import write_dataset as write_ortf
 from pipelines import convert
+from tests.formats import h264_lies
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PEAK_LIMIT_MB = 500
@@ -112,3 +113,93 @@ def test_a_published_shard_claiming_a_4gb_footer_is_refused_cheaply(published, t
     if surface == "validate":  # validate lists findings on stdout (the shard is one of them), their count on stderr
         result["err"] = "".join(f"error: {line}\n" for line in result["out"].splitlines() if "Parquet footer" in line)
     _one_line_naming(result, shard)
+
+
+# --- MP4: the picture size its headers declare --------------------------------------------------
+
+# (rewrite, what the one line says): an SPS the decoder would size 8000x8000 frames by (issue 27:
+# 1.25 GB and 11 s to decode 30 frames, published as 8000x8000), a sample entry claiming it, and
+# sizes within the limits that disagree between the two.
+MP4_LIES = {
+    "sps_8000": (lambda data: h264_lies.declare_sps_size(data, 8000, 8000),
+                 "its H.264 sequence parameter set declares 8000x8000 pixels, more than this converter decodes"),
+    "entry_8000": (lambda data: h264_lies.declare_entry_size(data, 8000, 8000),
+                   "its MP4 sample entry declares 8000x8000 pixels, more than this converter decodes"),
+    "sps_640": (lambda data: h264_lies.declare_sps_size(data, 640, 480),
+                "its H.264 sequence parameter set declares 640x480 pixels, its MP4 sample entry 64x48: a damaged or forged header"),
+    "entry_640": (lambda data: h264_lies.declare_entry_size(data, 640, 480),
+                  "its H.264 sequence parameter set declares 64x48 pixels, its MP4 sample entry 640x480: a damaged or forged header"),
+}
+VIDEO_SOURCES = {
+    "lerobot_v3": (lambda root: write_lerobot(str(root), SyntheticLeRobot(lengths=(5, 4), codec="h264", gop=None,
+                                                                           cameras=("observation.images.front",))),
+                   "videos/observation.images.front/chunk-000/file-000.mp4"),
+    "ortf": (lambda root: write_ortf(str(root), SyntheticORTF(lengths=(4, 5))), "videos/cam_overhead/chunk-000/episode_000000.mp4"),
+}
+
+
+def _lie(path: pathlib.Path, lie: str) -> None:
+    path.write_bytes(MP4_LIES[lie][0](path.read_bytes()))
+
+
+@pytest.mark.parametrize("lie", sorted(MP4_LIES))
+@pytest.mark.parametrize("source", sorted(VIDEO_SOURCES))
+def test_a_source_video_declaring_another_size_is_refused_before_decoding(tmp_path, source, lie):
+    write, relative = VIDEO_SOURCES[source]
+    write(tmp_path / "src")
+    _lie(tmp_path / "src" / relative, lie)
+    result = _measured(sys.executable, "-m", "pipelines.convert", f"--input={tmp_path / 'src'}", f"--output={tmp_path / 'dst'}",
+                       "--progress=off")
+    assert result["rc"] == 1, result
+    errors = [line for line in result["err"].splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1 and "Traceback" not in result["err"], result["err"]
+    assert str(tmp_path / "src" / relative) in errors[0] and MP4_LIES[lie][1] in errors[0], errors[0]
+    assert result["peak_mb"] < PEAK_LIMIT_MB and result["seconds"] < 60, result
+    print(f"peak {result['peak_mb']:.0f} MB, {result['seconds']:.1f} s")
+    assert not (tmp_path / "dst" / "mixtrain.json").exists()
+
+
+@pytest.fixture(scope="module")
+def published_video(tmp_path_factory):
+    base = tmp_path_factory.mktemp("claims_video")
+    write_lerobot(str(base / "src"), SyntheticLeRobot(lengths=(5, 4), codec="h264", gop=None, cameras=("observation.images.front",)))
+    assert convert.run([f"--input={base / 'src'}", f"--output={base / 'dst'}", "--progress=off"]) == 0
+    return base / "dst"
+
+
+FRAMES = """
+import sys
+from formats.errors import FormatError
+from formats.read import reader
+try:
+    dataset = reader.open_dataset(sys.argv[1])
+    dataset.frames("episode_000000", "video_front")
+except FormatError as error:
+    print(f"error: {error}", file=sys.stderr)
+    sys.exit(1)
+"""
+
+
+@pytest.mark.parametrize("surface", ["reader", "validate", "validate --deep", "inspect --html"])
+@pytest.mark.parametrize("lie", sorted(MP4_LIES))
+def test_a_published_video_declaring_another_size_is_refused_before_decoding(published_video, tmp_path, surface, lie):
+    copy = tmp_path / "copy"
+    shutil.copytree(published_video, copy)
+    video = copy / "files/video_front/episode_000000.mp4"
+    _lie(video, lie)
+    command = {"reader": [sys.executable, "-c", FRAMES, str(copy)],
+               "validate": [sys.executable, "-m", "pipelines.validate", str(copy)],
+               "validate --deep": [sys.executable, "-m", "pipelines.validate", str(copy), "--deep"],
+               "inspect --html": [sys.executable, "-m", "pipelines.inspect", str(copy), f"--html={tmp_path / 'report.html'}"]}[surface]
+    result = _measured(*command)
+    assert result["peak_mb"] < PEAK_LIMIT_MB and result["seconds"] < 60, result
+    print(f"peak {result['peak_mb']:.0f} MB, {result['seconds']:.1f} s")
+    if surface == "inspect --html":  # the page is written, each thumbnail of that video saying why it is absent
+        page = (tmp_path / "report.html").read_text()
+        assert result["rc"] == 0 and page.count(MP4_LIES[lie][1]) == 3 and str(video) in page, result
+        return
+    assert result["rc"] == 1, result
+    # validate lists findings on stdout (this video is one of them); the reader prints one error line
+    lines = result["out"].splitlines() if surface.startswith("validate") else result["err"].splitlines()
+    found = [line for line in lines if MP4_LIES[lie][1] in line]
+    assert len(found) == 1 and str(video) in found[0] and "Traceback" not in result["err"], result
