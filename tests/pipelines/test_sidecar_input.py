@@ -158,3 +158,33 @@ def test_a_delta_log_cut_or_lost_is_one_error_line_naming_the_log(published, tmp
     line = _one_error_line(surface, copy, tmp_path, capsys)
     assert f"{copy / '_delta_log'}: the Delta log cannot be read" in line and line.startswith("error: "), line
     assert "\n" not in line and "Traceback" not in line and not (tmp_path / "report.html").exists()
+
+
+# The same checks on a lake table's `mixtrain` property (what the reader and validate read there).
+PROPERTY_MUTATIONS = [m for m in MUTATIONS if m[0] == "mixtrain.json" and m[1][0] in ("column_types", "num_sequences", "shards", "source")][::3]
+
+
+def _mutated_property(published, tmp_path, path: tuple, value):
+    copy = tmp_path / "copy"
+    shutil.copytree(published / "delta", copy)
+    entry = sorted((copy / "_delta_log").glob("*.json"))[-1]
+    actions = [json.loads(line) for line in entry.read_text().splitlines()]
+    for action in actions:
+        if "metaData" in action:
+            document = json.loads(action["metaData"]["configuration"]["mixtrain"])
+            holder = document
+            for key in path[:-1]:
+                holder = holder[key]
+            holder[path[-1]] = value
+            action["metaData"]["configuration"]["mixtrain"] = json.dumps(document)
+    entry.write_text("".join(json.dumps(action) + "\n" for action in actions))
+    return copy
+
+
+@pytest.mark.parametrize("surface", ["reader", "validate", "inspect"])
+@pytest.mark.parametrize("file, path, value, key", PROPERTY_MUTATIONS,
+                         ids=[f"{'.'.join(m[1])}={m[2]!r}" for m in PROPERTY_MUTATIONS])
+def test_a_delta_property_value_of_the_wrong_type_is_one_error_line(published, tmp_path, capsys, surface, file, path, value, key):
+    root = _mutated_property(published, tmp_path, path, value)
+    line = _one_error_line(surface, root, tmp_path, capsys)
+    assert line.startswith(f"error: {root} (delta table, property 'mixtrain'): ") and key in line, line
