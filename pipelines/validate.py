@@ -303,8 +303,9 @@ def _lossless(entry: dict) -> bool:
 def deep_check(url: str, source_url: str | None = None, min_psnr: float = 35.0) -> tuple[list[str], list[str]]:
     """Decode every video and compare it with its source. Returns (findings, summary lines)."""
     fs, root = storage.open_root(url)
-    if not fs.exists(storage.join(root, mixtrain.SIDECAR)) and lance.is_dataset(fs, root):
-        return [f"{storage.url_for(fs, root)}: a Lance dataset; --deep compares the videos of standalone "
+    if not fs.exists(storage.join(root, mixtrain.SIDECAR)) and (lance.is_dataset(fs, root) or lake.detect(fs, root)):
+        kind = "a Lance dataset" if lance.is_dataset(fs, root) else f"a {lake.detect(fs, root).capitalize()} table"
+        return [f"{storage.url_for(fs, root)}: {kind}; --deep compares the videos of standalone "
                 "(--table_format=parquet) datasets with their source"], []
     sidecar = storage.read_json(fs, storage.join(root, mixtrain.SIDECAR))
     check_sidecar(sidecar, storage.join(root, mixtrain.SIDECAR))

@@ -47,6 +47,7 @@ class Dataset:
         self.column_types: dict[str, dict] = sidecar["column_types"]
         self.shards: list[str] = list(sidecar.get("shards") or [])
         self._schema: pa.Schema | None = None
+        self._footers_checked: set[str] = set()  # shards whose footer length was seen to fit (storage.check_parquet_footer)
         # Rows go to shard md5(id) mod N (formats/mixtrain/__init__.py): a point lookup opens one shard.
         n = len(self.shards)
         self._by_hash = n > 0 and self.shards == [mixtrain.shard_path(i) for i in range(n)]
@@ -128,7 +129,9 @@ class Dataset:
         # object stores; off for scans of scalar columns, where it would also fetch the
         # trajectories lying between two projected columns.
         with self._open(shard) as handle:
-            storage.check_parquet_footer(handle, storage.join(self.root, shard))
+            if shard not in self._footers_checked:  # once per shard: on an object store each check is a request
+                storage.check_parquet_footer(handle, storage.join(self.root, shard))
+                self._footers_checked.add(shard)
             try:
                 return pq.read_table(handle, columns=columns, filters=where, pre_buffer=coalesce)
             except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as error:

@@ -181,7 +181,7 @@ except FormatError as error:
 
 
 @pytest.mark.parametrize("surface", ["reader", "validate", "validate --deep", "inspect --html"])
-@pytest.mark.parametrize("lie", sorted(MP4_LIES))
+@pytest.mark.parametrize("lie", ["sps_8000", "entry_640"])  # one over the limits, one disagreement (convert above takes all four)
 def test_a_published_video_declaring_another_size_is_refused_before_decoding(published_video, tmp_path, surface, lie):
     copy = tmp_path / "copy"
     shutil.copytree(published_video, copy)
