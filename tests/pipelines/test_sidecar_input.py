@@ -188,3 +188,46 @@ def test_a_delta_property_value_of_the_wrong_type_is_one_error_line(published, t
     root = _mutated_property(published, tmp_path, path, value)
     line = _one_error_line(surface, root, tmp_path, capsys)
     assert line.startswith(f"error: {root} (delta table, property 'mixtrain'): ") and key in line, line
+
+
+# Iceberg: the current metadata file cut, emptied or deleted, the manifest list deleted. The
+# embedded catalog records absolute paths, so each damaged table is a conversion of its own.
+ICEBERG_DAMAGES = {
+    "metadata_cut": lambda root: _current_metadata(root).write_bytes(_current_metadata(root).read_bytes()[:200]),
+    "metadata_emptied": lambda root: _current_metadata(root).write_bytes(b""),
+    "metadata_lost": lambda root: _current_metadata(root).unlink(),
+    "manifest_list_lost": lambda root: next((root / "metadata").glob("snap-*.avro")).unlink(),
+}
+
+
+def _current_metadata(root):
+    return sorted((root / "metadata").glob("*.metadata.json"))[-1]
+
+
+@pytest.fixture(scope="module")
+def damaged_iceberg(published, tmp_path_factory):
+    pytest.importorskip("pyiceberg")
+    made = {}
+
+    def make(damage: str):
+        if damage not in made:
+            root = tmp_path_factory.mktemp(f"iceberg_{damage}") / "table"
+            assert convert.run([f"--input={published / 'src'}", f"--output={root}", "--progress=off", "--table_format=iceberg"]) == 0
+            ICEBERG_DAMAGES[damage](root)
+            made[damage] = root
+        return made[damage]
+    return make
+
+
+# The reader and inspect read the run's shards the property lists, not the manifests: a lost
+# manifest list is met by validate only (it reads the rows through the table).
+ICEBERG_CASES = [(damage, surface) for damage in sorted(ICEBERG_DAMAGES) for surface in ("reader", "validate", "inspect", "inspect --html")
+                 if damage != "manifest_list_lost" or surface == "validate"]
+
+
+@pytest.mark.parametrize("damage, surface", ICEBERG_CASES)
+def test_iceberg_metadata_cut_or_lost_is_one_error_line_naming_it(damaged_iceberg, tmp_path, capsys, surface, damage):
+    root = damaged_iceberg(damage)
+    line = _one_error_line(surface, root, tmp_path, capsys)
+    assert f"{root / 'metadata'}: the Iceberg table's metadata cannot be read (" in line and line.startswith("error: "), line
+    assert "\n" not in line and "Traceback" not in line and not (tmp_path / "report.html").exists()
