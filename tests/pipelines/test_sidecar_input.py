@@ -5,6 +5,7 @@ every reading surface (the reader, validate, validate --deep, inspect, inspect -
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 
@@ -26,6 +27,8 @@ def published(tmp_path_factory):
     write_lerobot(str(base / "src"), SPEC)
     assert convert.run([f"--input={base / 'src'}", f"--output={base / 'dst'}", "--progress=off", "--array_layout=bytes"]) == 0
     assert convert.run([f"--input={base / 'src'}", f"--output={base / 'delta'}", "--progress=off", "--table_format=delta"]) == 0
+    if importlib.util.find_spec("lance") is not None:
+        assert convert.run([f"--input={base / 'src'}", f"--output={base / 'lance'}", "--progress=off", "--table_format=lance"]) == 0
     return base
 
 
@@ -231,3 +234,33 @@ def test_iceberg_metadata_cut_or_lost_is_one_error_line_naming_it(damaged_iceber
     line = _one_error_line(surface, root, tmp_path, capsys)
     assert f"{root / 'metadata'}: the Iceberg table's metadata cannot be read (" in line and line.startswith("error: "), line
     assert "\n" not in line and "Traceback" not in line and not (tmp_path / "report.html").exists()
+
+
+# And on a Lance dataset's metadata (mixtrain.json and stats.json in its schema metadata).
+LANCE_MUTATIONS = PROPERTY_MUTATIONS + [m for m in MUTATIONS if m[0] == "stats.json"][::2]
+
+
+@pytest.mark.parametrize("surface", ["reader", "validate", "inspect"])
+@pytest.mark.parametrize("file, path, value, key", LANCE_MUTATIONS,
+                         ids=[f"{m[0]}:{'.'.join(m[1]) or '(whole)'}={m[2]!r}" for m in LANCE_MUTATIONS])
+def test_a_lance_metadata_value_of_the_wrong_type_is_one_error_line(published, tmp_path, capsys, surface, file, path, value, key):
+    lance = pytest.importorskip("lance")
+    from formats.mixtrain.tables.lance import SIDECAR_KEY, STATS_KEY
+
+    root = tmp_path / "copy"
+    shutil.copytree(published / "lance", root)
+    dataset = lance.dataset(str(root))
+    metadata = {name.decode(): text.decode() for name, text in dataset.schema.metadata.items()}
+    metadata_key = SIDECAR_KEY if file == "mixtrain.json" else STATS_KEY
+    if path:
+        document = json.loads(metadata[metadata_key])
+        holder = document
+        for part in path[:-1]:
+            holder = holder[part]
+        holder[path[-1]] = value
+    else:
+        document = value
+    metadata[metadata_key] = json.dumps(document)
+    dataset.update_schema_metadata(metadata, replace=True)
+    line = _one_error_line(surface, root, tmp_path, capsys)
+    assert line.startswith(f"error: file://{root} (Lance version 2 metadata") and key in line, line
