@@ -11,6 +11,8 @@ column_types declares; counts match the sidecar.
 source URI recorded in mixtrain.json, or --source): frame count, frame i at i/fps, and pixels:
 identical for copied and lossless columns, luma PSNR >= --min_psnr for lossy encodes. It prints
 one summary line per camera. Without a reachable source only the decode and timing are checked.
+It also recomputes the statistics of the rows and compares them with stats.json (a finding names
+the column and the stat).
 Exit status 0 when clean, 1 with one finding per line otherwise, 2 on a bad command line.
 """
 
@@ -30,6 +32,8 @@ import pyarrow.parquet as pq
 from formats import mixtrain, sources, storage, video
 from formats.errors import ConversionError, FormatError
 from formats.mixtrain import array_layout
+from formats.mixtrain.schema import check_sidecar, check_stats
+from formats.mixtrain.stats import summarise, table_stats
 from formats.mixtrain.tables import TableSettings, lake, lance
 from formats.read import reader
 from formats.sequence import ImageFrames
@@ -71,9 +75,8 @@ def validate(url: str) -> list[str]:
     findings: list[str] = []
     if not isinstance(sidecar, dict) or sidecar.get("mixtrain") != mixtrain.VERSION:
         return [f"{sidecar_path}: 'mixtrain' must be {mixtrain.VERSION!r}"]
-    column_types = sidecar.get("column_types", {})
-    if not isinstance(column_types, dict):
-        return [f"{sidecar_path}: column_types must be an object"]
+    check_sidecar(sidecar, sidecar_path)  # values of the wrong type: one error, nothing else can be checked
+    column_types = sidecar["column_types"]
     shards = sidecar.get("shards") or sorted(
         p[len(root) + 1:] for p in fs.glob(storage.join(root, mixtrain.DATA_DIR, "*.parquet"))
     )
@@ -88,7 +91,11 @@ def validate(url: str) -> list[str]:
             continue
         try:
             with storage.open_input(fs, path) as handle:
+                storage.check_parquet_footer(handle, path)
                 table = pq.read_table(handle)
+        except FormatError as error:
+            findings.append(str(error))
+            continue
         except (OSError, pa.ArrowException) as error:
             findings.append(f"{path}: unreadable Parquet shard: {str(error).splitlines()[0] if str(error) else type(error).__name__}")
             continue
@@ -108,19 +115,25 @@ def validate(url: str) -> list[str]:
         findings.append(f"{sidecar_path}: num_sequences {sidecar['num_sequences']} but the shards hold {sequences}")
     if sidecar.get("num_timesteps") not in (None, timesteps):
         findings.append(f"{sidecar_path}: num_timesteps {sidecar['num_timesteps']} but the shards hold {timesteps}")
-    stats = sidecar.get("stats")
-    if stats and not fs.exists(storage.join(root, stats)):
-        findings.append(f"{storage.join(root, stats)}: named in mixtrain.json but missing")
+    findings += _check_stats_file(fs, root, sidecar.get("stats"), "mixtrain.json")
     return findings
+
+
+def _check_stats_file(fs, root: str, name: str | None, named_in: str) -> list[str]:
+    """stats.json: present when named, and of the types stats.json has (a FormatError otherwise)."""
+    if not name:
+        return []
+    path = storage.resolve_inside(root, name, what="stats", fs=fs)
+    if not fs.exists(path):
+        return [f"{path}: named in {named_in} but missing"]
+    check_stats(storage.read_json(fs, path, want_object=False), path)
+    return []
 
 
 def _validate_lance(fs, root: str) -> list[str]:
     """A Lance dataset (--table_format=lance): the same row checks as a shard's, on its latest
     version; blob videos probed through take_blobs (frames == length, codec, resolution)."""
-    try:
-        rows = reader.open_dataset(storage.url_for(fs, root))
-    except (FormatError, ValueError) as error:
-        return [str(error)]
+    rows = reader.open_dataset(storage.url_for(fs, root))  # checks the metadata: a FormatError when it cannot be used
     where = f"{storage.url_for(fs, root)} (Lance version {rows.version})"
     blobs = [name for name, entry in rows.column_types.items() if entry.get("stored_as") == "blob"]
     plain = {name: entry for name, entry in rows.column_types.items() if name not in blobs}
@@ -164,11 +177,12 @@ def validate_table(fs, root: str, table_format: str, settings: TableSettings | N
     where = f"{root} ({table_format} table, property {lake.PROPERTY!r})"
     try:
         value = lake.current_property(url, settings)
-    except (ValueError, ConversionError) as error:
-        return [f"{where}: unreadable: {error}"]
+    except ValueError as error:  # the property's JSON (a FormatError, a table that cannot be read, passes on)
+        raise FormatError(f"{where}: unreadable: {error}") from None
     if not isinstance(value, dict) or value.get("mixtrain") != mixtrain.VERSION:
         return [f"{where}: missing, or 'mixtrain' is not {mixtrain.VERSION!r}"]
-    column_types = value.get("column_types") or {}
+    check_sidecar(value, where)
+    column_types = value["column_types"]
     table = lake.read_rows(url, settings)
     findings: list[str] = []
     columns = []
@@ -192,9 +206,7 @@ def validate_table(fs, root: str, table_format: str, settings: TableSettings | N
     timesteps = pc.sum(table.column("length")).as_py() if "length" in table.column_names else None
     if value.get("num_timesteps") not in (None, timesteps):
         findings.append(f"{where}: num_timesteps {value['num_timesteps']} but the table holds {timesteps}")
-    stats = value.get("stats")
-    if stats and not fs.exists(storage.join(root, stats)):
-        findings.append(f"{storage.join(root, stats)}: named in the mixtrain property but missing")
+    findings += _check_stats_file(fs, root, value.get("stats"), "the mixtrain property")
     return findings
 
 
@@ -307,18 +319,21 @@ def _lossless(entry: dict) -> bool:
 def deep_check(url: str, source_url: str | None = None, min_psnr: float = 35.0) -> tuple[list[str], list[str]]:
     """Decode every video and compare it with its source. Returns (findings, summary lines)."""
     fs, root = storage.open_root(url)
-    if not fs.exists(storage.join(root, mixtrain.SIDECAR)) and lance.is_dataset(fs, root):
-        return [f"{storage.url_for(fs, root)}: a Lance dataset; --deep compares the videos of standalone "
+    if not fs.exists(storage.join(root, mixtrain.SIDECAR)) and (lance.is_dataset(fs, root) or lake.detect(fs, root)):
+        kind = "a Lance dataset" if lance.is_dataset(fs, root) else f"a {lake.detect(fs, root).capitalize()} table"
+        return [f"{storage.url_for(fs, root)}: {kind}; --deep compares the videos of standalone "
                 "(--table_format=parquet) datasets with their source"], []
-    sidecar = json.loads(fs.cat_file(storage.join(root, mixtrain.SIDECAR)))
+    sidecar = storage.read_json(fs, storage.join(root, mixtrain.SIDECAR))
+    check_sidecar(sidecar, storage.join(root, mixtrain.SIDECAR))
+    statistics = check_statistics(fs, root, sidecar)
     columns = {name: entry for name, entry in sidecar["column_types"].items() if entry.get("type") == "video"}
     if not columns:
-        return [], [NO_VIDEO]
+        return statistics, [NO_VIDEO]
     source = sidecar.get("source") or {}
     plan_options = (sidecar.get("converter") or {}).get("options", {}).get("source_options") or {}
     loader = _source_loader(source_url or source.get("uri"), source.get("format"), plan_options)
     notes = [] if loader is not None else [f"source {source_url or source.get('uri')!r} not reachable: checked decoding and timing only"]
-    findings: list[str] = []
+    findings: list[str] = statistics
     totals = {name: {"sequences": 0, "frames": 0, "identical": 0, "psnr": math.inf} for name in columns}
     for shard in sidecar.get("shards", []):
         with storage.open_input(fs, storage.join(root, shard)) as handle:
@@ -361,6 +376,58 @@ def deep_check(url: str, source_url: str | None = None, min_psnr: float = 35.0) 
         for name, t in totals.items()
     ]
     return findings, summary
+
+
+def check_statistics(fs, root: str, sidecar: dict) -> list[str]:
+    """Recompute the statistics of the rows (per row group, merged in shard order, as the writer
+    did) and compare them with stats.json: a finding per column whose stored value differs,
+    naming the stat. Statistics only the videos give (image statistics) are not recomputed."""
+    path = storage.resolve_inside(root, sidecar.get("stats") or mixtrain.STATS_FILE, what="stats", fs=fs)
+    stored = storage.read_json(fs, path, want_object=False)
+    if stored is None:
+        return []
+    check_stats(stored, path)
+    partials = []
+    for shard in sidecar.get("shards", []):
+        with storage.open_input(fs, storage.join(root, shard)) as handle:
+            storage.check_parquet_footer(handle, storage.join(root, shard))
+            parquet = pq.ParquetFile(handle)
+            specs = mixtrain.column_specs(parquet.schema_arrow, sidecar["column_types"])
+            partial: dict = {}
+            for group in range(parquet.num_row_groups):
+                for name, stats in table_stats(parquet.read_row_group(group), specs).items():
+                    partial[name] = partial[name].merge(stats) if name in partial else stats
+        partials.append(partial)
+    recomputed = json.loads(mixtrain.dumps(summarise(partials)))
+    findings = []
+    for column, values in recomputed.items():
+        if column not in stored:
+            findings.append(f"{path}: {column}: no statistics, the rows give some")
+            continue
+        for stat, value in values.items():
+            difference = _difference(stored[column].get(stat), value)
+            if difference is not None:
+                findings.append(f"{path}: {column}.{stat}{difference}")
+                break
+    return findings
+
+
+def _difference(stored, recomputed, at: str = "") -> str | None:
+    """Where two stat values first differ (`[i] is a, the rows give b`), or None when equal:
+    means and standard deviations within 1e-9 relative (sums of floats), everything else exactly."""
+    if isinstance(stored, list) and isinstance(recomputed, list) and len(stored) == len(recomputed):
+        return next((found for index, (a, b) in enumerate(zip(stored, recomputed))
+                     if (found := _difference(a, b, f"{at}[{index}]")) is not None), None)
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (stored, recomputed))
+    if stored == recomputed and type(stored) is type(recomputed) or \
+            numbers and math.isclose(stored, recomputed, rel_tol=1e-9, abs_tol=1e-12):
+        return None
+    return f"{at} is {_short(stored)}, the rows give {_short(recomputed)}"
+
+
+def _short(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _source_loader(url: str | None, source_format: str | None, plan_options: dict):
@@ -413,10 +480,15 @@ def main(argv: list[str] | None = None) -> int:
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exit_:
         return 2 if exit_.code else 0
-    findings = validate(args.dataset)
     verdict = ""
-    if args.deep and not findings:
-        deep_findings, summary = deep_check(args.dataset, args.source, args.min_psnr)
+    try:
+        findings = validate(args.dataset)
+        summary = deep_check(args.dataset, args.source, args.min_psnr) if args.deep and not findings else None
+    except ConversionError as error:  # the dataset cannot be checked at all (its metadata unusable)
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    if summary is not None:
+        deep_findings, summary = summary
         findings += deep_findings
         for line in summary:
             print(for_terminal(line))

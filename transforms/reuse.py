@@ -48,6 +48,7 @@ class _ReuseShardFn(beam.DoFn):
             table = lance.reused_rows(self._fs, self._previous, shard, self._keep, self._out_fs, self._staging)
         else:
             with self._fs.open(storage.join(self._previous, shard), "rb") as handle:
+                storage.check_parquet_footer(handle, storage.join(self._previous, shard))
                 table = pq.read_table(handle)
         ids = table.column("sequence_id").to_pylist()
         rows = [i for i, sequence_id in enumerate(ids) if sequence_id in self._keep]

@@ -51,6 +51,7 @@ __all__ = [
     "write_shard",
     "shard_writer",
     "column_types",
+    "column_specs",
     "sidecar",
     "read_sidecar",
 ]
@@ -273,6 +274,23 @@ def column_types(columns: list[ColumnSpec]) -> dict[str, dict]:
             entry.setdefault("dtype", str(spec.arrow_type.value_type))
         types[spec.name] = entry
     return types
+
+
+def column_specs(schema: pa.Schema, types: dict[str, dict]) -> list[ColumnSpec]:
+    """The columns of written rows as `column_types` and the shard schema describe them (what a
+    checker needs to recompute statistics the way the writer did); per-step kinds other than
+    timestamps and trajectories (agents, flags...) are steps, anything else a scalar."""
+    kinds = {"timestamps": TIMESTAMPS, "trajectory": TRAJECTORY, "steps": STEPS, "video": VIDEO, "file": FILE}
+    specs = []
+    for field in schema:
+        entry = types.get(field.name) or {}
+        kind = kinds.get(entry.get("type"), SCALAR)
+        if entry.get("file_reference"):
+            kind = FILE
+        elif kind == SCALAR and entry and pa.types.is_list(field.type):
+            kind = STEPS
+        specs.append(ColumnSpec(field.name, kind, field.type, {key: value for key, value in entry.items() if key != "type"}))
+    return specs
 
 
 def sidecar(meta: DatasetMeta, *, num_sequences: int, num_timesteps: int, num_shards: int,

@@ -63,13 +63,16 @@ class ColumnStats:
             return merged
         data = values.astype(np.float64, copy=False)
         mean = data.mean(axis=0)
-        levels = [np.zeros((0, data.shape[1]))] * sketch_level + [data[:: 2**sketch_level].copy()]
+        # Integers keep their own dtype where a stat is one of the values (min, max, the quantile
+        # sketch): float64 holds integers exactly only up to 2**53.
+        exact = values if _is_integer(values.dtype) else data
+        levels = [np.zeros((0, data.shape[1]), exact.dtype)] * sketch_level + [exact[:: 2**sketch_level].copy()]
         stats = ColumnStats(
             count=data.shape[0],
             mean=mean,
             m2=((data - mean) ** 2).sum(axis=0),
-            min=data.min(axis=0),
-            max=data.max(axis=0),
+            min=exact.min(axis=0),
+            max=exact.max(axis=0),
             levels=levels,
             capacity=capacity,
             image=image,
@@ -90,7 +93,7 @@ class ColumnStats:
         levels = []
         for level in range(depth):
             parts = [ls[level] for ls in (self.levels, other.levels) if level < len(ls) and len(ls[level])]
-            levels.append(np.concatenate(parts) if parts else np.zeros((0, self.mean.shape[0])))
+            levels.append(np.concatenate(parts) if parts else np.zeros((0, self.mean.shape[0]), self.levels[0].dtype))
         merged = ColumnStats(total, mean, m2, np.minimum(self.min, other.min), np.maximum(self.max, other.max),
                              levels, self.capacity, self.image)
         merged._compact()
@@ -106,7 +109,7 @@ class ColumnStats:
                 leftover = ordered[len(ordered) - len(ordered) % 2:]
                 kept = ordered[: len(ordered) - len(leftover)][level % 2::2]
                 if level + 1 == len(self.levels):
-                    self.levels.append(np.zeros((0, rows.shape[1])))
+                    self.levels.append(np.zeros((0, rows.shape[1]), rows.dtype))
                 self.levels[level] = leftover
                 self.levels[level + 1] = np.concatenate([self.levels[level + 1], kept])
             level += 1
@@ -128,17 +131,36 @@ class ColumnStats:
         return result
 
     def to_json(self) -> dict:
+        values = {"min": self.min, "max": self.max, **self.quantiles()}
+        # Integer values are written as JSON numbers with a fraction (3.0) while float64 holds
+        # every one of them exactly, as stats.json always had them; a column reaching past 2**53
+        # has them written as integers, exact (its quantiles lie between min and max).
+        exact = _is_integer(self.min.dtype) and max(np.abs(self.min.astype(object)).max(initial=0),
+                                                    np.abs(self.max.astype(object)).max(initial=0)) > _FLOAT_EXACT
         out = {
             "mean": self.mean.tolist(),
             "std": np.sqrt(self.m2 / self.count).tolist(),
-            "min": self.min.tolist(),
-            "max": self.max.tolist(),
+            "min": _rendered(values.pop("min"), exact),
+            "max": _rendered(values.pop("max"), exact),
             "count": [int(self.count)],
         }
-        out.update({name: value.tolist() for name, value in self.quantiles().items()})
+        out.update({name: _rendered(value, exact) for name, value in values.items()})
         if self.image:
             out = {name: (value if name == "count" else [[[v]] for v in value]) for name, value in out.items()}
         return out
+
+
+# The largest integer magnitude below which float64 holds every integer exactly.
+_FLOAT_EXACT = 2**53
+
+
+def _is_integer(dtype: np.dtype) -> bool:
+    return dtype.kind in "iu"
+
+
+def _rendered(values: np.ndarray, exact: bool) -> list:
+    """A stat's values for JSON: Python ints when `exact`, else floats (numbers as before)."""
+    return values.tolist() if exact else values.astype(np.float64).tolist()
 
 
 def sketch_level_for(rows: int, capacity: int = DEFAULT_CAPACITY) -> int:
@@ -252,7 +274,8 @@ def table_stats(table: pa.Table, columns: list[ColumnSpec]) -> dict[str, ColumnS
             values = records.field(field)
             if pa.types.is_fixed_size_list(values.type):
                 values = values.flatten()
-            data = values.to_numpy(zero_copy_only=False).astype(np.float64).reshape(len(records), -1)
+            data = values.to_numpy(zero_copy_only=False)
+            data = (data if _is_integer(data.dtype) else data.astype(np.float64)).reshape(len(records), -1)
             stats[f"{spec.name}.{field}"] = ColumnStats.of(data, sketch_level=sketch_level_for(len(data)))
     return stats
 

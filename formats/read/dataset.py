@@ -25,6 +25,7 @@ import pyarrow.parquet as pq
 from formats import mixtrain, storage, video
 from formats.errors import FormatError
 from formats.mixtrain import array_layout
+from formats.mixtrain.schema import check_sidecar, check_stats
 
 __all__ = ["Dataset", "Filter", "TIMESTAMPS", "TRAJECTORY", "STEPS", "VIDEO", "PER_STEP", "check_sidecar"]
 
@@ -37,31 +38,16 @@ TIMESTAMPS, TRAJECTORY, STEPS, VIDEO = "timestamps", "trajectory", "steps", "vid
 PER_STEP = (TIMESTAMPS, TRAJECTORY, STEPS)
 
 
-def check_sidecar(sidecar: dict, path: str) -> None:
-    """The keys the reader relies on have the types this converter writes (one line otherwise)."""
-    column_types = sidecar.get("column_types")
-    if not isinstance(column_types, dict) or not all(isinstance(entry, dict) for entry in column_types.values()):
-        raise FormatError(f"{path}: column_types must be an object of objects (one per column)")
-    for key in ("num_sequences", "num_timesteps", "num_shards"):
-        if key in sidecar and (not isinstance(sidecar[key], int) or isinstance(sidecar[key], bool) or sidecar[key] < 0):
-            raise FormatError(f"{path}: {key} must be a non-negative integer, found {sidecar[key]!r}")
-    shards = sidecar.get("shards", [])
-    if not isinstance(shards, list) or not all(isinstance(shard, str) for shard in shards):
-        raise FormatError(f"{path}: shards must be a list of paths")
-    for name, entry in column_types.items():
-        fps = entry.get("fps")
-        if entry.get("type") == VIDEO and (not isinstance(fps, (int, float)) or isinstance(fps, bool) or not fps > 0):
-            raise FormatError(f"{path}: column {name!r}: fps must be a positive number, found {fps!r}")
-
-
 class Dataset:
     """One opened dataset: metadata in memory, rows and videos read on demand."""
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, sidecar: dict) -> None:
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, sidecar: dict, where: str | None = None) -> None:
         self.fs, self.root, self.metadata = fs, root, sidecar
+        self.where = where or storage.join(root, mixtrain.SIDECAR)  # where the metadata is, for messages
         self.column_types: dict[str, dict] = sidecar["column_types"]
         self.shards: list[str] = list(sidecar.get("shards") or [])
         self._schema: pa.Schema | None = None
+        self._footers_checked: set[str] = set()  # shards whose footer length was seen to fit (storage.check_parquet_footer)
         # Rows go to shard md5(id) mod N (formats/mixtrain/__init__.py): a point lookup opens one shard.
         n = len(self.shards)
         self._by_hash = n > 0 and self.shards == [mixtrain.shard_path(i) for i in range(n)]
@@ -81,6 +67,7 @@ class Dataset:
             if not self.shards:
                 raise FormatError(f"{self.root}: the dataset has no shards")
             with self._open(self.shards[0]) as handle:
+                storage.check_parquet_footer(handle, storage.join(self.root, self.shards[0]))
                 try:
                     self._schema = pq.ParquetFile(handle).schema_arrow
                 except (pa.ArrowInvalid, OSError) as error:
@@ -108,7 +95,10 @@ class Dataset:
     def stats(self) -> dict:
         """stats.json: per column mean/std/min/max/count/q01..q99, lists of D values."""
         name = self.metadata.get("stats") or mixtrain.STATS_FILE
-        return storage.read_json(self.fs, storage.resolve_inside(self.root, str(name), what="stats", fs=self.fs)) or {}
+        path = storage.resolve_inside(self.root, str(name), what="stats", fs=self.fs)
+        stats = storage.read_json(self.fs, path, want_object=False)
+        check_stats(stats or {}, path)
+        return stats or {}
 
     def errors(self) -> list[dict]:
         """The sequences the conversion skipped (_errors.jsonl; empty when none were)."""
@@ -139,6 +129,9 @@ class Dataset:
         # object stores; off for scans of scalar columns, where it would also fetch the
         # trajectories lying between two projected columns.
         with self._open(shard) as handle:
+            if shard not in self._footers_checked:  # once per shard: on an object store each check is a request
+                storage.check_parquet_footer(handle, storage.join(self.root, shard))
+                self._footers_checked.add(shard)
             try:
                 return pq.read_table(handle, columns=columns, filters=where, pre_buffer=coalesce)
             except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as error:
@@ -177,24 +170,32 @@ class Dataset:
         if "sequence_id" not in wanted:
             wanted.insert(0, "sequence_id")
         for shard in self._shards_of(sequence_id):
-            table = self._read(shard, wanted, pc.field("sequence_id") == sequence_id)
+            table = self._read(shard, self._with_length(wanted), pc.field("sequence_id") == sequence_id)
             if table.num_rows:
-                return self._row(table)
+                return self._row(table, 0, wanted)
         raise KeyError(f"no sequence {sequence_id!r} in {storage.url_for(self.fs, self.root)}")
 
-    def _row(self, table: pa.Table, index: int = 0) -> dict[str, Any]:
+    def _with_length(self, wanted: list[str]) -> list[str]:
+        """`wanted`, and `length` where a bytes trajectory is among them (its cells are checked against it)."""
+        if "length" in wanted or not any(array_layout.is_bytes(self.column_types.get(name) or {}) for name in wanted):
+            return wanted
+        return [*wanted, "length"] if "length" in self.schema.names else wanted
+
+    def _row(self, table: pa.Table, index: int = 0, names: Sequence[str] | None = None) -> dict[str, Any]:
         row: dict[str, Any] = {}
-        for name in table.column_names:
+        length = table.column("length")[index].as_py() if "length" in table.column_names else None
+        sequence_id = table.column("sequence_id")[index].as_py() if "sequence_id" in table.column_names else f"row {index}"
+        for name in table.column_names if names is None else names:
             cell = table.column(name).slice(index, 1).combine_chunks()
-            row[name] = self._cell(name, cell)
+            row[name] = self._cell(name, cell, length, sequence_id)
         return row
 
-    def _cell(self, name: str, cell: pa.Array) -> Any:
+    def _cell(self, name: str, cell: pa.Array, length: int | None = None, sequence_id: str = "") -> Any:
         """One cell (a length-1 Arrow array) as numpy or Python."""
         kind = self.kind(name)
         entry = self.column_types.get(name) or {}
         if kind == TRAJECTORY and array_layout.is_bytes(entry):  # a view of the row's buffer, no copy
-            return array_layout.decode(cell, 0, entry["dtype"], int(entry["dim"]))
+            return self._bytes_cell(name, cell, entry, length, sequence_id)
         if kind in PER_STEP and pa.types.is_list(cell.type):
             if cell.null_count:
                 return None
@@ -206,6 +207,20 @@ class Dataset:
                 return values.to_numpy(zero_copy_only=False)
             return values.to_pylist()
         return cell[0].as_py()
+
+    def _bytes_cell(self, name: str, cell: pa.Array, entry: dict, length: int | None, sequence_id: str) -> np.ndarray | None:
+        """A bytes-layout cell as [T, D], its size checked against `length` x dim x itemsize: a
+        column_types entry edited (another dim or a wider dtype) would otherwise give arrays of
+        another shape without a word. (A dtype of the same width is only caught by validate --deep.)"""
+        described = f"column_types says {entry['dim']} x {entry['dtype']} a step"
+        try:
+            values = array_layout.decode(cell, 0, entry["dtype"], int(entry["dim"]))
+        except ValueError as error:
+            raise FormatError(f"{self.where}: {sequence_id}: column {name!r}: {error} ({described})") from None
+        if values is not None and length is not None and len(values) != length:
+            raise FormatError(f"{self.where}: {sequence_id}: column {name!r}: a cell of {values.nbytes} bytes holds {len(values)} "
+                              f"steps as {described}, but the sequence has {length} timesteps")
+        return values
 
     def trajectories(self, sequence_id: str, columns: Sequence[str] | None = None) -> dict[str, np.ndarray]:
         """One sequence's trajectories (default: every trajectory column) as numpy [T, D] arrays in
@@ -233,9 +248,9 @@ class Dataset:
         """Every matching sequence as `sequence()` gives it, one shard read at a time."""
         wanted = list(self.schema.names if columns is None else columns)
         for shard in self.shards:
-            table = self._read(shard, wanted, where)
+            table = self._read(shard, self._with_length(wanted), where)
             for index in range(table.num_rows):
-                yield self._row(table, index)
+                yield self._row(table, index, wanted)
 
     # --- videos ---------------------------------------------------------------------------------
 
@@ -245,9 +260,12 @@ class Dataset:
         return None if relative is None else storage.url_for(self.fs, self._resolve(relative))
 
     def _video_cell(self, sequence_id: str, column: str) -> str | None:
+        return self._video_row(sequence_id, column)[column]
+
+    def _video_row(self, sequence_id: str, column: str) -> dict[str, Any]:
         if self.kind(column) != VIDEO:
             raise KeyError(f"{column!r} is not a video column of {self.root}; video columns: {', '.join(self.video_columns) or 'none'}")
-        return self.sequence(sequence_id, ["sequence_id", column])[column]
+        return self.sequence(sequence_id, ["sequence_id", "length", column] if "length" in self.schema.names else ["sequence_id", column])
 
     def _resolve(self, relative: str) -> str:
         if "://" in relative:
@@ -256,14 +274,16 @@ class Dataset:
 
     def frames(self, sequence_id: str, column: str, start: int = 0, stop: int | None = None) -> np.ndarray:
         """Timesteps [start, stop) of a camera, decoded with PyAV: [N, H, W, 3] uint8 RGB (depth
-        cameras: [N, H, W, 1] uint16 or uint8 gray). Frame i of the file is timestep i."""
-        relative = self._video_cell(sequence_id, column)
-        if relative is None:
+        cameras: [N, H, W, 1] uint16 or uint8 gray). Frame i of the file is timestep i; all of them
+        (no `stop`) must be the sequence's `length` timesteps."""
+        row = self._video_row(sequence_id, column)
+        if row[column] is None:
             raise KeyError(f"sequence {sequence_id!r} has no video in column {column!r}")
-        return self.decode(relative, column, start, stop)
+        return self.decode(row[column], column, start, stop, length=row.get("length"))
 
-    def decode(self, relative: str, column: str, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """Frames [start, stop) of the video file at `relative` (a cell of `column`)."""
+    def decode(self, relative: str, column: str, start: int = 0, stop: int | None = None, *, length: int | None = None) -> np.ndarray:
+        """Frames [start, stop) of the video file at `relative` (a cell of `column`); with no
+        `stop`, a file that does not hold `length` frames (when given) is a FormatError."""
         entry = self.column_types.get(column) or {}
         if not entry.get("fps"):
             raise FormatError(f"{storage.join(self.root, mixtrain.SIDECAR)}: column {column!r} is not a video column with an fps")
@@ -294,6 +314,8 @@ class Dataset:
                 source.close()
         if stop is not None and len(out) != stop - start:
             raise FormatError(f"{where}: timesteps [{start}, {stop}) asked, {len(out)} frames decoded")
+        if stop is None and length is not None and len(out) != max(0, length - start):
+            raise FormatError(f"{where}: {len(out)} frames decoded from timestep {start}, but the sequence has {length} timesteps")
         return np.stack(out) if out else np.zeros((0, 0, 0, 3), np.uint8)
 
     def _video_source(self, relative: str, column: str) -> tuple[str | BinaryIO, str]:

@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 
 from formats import storage
 from formats.errors import FormatError
+from formats.mixtrain.schema import check_sidecar, check_stats
 from formats.mixtrain.tables.lance import lance_uri, read_metadata
 from formats.read.dataset import Dataset
 
@@ -34,7 +35,10 @@ def open_rows(fs, root: str, version: int | None = None):
 
         def __init__(self) -> None:
             sidecar, self._stats, self._errors = read_metadata(dataset)
-            super().__init__(fs, root, sidecar)
+            where = f"{storage.url_for(fs, root)} (Lance version {dataset.version} metadata)"
+            check_sidecar(sidecar, where)
+            check_stats(self._stats, f"{where} stats")
+            super().__init__(fs, root, sidecar, where)
             self.lance = dataset
             self.version: int = dataset.version
             self.shards = [""]

@@ -71,7 +71,7 @@ def _open_lake(fs, root: str, table_format: str) -> Dataset:
                           f"{'pyiceberg' if table_format == 'iceberg' else 'deltalake'}/DuckDB (docs/lake.md)")
     where = f"{root} ({table_format} table, property {lake.PROPERTY!r})"
     check_sidecar(value, where)
-    return Dataset(fs, root, value)
+    return Dataset(fs, root, value, where)
 
 
 

@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-__all__ = ["SampleTable", "read_sample_table", "Cut", "plan_cut", "write_cut"]
+__all__ = ["SampleTable", "read_sample_table", "Cut", "plan_cut", "write_cut", "declared_sizes", "h264_sps_size"]
 
 _HEADER = struct.Struct(">I4s")
 _MAX_MOOV = 256 << 20  # a moov this large is not a file we want to parse in Python
@@ -252,6 +252,116 @@ def read_sample_table(source: BinaryIO) -> SampleTable | None:
         return _parse(boxes.get(b"ftyp", b""), boxes[b"moov"], source.tell())
     except (ValueError, KeyError, IndexError, struct.error, OverflowError, MemoryError):
         return None  # unusual or damaged: the demuxer reports it properly
+
+
+# --- the picture size the headers declare (read before any decoder allocates for it) ---------------
+
+_H264_HIGH_PROFILES = {100, 110, 122, 244, 44, 83, 86, 118, 128, 138, 139, 134, 135}
+
+
+def unescape_nal(data: bytes) -> bytes:
+    """A NAL unit's payload without its emulation-prevention bytes (00 00 03 -> 00 00)."""
+    return data.replace(b"\x00\x00\x03", b"\x00\x00")
+
+
+class _Bits:
+    """Big-endian bit reader with Exp-Golomb codes (H.264 7.2, 9.1)."""
+
+    def __init__(self, data: bytes) -> None:
+        self.bits, self.position = "".join(f"{byte:08b}" for byte in data), 0
+
+    def u(self, count: int) -> int:
+        if self.position + count > len(self.bits):
+            raise ValueError("SPS ends early")
+        value = int(self.bits[self.position:self.position + count] or "0", 2)
+        self.position += count
+        return value
+
+    def ue(self) -> int:
+        zeros = 0
+        while self.u(1) == 0:
+            zeros += 1
+            if zeros > 31:
+                raise ValueError("Exp-Golomb code over 32 bits")
+        return (1 << zeros) - 1 + self.u(zeros)
+
+    def se(self) -> int:
+        value = self.ue()
+        return (value + 1) // 2 if value % 2 else -(value // 2)
+
+
+def h264_sps_size(sps: bytes) -> tuple[int, int]:
+    """(width, height) an H.264 sequence parameter set declares, cropping applied (7.3.2.1.1);
+    `sps` is the NAL unit, header byte first. ValueError when it cannot be read."""
+    if not sps or sps[0] & 0x1F != 7:
+        raise ValueError("not an SPS")
+    data = unescape_nal(sps[1:])
+    bits = _Bits(data[3:])
+    profile, chroma = data[0], 1
+    bits.ue()  # seq_parameter_set_id
+    if profile in _H264_HIGH_PROFILES:
+        chroma = bits.ue()
+        if chroma == 3:
+            bits.u(1)  # separate_colour_plane_flag
+        bits.ue(), bits.ue(), bits.u(1)  # bit depths, qpprime_y_zero_transform_bypass_flag
+        if bits.u(1):  # seq_scaling_matrix_present_flag: skip the lists
+            for index in range(8 if chroma != 3 else 12):
+                if bits.u(1):
+                    last = scale = 8
+                    for _ in range(16 if index < 6 else 64):
+                        if scale:
+                            scale = (last + bits.se() + 256) % 256
+                        last = scale or last
+    bits.ue()  # log2_max_frame_num_minus4
+    order = bits.ue()
+    if order == 0:
+        bits.ue()
+    elif order == 1:
+        bits.u(1), bits.se(), bits.se()
+        for _ in range(bits.ue()):
+            bits.se()
+    bits.ue(), bits.u(1)  # max_num_ref_frames, gaps_in_frame_num_value_allowed_flag
+    width_mbs, height_units = bits.ue() + 1, bits.ue() + 1
+    frame_mbs_only = bits.u(1)
+    if not frame_mbs_only:
+        bits.u(1)  # mb_adaptive_frame_field_flag
+    bits.u(1)  # direct_8x8_inference_flag
+    width, height = width_mbs * 16, (2 - frame_mbs_only) * height_units * 16
+    if bits.u(1):  # frame_cropping_flag
+        left, right, top, bottom = bits.ue(), bits.ue(), bits.ue(), bits.ue()
+        unit_x = 1 if chroma in (0, 3) else 2
+        unit_y = (2 - frame_mbs_only) * (2 if chroma == 1 else 1)
+        width, height = width - unit_x * (left + right), height - unit_y * (top + bottom)
+    return width, height
+
+
+def declared_sizes(source: BinaryIO) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+    """(width, height) of an MP4's video sample entry, and that its H.264 SPS (avcC) declares;
+    each None where absent or unreadable (not an MP4, another codec). Reads the moov box only:
+    what a decoder would allocate for is known before any decoder opens."""
+    try:
+        moov = _top_level(source).get(b"moov")
+        if moov is None:
+            return None, None
+        for _, trak_payload, trak_end in _children(moov, 8, len(moov)).get(b"trak", []):
+            box = _children(moov, trak_payload, trak_end)[b"mdia"][0]
+            mdia = _children(moov, box[1], box[2])
+            if moov[mdia[b"hdlr"][0][1] + 8:mdia[b"hdlr"][0][1] + 12] != b"vide":
+                continue
+            box = _children(moov, *_children(moov, *mdia[b"minf"][0][1:])[b"stbl"][0][1:])[b"stsd"][0]
+            entry = box[1] + 8  # the first sample entry: a VisualSampleEntry (ISO 14496-12 12.1.3)
+            entry_end = entry + struct.unpack_from(">I", moov, entry)[0]
+            size = struct.unpack_from(">HH", moov, entry + 32)
+            coded = None
+            if moov[entry + 4:entry + 8] in (b"avc1", b"avc3"):
+                avcc = _children(moov, entry + 86, entry_end).get(b"avcC")
+                if avcc and moov[avcc[0][1] + 5] & 0x1F:
+                    length = struct.unpack_from(">H", moov, avcc[0][1] + 6)[0]
+                    coded = h264_sps_size(moov[avcc[0][1] + 8:avcc[0][1] + 8 + length])
+            return (int(size[0]), int(size[1])), coded
+    except (ValueError, KeyError, IndexError, struct.error):
+        pass
+    return None, None
 
 
 def plan_cut(table: SampleTable, low: int | None, high: int | None) -> Cut | None:

@@ -100,3 +100,63 @@ def test_statistics_from_arrow_equal_those_of_the_rows_arrays_bit_for_bit():
     # NaN/inf of the floats, and null elements, which numpy sees as NaN, are counted per column.
     assert non_finite_counts(table, columns) == {"action": 4, "reward": 3, "count": sum(
         1 for i, s in enumerate(sequences) for step in range(s.length) if (step + i) % 4 == 0)}
+
+
+# --- integers are exact (issue 27, item 9): float64 holds integers exactly only up to 2**53 ---------
+
+EXTREME = {
+    "int64": np.array([[2**63 - 1, 7], [-2**63, 2**53 + 1], [2**53 + 1, -(2**53) - 3], [5, 2**62 + 1]], np.int64),
+    "uint64": np.array([[2**64 - 1, 0], [2**63 + 1, 2**53 + 1], [3, 2**64 - 2]], np.uint64),
+}
+
+
+def _exact_quantiles(values: np.ndarray) -> dict[str, list[int]]:
+    """q01..q99 (inverted CDF) per dimension over Python ints: no float anywhere."""
+    columns = [sorted(int(v) for v in values[:, d]) for d in range(values.shape[1])]
+    picked = {}
+    for name, q in (("q01", 0.01), ("q10", 0.10), ("q50", 0.50), ("q90", 0.90), ("q99", 0.99)):
+        picked[name] = [column[min(len(column) - 1, max(0, -(-int(q * 10**6) * len(column) // 10**6) - 1))] for column in columns]
+    return picked
+
+
+@pytest.mark.parametrize("dtype", sorted(EXTREME))
+def test_integer_min_max_and_quantiles_are_exact_through_merges_and_json(dtype):
+    from formats import mixtrain
+
+    values = EXTREME[dtype]
+    merged = summarise([{"x": ColumnStats.of(values[:1])}, {"x": ColumnStats.of(values[1:])}])["x"]
+    out = json.loads(mixtrain.dumps(merged))
+    assert out["min"] == [min(int(v) for v in values[:, d]) for d in range(2)]
+    assert out["max"] == [max(int(v) for v in values[:, d]) for d in range(2)]
+    assert all(isinstance(v, int) for key in ("min", "max", "q50") for v in out[key])
+    for name, expected in _exact_quantiles(values).items():
+        assert out[name] == expected, name
+    assert out["count"] == [len(values)]
+
+
+def test_integer_quantiles_stay_values_of_the_column_after_compaction():
+    rng = np.random.default_rng(5)
+    values = (2**63 - 1 - rng.integers(0, 2**20, size=(30_000, 1))).astype(np.int64)  # 2**63 - 1 - k: float64 rounds them all to 2**63
+    parts = [{"x": ColumnStats.of(values[i:i + 7_000])} for i in range(0, len(values), 7_000)]
+    out = summarise(parts)["x"]
+    present = {int(v) for v in values[:, 0]}
+    assert out["min"] == [int(values.min())] and out["max"] == [2**63 - 1 - int((2**63 - 1 - values).min())]
+    assert all(q[0] in present for q in (out["q01"], out["q50"], out["q99"]))
+    assert out["q01"][0] < out["q50"][0] < out["q99"][0]  # distinct: not all rounded to one float
+
+
+def test_integer_columns_within_float_range_are_written_as_before():
+    """Small integers keep their float rendering (stats.json byte-identical to earlier versions)."""
+    out = ColumnStats.of(np.array([[1, -2**53], [3, 2**53]], np.int64)).to_json()
+    assert out["min"] == [1.0, float(-2**53)] and all(isinstance(v, float) for v in out["min"] + out["max"] + out["q50"])
+
+
+def test_integer_step_column_statistics_from_arrow_are_exact():
+    from formats import mixtrain
+    from formats.mixtrain.stats import table_stats
+    from formats.sequence import STEPS, ColumnSpec
+
+    cells = [[2**63 - 1, 2**53 + 1], [-2**63, 2**53 + 1, 0]]
+    table = pa.table({"counter": pa.array(cells, pa.list_(pa.int64()))})
+    out = json.loads(mixtrain.dumps(summarise([table_stats(table, [ColumnSpec("counter", STEPS, pa.list_(pa.int64()))])])))
+    assert out["counter"]["min"] == [-2**63] and out["counter"]["max"] == [2**63 - 1] and out["counter"]["q50"] == [2**53 + 1]

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from formats import storage
-from formats.errors import ConversionError
+from formats.errors import ConversionError, FormatError
 from formats.mixtrain.tables import TableSettings, lake
 
 __all__ = ["publish", "open_table", "current_state", "current_property", "describe", "table_schema", "committed_files"]
@@ -37,12 +37,27 @@ _WIDER = {pa.uint8(): pa.int16(), pa.uint16(): pa.int32(), pa.uint32(): pa.int64
 
 def open_table(output_url: str, catalog: str = "", table: str = ""):
     """The Delta table at the output, or None when there is none yet."""
-    from deltalake import DeltaTable
-
     fs, root = storage.open_root(output_url)
     if not fs.exists(storage.join(root, LOG_DIR)):
         return None
-    return DeltaTable(output_url)
+    return _load(output_url)
+
+
+def _load(output_url: str, version: int | None = None):
+    """DeltaTable(output_url, version), a log that cannot be replayed (an entry cut short or
+    deleted, every entry gone) one FormatError naming the log: delta-rs raises DeltaError whose
+    text carries a Rust backtrace when RUST_BACKTRACE is set."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
+
+    try:
+        return DeltaTable(output_url, version=version)
+    except (DeltaError, OSError) as error:
+        fs, root = storage.open_root(output_url)
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        at = "" if version is None else f" at version {version}"
+        raise FormatError(f"{storage.join(root, LOG_DIR)}: the Delta log cannot be read{at} ({reason}); "
+                          "restore the missing or damaged log entries from a backup") from None
 
 
 def current_state(output_url: str, catalog: str = "", table: str = "") -> str:
@@ -210,9 +225,14 @@ def _commit(fs, output: str, output_url: str, version: str | int, entries: list[
 
 
 def read_rows(output_url: str, settings: TableSettings, version: str | None = None) -> pa.Table:
-    from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
 
-    return DeltaTable(output_url, version=int(version) if version else None).to_pyarrow_table()
+    found = _load(output_url, int(version) if version else None)
+    try:
+        return found.to_pyarrow_table()
+    except (DeltaError, OSError, pa.ArrowException) as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise FormatError(f"{storage.open_root(output_url)[1]}: the Delta table's data cannot be read ({reason})") from None
 
 
 def versions(output_url: str, settings: TableSettings) -> list[dict]:
@@ -232,10 +252,8 @@ def versions(output_url: str, settings: TableSettings) -> list[dict]:
 def rollback(output_url: str, settings: TableSettings, version: str, property_text: str) -> None:
     """Delta's RESTORE in one log entry, the property of the run with it: that version's files
     added back, the current ones it did not have removed, its schema, the run's `mixtrain`."""
-    from deltalake import DeltaTable
-
     fs, output = storage.open_root(output_url)
-    current, target = open_table(output_url), DeltaTable(output_url, version=int(version))
+    current, target = open_table(output_url), _load(output_url, int(version))
     files = {name: target.get_add_actions(flatten=True).column(name).to_pylist() for name in ("path", "size_bytes", "num_records")}
     restored = dict(zip(files["path"], zip(files["size_bytes"], files["num_records"])))
     now = int(time.time() * 1000)

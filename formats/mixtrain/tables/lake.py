@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from formats import mixtrain, storage
-from formats.errors import ConversionError
+from formats.errors import ConversionError, FormatError
 from formats.mixtrain import publish
 from formats.sequence import Sequence
 
@@ -272,9 +272,28 @@ def missing_library(table_format: str) -> str | None:
     return package if package and importlib.util.find_spec(package) is None else None
 
 
+def _table_state(call, output_url: str, table_format: str):
+    """call(), a table whose metadata cannot be read (an Iceberg metadata file cut short or
+    deleted, a manifest gone) one FormatError naming the metadata folder, not the library's
+    traceback (pydantic's ValidationError, pyarrow's FileNotFoundError...)."""
+    errors: tuple = (OSError, ValueError)
+    if table_format == "iceberg":
+        from pyiceberg.exceptions import ValidationError
+        errors += (ValidationError,)  # metadata JSON that does not parse (pydantic's, wrapped)
+    try:
+        return call()
+    except ConversionError:
+        raise
+    except errors as error:
+        folder = storage.join(storage.open_root(output_url)[1], "metadata" if table_format == "iceberg" else "_delta_log")
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise FormatError(f"{folder}: the {table_format.capitalize()} table's metadata cannot be read ({reason}); "
+                          "restore the missing or damaged files from a backup") from None
+
+
 def current_property(output_url: str, settings) -> dict | None:
     """The `mixtrain` property of the table's current state, or None (no table yet)."""
-    return _module(settings.format).current_property(output_url, settings)
+    return _table_state(lambda: _module(settings.format).current_property(output_url, settings), output_url, settings.format)
 
 
 def current_state(output_url: str, settings) -> str:
@@ -327,7 +346,7 @@ def detect(fs, output: str) -> str | None:
 
 def read_rows(output_url: str, settings, version: str | None = None):
     """Every row of the table (at snapshot id / version `version`, default the current), as Arrow."""
-    return _module(settings.format).read_rows(output_url, settings, version)
+    return _table_state(lambda: _module(settings.format).read_rows(output_url, settings, version), output_url, settings.format)
 
 
 def versions(output_url: str, settings) -> list[dict]:

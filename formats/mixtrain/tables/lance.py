@@ -232,8 +232,11 @@ def read_metadata(dataset) -> tuple[dict, dict, str]:
     metadata = dataset.schema.metadata or {}
     if SIDECAR_KEY.encode() not in metadata:
         raise FormatError(f"{dataset.uri}: a Lance dataset without Mixtrain metadata (no {SIDECAR_KEY} in its schema metadata)")
-    sidecar = json.loads(metadata[SIDECAR_KEY.encode()])
-    stats = json.loads(metadata.get(STATS_KEY.encode(), b"{}") or b"{}")
+    try:
+        sidecar = json.loads(metadata[SIDECAR_KEY.encode()])
+        stats = json.loads(metadata.get(STATS_KEY.encode(), b"{}") or b"{}")
+    except ValueError as error:
+        raise FormatError(f"{dataset.uri}: its Mixtrain metadata is malformed JSON: {error}") from None
     return sidecar, stats, metadata.get(ERRORS_KEY.encode(), b"").decode()
 
 

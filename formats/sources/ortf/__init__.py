@@ -36,7 +36,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from formats import sources, storage, video
-from formats.errors import ColumnNameError, FormatError, in_context
+from formats.errors import ColumnNameError, FormatError, VideoError, in_context
 from formats.sequence import (
     FILE,
     SCALAR,
@@ -502,7 +502,10 @@ def _probe_camera(fs, root: str, spec: ColumnSpec, rows: list[dict], key: str, c
             raise in_context(error, file=episodes_path, sequence=safe_sequence_id(str(row["episode_id"]))) from error
         if fs.exists(full):
             with storage.open_input(fs, full) as handle:
-                info = video.stream_info(handle)
+                try:
+                    info = video.stream_info(handle)
+                except VideoError as error:
+                    raise in_context(error, file=full) from error
             meta = {**spec.meta, "codec": info.codec, "pix_fmt": info.pix_fmt,
                     "resolution": {"width": info.width, "height": info.height}}
             return dataclasses.replace(spec, meta=meta)
