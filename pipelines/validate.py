@@ -253,13 +253,7 @@ def _check_files(fs, root: str, path: str, table: pa.Table, column_types: dict) 
             continue
         for sequence_id, cell in zip(table.column("sequence_id").to_pylist(), table.column(name).to_pylist()):
             for relative in cell if isinstance(cell, list) else [cell] if cell else []:
-                try:
-                    file_path = _cell_path(fs, root, relative, f"{name} file")
-                except FormatError as error:
-                    findings.append(f"{path}: {sequence_id}: {error}")
-                    continue
-                if not fs.exists(file_path):
-                    findings.append(f"{path}: {sequence_id}: {name} file {relative} is missing")
+                _existing_file(fs, root, path, sequence_id, name, relative, findings)
     for name, entry in column_types.items():
         if entry.get("type") != "video" or name not in table.column_names:
             continue
@@ -269,13 +263,8 @@ def _check_files(fs, root: str, path: str, table: pa.Table, column_types: dict) 
                 if not entry.get("optional"):  # a camera some episodes lack says so in column_types
                     findings.append(f"{path}: {sequence_id}: {name} has no file (null path)")
                 continue
-            try:
-                file_path = _cell_path(fs, root, relative, f"{name} file")
-            except FormatError as error:
-                findings.append(f"{path}: {sequence_id}: {error}")
-                continue
-            if not fs.exists(file_path):
-                findings.append(f"{path}: {sequence_id}: {name} file {relative} is missing")
+            file_path = _existing_file(fs, root, path, sequence_id, name, relative, findings)
+            if file_path is None:
                 continue
             try:
                 with storage.open_input(fs, file_path) as handle:
@@ -288,6 +277,20 @@ def _check_files(fs, root: str, path: str, table: pa.Table, column_types: dict) 
             if frames != length:
                 findings.append(f"{file_path}: {sequence_id}: {frames} frames, length is {length}")
     return findings
+
+
+def _existing_file(fs, root: str, shard: str, sequence_id: str, column: str, relative: str, findings: list[str]) -> str | None:
+    """The file a row's cell names when it is inside the dataset and exists; otherwise a finding
+    (appended to `findings`) and None."""
+    try:
+        file_path = _cell_path(fs, root, relative, f"{column} file")
+    except FormatError as error:
+        findings.append(f"{shard}: {sequence_id}: {error}")
+        return None
+    if not fs.exists(file_path):
+        findings.append(f"{shard}: {sequence_id}: {column} file {relative} is missing")
+        return None
+    return file_path
 
 
 def _cell_path(fs, root: str, relative: str, what: str) -> str:
