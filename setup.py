@@ -41,7 +41,9 @@ setup(
     # lance: --table_format=lance (pylance 14.0.2 verified beside apache-beam 2.77, pip check clean).
     # test: duckdb pinned to the version of the duckdb-extension-* wheels, which carry the iceberg/avro/delta
     # extension binaries (DuckDB's own INSTALL downloads them, which fails offline).
+    # hub: --input=hf://datasets/<owner>/<name> through huggingface_hub's fsspec filesystem.
     extras_require={"torch": ["torch>=2.1"],
+                    "hub": ["huggingface_hub>=0.24"],
                     "lake": LAKE,
                     "lance": LANCE,
                     "test": ["pytest>=8", "ruff>=0.6", "gcp-storage-emulator>=2024.8", "polars>=1.0", "pandas>=2.0", *LAKE, *LANCE,

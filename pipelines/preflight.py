@@ -34,6 +34,18 @@ DATAFLOW_REQUIRED = (("project", ("project",)), ("region", ("region",)),
                      ("temp_location", ("temp_location", "staging_location")))
 
 
+# A LeRobot user names datasets by their Hub id (`lerobot/svla_so100_pickplace`).
+HUB_HINT = ("; a Hugging Face Hub dataset id? pass --input=hf://datasets/{repo} (pip install 'mixtrain-convert[hub]'), "
+            "or download it first: huggingface-cli download {repo} --repo-type=dataset --local-dir=DIR")
+
+
+def looks_like_hub_id(value: str) -> bool:
+    """`owner/name` as the Hub spells a repository: one slash, no path syntax around it."""
+    owner, slash, name = value.partition("/")
+    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+    return bool(slash and owner and name and not owner.startswith(".") and set(owner) <= allowed and set(name) <= allowed)
+
+
 class Refusal(Exception):
     """The input or output as they stand cannot be converted (exit 1, not a command-line error)."""
 
@@ -138,7 +150,7 @@ def check(args, argv: list[str], rest: list[str]) -> None:
         return
     source, target = _local(args.input), _local(args.output)
     if not os.path.exists(source):
-        raise Refusal(f"{source}: input not found")
+        raise Refusal(f"{source}: input not found" + (HUB_HINT.format(repo=args.input) if looks_like_hub_id(args.input) else ""))
     if inside(source, target):
         raise UsageError(f"--input={args.input} is inside --output={args.output}: publishing the output would replace "
                          "the input; choose an output folder outside the dataset")

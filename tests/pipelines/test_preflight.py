@@ -214,3 +214,61 @@ def test_the_dataflow_dry_run_of_the_docs_offline_is_one_line(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert done.returncode == 1 and len(lines) == 1, done.stderr
     assert lines[0].startswith("error: gs://BUCKET/datasets/so100: ") and "internal error" not in lines[0]
+
+
+def test_a_hub_dataset_id_gets_the_hf_url_and_the_download_alternative(tmp_path):
+    code, lines, heavy = _refused(tmp_path, "--input=lerobot/svla_so100_pickplace", f"--output={tmp_path / 'out'}")
+    assert (code, heavy) == (1, False)
+    assert lines == [f"error: {ROOT}/lerobot/svla_so100_pickplace: input not found; a Hugging Face Hub dataset id? pass "
+                     "--input=hf://datasets/lerobot/svla_so100_pickplace (pip install 'mixtrain-convert[hub]'), or download it "
+                     "first: huggingface-cli download lerobot/svla_so100_pickplace --repo-type=dataset --local-dir=DIR"]
+    assert not preflight.looks_like_hub_id("./a/b") and not preflight.looks_like_hub_id("a/b/c") and not preflight.looks_like_hub_id("a")
+
+
+class _LocalHub:
+    """The `hf` protocol served from a local folder (huggingface_hub's HfFileSystem names files
+    `datasets/<owner>/<name>/...` the same way): the conversion's hf:// path without the network."""
+
+    @staticmethod
+    def register(hub_root: pathlib.Path, monkeypatch):
+        from fsspec.implementations.dirfs import DirFileSystem
+        from fsspec.implementations.local import LocalFileSystem
+
+        class LocalHub(DirFileSystem):
+            protocol = "hf"
+
+            def __init__(self, *args, **kwargs):
+                super().__init__(path=str(hub_root), fs=LocalFileSystem())
+
+            @classmethod
+            def _strip_protocol(cls, path):
+                return path[len("hf://"):] if isinstance(path, str) and path.startswith("hf://") else path
+
+            def unstrip_protocol(self, name):
+                return f"hf://{name}"
+
+        monkeypatch.setitem(sys.modules["fsspec.registry"]._registry, "hf", LocalHub)  # for this test only
+
+
+def test_an_hf_url_converts_through_the_hub_filesystem(tmp_path, small, monkeypatch):
+    from pipelines import convert
+
+    hub = tmp_path / "hub"
+    (hub / "datasets/someone").mkdir(parents=True)
+    os.symlink(small, hub / "datasets/someone/tiny")
+    _LocalHub.register(hub, monkeypatch)
+    assert convert.run(["--input=hf://datasets/someone/tiny", f"--output={tmp_path / 'out'}", "--progress=off"]) == 0
+    sidecar = __import__("json").loads((tmp_path / "out/mixtrain.json").read_text())
+    assert sidecar["num_sequences"] == 2 and sidecar["source"]["uri"] == "hf://datasets/someone/tiny"
+
+
+def test_an_hf_url_without_huggingface_hub_names_the_extra(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("huggingface_hub") is not None:
+        pytest.skip("huggingface_hub is installed here: the message for its absence cannot be shown")
+    done = subprocess.run([sys.executable, "-m", "pipelines.convert", "--input=hf://datasets/lerobot/pusht", f"--output={tmp_path / 'o'}"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr.strip().splitlines()[0]) == (
+        2, "error: --input=hf://datasets/lerobot/pusht: this protocol needs a package that is not installed: pip install "
+           "'mixtrain-convert[hub]'")
