@@ -1,12 +1,9 @@
 """The option names Beam's pipeline options take (BEAM_VERSION), listed so that the command line
-can refuse a misspelt one before Beam is imported (pipelines/preflight.py). Rewritten by
-`python -m pipelines.beam_flags`; tests/pipelines/test_preflight.py checks it against Beam's own
-parsers, so a Beam upgrade that adds or removes an option fails there until it is rewritten."""
+can refuse a misspelt one before Beam is imported (pipelines/preflight.py).
+tests/pipelines/test_preflight.py checks the list against Beam's own parsers: a Beam upgrade that
+adds or removes an option fails there, and the failure prints the list to put here."""
 
 from __future__ import annotations
-
-import sys
-import textwrap
 
 BEAM_FLAGS = frozenset("""
 --allow_non_deterministic_key_coders --allow_unsafe_triggers --application_id --artifact_endpoint --artifact_port --artifacts_dir
@@ -40,25 +37,3 @@ BEAM_FLAGS = frozenset("""
 --use_transform_service --user_agent --wait_until_finish_duration --worker_disk_type --worker_harness_container_image --worker_machine_type
 --worker_region --worker_zone --zone
 """.split())
-
-
-def current() -> list[str]:
-    """Beam's option names as the installed Beam declares them (imports Beam)."""
-    from pipelines import cli, conversion
-
-    ours = {option for action in cli.build_parser()._actions for option in action.option_strings}
-    return sorted(set(conversion.known_options()) - ours)
-
-
-def _rewrite(path: str) -> None:
-    text = open(path).read()
-    head, _, rest = text.partition('BEAM_FLAGS = frozenset("""\n')
-    _, _, tail = rest.partition('""".split())\n')
-    body = textwrap.fill(" ".join(current()), 140, break_on_hyphens=False, break_long_words=False)
-    with open(path, "w") as handle:
-        handle.write(f'{head}BEAM_FLAGS = frozenset("""\n{body}\n""".split())\n{tail}')
-
-
-if __name__ == "__main__":
-    _rewrite(__file__)
-    print(f"wrote {__file__}", file=sys.stderr)
