@@ -13,6 +13,8 @@ import difflib
 import math
 from typing import Any
 
+from pipelines import command_name
+
 __all__ = ["UsageError", "add_arguments", "build_parser", "check_unknown", "parse", "DEFAULTS", "SOURCE_OPTIONS"]
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_SKIPPED = 0, 1, 2, 3
@@ -203,7 +205,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m pipelines.convert", allow_abbrev=False, add_help=False,
+    parser = _Parser(prog=command_name("convert"), allow_abbrev=False, add_help=False,
                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
                      description="Convert a LeRobot v3, RLDS, ORTF or L5Kit dataset to Mixtrain v1.0.\n\n"
                                  "  python -m pipelines.convert --input=SRC --output=DST [options]")

@@ -23,7 +23,7 @@ from formats import storage
 from formats.errors import ConversionError
 from formats.read import reader, report
 from formats.text import for_terminal
-from pipelines import exit_without_teardown
+from pipelines import command_name, exit_without_teardown
 
 __all__ = ["main", "entry"]
 
@@ -39,7 +39,7 @@ def _positive(text: str) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m pipelines.inspect", description="Summarise a Mixtrain dataset; optionally write an HTML report.",
+    parser = argparse.ArgumentParser(prog=command_name("inspect"), description="Summarise a Mixtrain dataset; optionally write an HTML report.",
                                      allow_abbrev=False)
     parser.add_argument("dataset", help="Mixtrain dataset root (path or fsspec URL such as gs://bucket/ds)")
     parser.add_argument("--html", metavar="PATH", default=None, help="also write a self-contained HTML report to PATH (a local path or fsspec URL)")

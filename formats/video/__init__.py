@@ -6,11 +6,12 @@ sizes: an odd frame is padded on the right/bottom by repeating its last column/r
 cropped away; `EncodeResult.padded_from` says so). Which options a column is encoded with is
 decided in formats/video/policy.py; copy mode's packet cuts are formats/video/stream_copy.py.
 
-Why ~570 lines: the encode loop, its colour-range handling and ImageDecoder share one frame path;
+Why ~580 lines: the encode loop, its colour-range handling and ImageDecoder share one frame path;
 split further, each half would need the other's internals.
 
 The package: this module (probe, decode, encode), `policy` (which codec and options a column gets),
-`stream_copy` (copy mode: packet cuts, through `mp4` for the sample tables), `verify` (PSNR checks).
+`stream_copy` (copy mode: packet cuts, through `mp4` for the sample tables), `verify` (PSNR checks),
+`declared` (the picture size headers declare, checked before decoding).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import numpy as np
 from av.video.reformatter import ColorRange, Colorspace
 
 from formats.errors import VideoError
-from formats.video import mp4
+from formats.video import declared
 from formats.video.policy import (
     ENCODERS,
     MIN_HEVC_WIDTH,
@@ -87,47 +88,9 @@ class EncodeResult:
 FrameCallback = Callable[[int, av.VideoFrame], None]
 
 
-# Picture sizes refused before a decoder allocates for them: 8K UHD (7680 x 4320, ~50 MB a decoded
-# yuv420p frame, and a decoder holds several) is more than any robot camera writes; a header
-# claiming more (an SPS rewritten to 8000 x 8000 in a 2 kB file) would cost GBs to decode.
-MAX_VIDEO_PIXELS = 7680 * 4320
-# The longest side accepted, whatever the area: 8192 is the largest H.264 level 6.2 and AV1 level 6.x allow.
-MAX_VIDEO_SIDE = 8192
-
-
-def _check_size(width: int, height: int, what: str) -> None:
-    if width > MAX_VIDEO_SIDE or height > MAX_VIDEO_SIDE or width * height > MAX_VIDEO_PIXELS:
-        raise VideoError(f"{what} declares {width}x{height} pixels, more than this converter decodes "
-                         f"({MAX_VIDEO_SIDE} a side, {MAX_VIDEO_PIXELS:,} in all); refused before decoding")
-
-
-def _check_declared(source: BinaryIO | str) -> None:
-    """An MP4's declared picture sizes, read from its moov before any decoder sees the file: each
-    within the limits, and its H.264 SPS (what FFmpeg allocates by) the same as its sample entry
-    (what the container says). Files that are not MP4 or not H.264 pass to the later checks."""
-    if isinstance(source, str):
-        with open(source, "rb") as handle:
-            entry, coded = mp4.declared_sizes(handle)
-    elif getattr(source, "seekable", lambda: False)():
-        position = source.tell()
-        try:
-            entry, coded = mp4.declared_sizes(source)
-        finally:
-            source.seek(position)
-    else:
-        return
-    if coded is not None:
-        _check_size(*coded, "its H.264 sequence parameter set")
-    if entry is not None and entry != (0, 0):
-        _check_size(*entry, "its MP4 sample entry")
-    if coded is not None and entry is not None and coded != entry:
-        raise VideoError(f"its H.264 sequence parameter set declares {coded[0]}x{coded[1]} pixels, its MP4 sample entry "
-                         f"{entry[0]}x{entry[1]}: a damaged or forged header; refused before decoding")
-
-
 def _open_input(source: BinaryIO | str) -> av.container.InputContainer:
     try:
-        _check_declared(source)
+        declared.check_declared(source)
         return av.open(source, mode="r")
     except (av.error.FFmpegError, OSError, ValueError) as error:
         if isinstance(error, VideoError):
@@ -139,7 +102,7 @@ def _video_stream(container: av.container.InputContainer) -> av.video.stream.Vid
     if not container.streams.video:
         raise VideoError("file has no video stream")
     stream = container.streams.video[0]
-    _check_size(stream.codec_context.width, stream.codec_context.height, "its video stream")
+    declared.check_size(stream.codec_context.width, stream.codec_context.height, "its video stream")
     return stream
 
 

@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-__all__ = ["SampleTable", "read_sample_table", "Cut", "plan_cut", "write_cut", "declared_sizes", "h264_sps_size"]
+__all__ = ["SampleTable", "read_sample_table", "Cut", "plan_cut", "write_cut", "top_level", "children"]
 
 _HEADER = struct.Struct(">I4s")
 _MAX_MOOV = 256 << 20  # a moov this large is not a file we want to parse in Python
@@ -79,7 +79,7 @@ def _boxes(data: bytes, start: int = 0, end: int | None = None):
         position += size
 
 
-def _top_level(source: BinaryIO) -> dict[bytes, bytes]:
+def top_level(source: BinaryIO) -> dict[bytes, bytes]:
     """The ftyp and moov boxes (whole, header included), found by walking top-level headers."""
     found: dict[bytes, bytes] = {}
     source.seek(0, 2)
@@ -106,7 +106,7 @@ def _top_level(source: BinaryIO) -> dict[bytes, bytes]:
     return found
 
 
-def _children(data: bytes, start: int, end: int) -> dict[bytes, list[tuple[int, int, int]]]:
+def children(data: bytes, start: int, end: int) -> dict[bytes, list[tuple[int, int, int]]]:
     """Direct children of a box payload: type -> [(box start, payload start, box end)]."""
     out: dict[bytes, list[tuple[int, int, int]]] = {}
     for kind, box_start, payload, box_end in _boxes(data, start, end):
@@ -125,12 +125,12 @@ def _full_box_array(data: bytes, payload: int, end: int, columns: int, dtype: st
 
 
 def _parse(ftyp: bytes, moov: bytes, file_size: int) -> SampleTable | None:
-    top = _children(moov, 8, len(moov))
+    top = children(moov, 8, len(moov))
     video = []
     for _, trak_payload, trak_end in top.get(b"trak", []):
-        trak = _children(moov, trak_payload, trak_end)
+        trak = children(moov, trak_payload, trak_end)
         mdia_box = trak[b"mdia"][0]
-        mdia = _children(moov, mdia_box[1], mdia_box[2])
+        mdia = children(moov, mdia_box[1], mdia_box[2])
         hdlr = mdia[b"hdlr"][0]
         handler = moov[hdlr[1] + 8:hdlr[1] + 12]
         if handler == b"vide":
@@ -141,9 +141,9 @@ def _parse(ftyp: bytes, moov: bytes, file_size: int) -> SampleTable | None:
         return None
     trak, mdia = video[0]
     minf_box = mdia[b"minf"][0]
-    minf = _children(moov, minf_box[1], minf_box[2])
+    minf = children(moov, minf_box[1], minf_box[2])
     stbl_box = minf[b"stbl"][0]
-    stbl = _children(moov, stbl_box[1], stbl_box[2])
+    stbl = children(moov, stbl_box[1], stbl_box[2])
 
     def whole(entry: tuple[int, int, int]) -> bytes:
         return moov[entry[0]:entry[2]]
@@ -215,7 +215,7 @@ def _parse(ftyp: bytes, moov: bytes, file_size: int) -> SampleTable | None:
     shift = 0
     if b"edts" in trak:
         edts = trak[b"edts"][0]
-        elst = _children(moov, edts[1], edts[2]).get(b"elst")
+        elst = children(moov, edts[1], edts[2]).get(b"elst")
         if not elst:
             return None
         box = elst[0]
@@ -245,7 +245,7 @@ def _parse(ftyp: bytes, moov: bytes, file_size: int) -> SampleTable | None:
 def read_sample_table(source: BinaryIO) -> SampleTable | None:
     """The video track's sample table, or None when the file is not the plain case (see module doc)."""
     try:
-        boxes = _top_level(source)
+        boxes = top_level(source)
         if b"moov" not in boxes:
             return None
         source.seek(0, 2)
@@ -255,114 +255,6 @@ def read_sample_table(source: BinaryIO) -> SampleTable | None:
 
 
 # --- the picture size the headers declare (read before any decoder allocates for it) ---------------
-
-_H264_HIGH_PROFILES = {100, 110, 122, 244, 44, 83, 86, 118, 128, 138, 139, 134, 135}
-
-
-def unescape_nal(data: bytes) -> bytes:
-    """A NAL unit's payload without its emulation-prevention bytes (00 00 03 -> 00 00)."""
-    return data.replace(b"\x00\x00\x03", b"\x00\x00")
-
-
-class _Bits:
-    """Big-endian bit reader with Exp-Golomb codes (H.264 7.2, 9.1)."""
-
-    def __init__(self, data: bytes) -> None:
-        self.bits, self.position = "".join(f"{byte:08b}" for byte in data), 0
-
-    def u(self, count: int) -> int:
-        if self.position + count > len(self.bits):
-            raise ValueError("SPS ends early")
-        value = int(self.bits[self.position:self.position + count] or "0", 2)
-        self.position += count
-        return value
-
-    def ue(self) -> int:
-        zeros = 0
-        while self.u(1) == 0:
-            zeros += 1
-            if zeros > 31:
-                raise ValueError("Exp-Golomb code over 32 bits")
-        return (1 << zeros) - 1 + self.u(zeros)
-
-    def se(self) -> int:
-        value = self.ue()
-        return (value + 1) // 2 if value % 2 else -(value // 2)
-
-
-def h264_sps_size(sps: bytes) -> tuple[int, int]:
-    """(width, height) an H.264 sequence parameter set declares, cropping applied (7.3.2.1.1);
-    `sps` is the NAL unit, header byte first. ValueError when it cannot be read."""
-    if not sps or sps[0] & 0x1F != 7:
-        raise ValueError("not an SPS")
-    data = unescape_nal(sps[1:])
-    bits = _Bits(data[3:])
-    profile, chroma = data[0], 1
-    bits.ue()  # seq_parameter_set_id
-    if profile in _H264_HIGH_PROFILES:
-        chroma = bits.ue()
-        if chroma == 3:
-            bits.u(1)  # separate_colour_plane_flag
-        bits.ue(), bits.ue(), bits.u(1)  # bit depths, qpprime_y_zero_transform_bypass_flag
-        if bits.u(1):  # seq_scaling_matrix_present_flag: skip the lists
-            for index in range(8 if chroma != 3 else 12):
-                if bits.u(1):
-                    last = scale = 8
-                    for _ in range(16 if index < 6 else 64):
-                        if scale:
-                            scale = (last + bits.se() + 256) % 256
-                        last = scale or last
-    bits.ue()  # log2_max_frame_num_minus4
-    order = bits.ue()
-    if order == 0:
-        bits.ue()
-    elif order == 1:
-        bits.u(1), bits.se(), bits.se()
-        for _ in range(bits.ue()):
-            bits.se()
-    bits.ue(), bits.u(1)  # max_num_ref_frames, gaps_in_frame_num_value_allowed_flag
-    width_mbs, height_units = bits.ue() + 1, bits.ue() + 1
-    frame_mbs_only = bits.u(1)
-    if not frame_mbs_only:
-        bits.u(1)  # mb_adaptive_frame_field_flag
-    bits.u(1)  # direct_8x8_inference_flag
-    width, height = width_mbs * 16, (2 - frame_mbs_only) * height_units * 16
-    if bits.u(1):  # frame_cropping_flag
-        left, right, top, bottom = bits.ue(), bits.ue(), bits.ue(), bits.ue()
-        unit_x = 1 if chroma in (0, 3) else 2
-        unit_y = (2 - frame_mbs_only) * (2 if chroma == 1 else 1)
-        width, height = width - unit_x * (left + right), height - unit_y * (top + bottom)
-    return width, height
-
-
-def declared_sizes(source: BinaryIO) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
-    """(width, height) of an MP4's video sample entry, and that its H.264 SPS (avcC) declares;
-    each None where absent or unreadable (not an MP4, another codec). Reads the moov box only:
-    what a decoder would allocate for is known before any decoder opens."""
-    try:
-        moov = _top_level(source).get(b"moov")
-        if moov is None:
-            return None, None
-        for _, trak_payload, trak_end in _children(moov, 8, len(moov)).get(b"trak", []):
-            box = _children(moov, trak_payload, trak_end)[b"mdia"][0]
-            mdia = _children(moov, box[1], box[2])
-            if moov[mdia[b"hdlr"][0][1] + 8:mdia[b"hdlr"][0][1] + 12] != b"vide":
-                continue
-            box = _children(moov, *_children(moov, *mdia[b"minf"][0][1:])[b"stbl"][0][1:])[b"stsd"][0]
-            entry = box[1] + 8  # the first sample entry: a VisualSampleEntry (ISO 14496-12 12.1.3)
-            entry_end = entry + struct.unpack_from(">I", moov, entry)[0]
-            size = struct.unpack_from(">HH", moov, entry + 32)
-            coded = None
-            if moov[entry + 4:entry + 8] in (b"avc1", b"avc3"):
-                avcc = _children(moov, entry + 86, entry_end).get(b"avcC")
-                if avcc and moov[avcc[0][1] + 5] & 0x1F:
-                    length = struct.unpack_from(">H", moov, avcc[0][1] + 6)[0]
-                    coded = h264_sps_size(moov[avcc[0][1] + 8:avcc[0][1] + 8 + length])
-            return (int(size[0]), int(size[1])), coded
-    except (ValueError, KeyError, IndexError, struct.error):
-        pass
-    return None, None
-
 
 def plan_cut(table: SampleTable, low: int | None, high: int | None) -> Cut | None:
     """The samples presented in [low, high) (track timescale), if they are one decode-order run

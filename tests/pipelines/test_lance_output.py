@@ -104,3 +104,16 @@ def test_lance_rows_are_zstd_compressed_except_blobs_and_fixed_size_lists(tmp_pa
     assert dataset.to_table(columns=["action"]).column(0).to_pylist() == cells
     assert {(f.file_major_version, f.file_minor_version) for fragment in dataset.get_fragments()
             for f in fragment.metadata.data_files()} == {(2, 2)}
+
+
+def test_validate_deep_on_a_lance_dataset_passes_and_says_what_it_did_not_compare(tmp_path, capsys):
+    """Plain validate said ok and --deep said "not a valid Mixtrain dataset" (exit 1)."""
+    src, dst = tmp_path / "src", tmp_path / "lance"
+    write_night(src, (4, 5))
+    _run(src, dst, "--table_format=lance")
+    capsys.readouterr()
+    assert validate.main([str(dst), "--deep"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out == ["a Lance dataset: its structure is checked; --deep's frame-by-frame comparison with the source is made on "
+                   "standalone (--table_format=parquet) datasets",
+                   f"ok: {dst} is a valid Mixtrain dataset (deep: statistics and videos not compared with the source)"]

@@ -277,3 +277,13 @@ def test_an_hf_url_without_huggingface_hub_names_the_extra(tmp_path):
     assert (done.returncode, done.stderr.strip().splitlines()[0]) == (
         2, "error: --input=hf://datasets/lerobot/pusht: this protocol needs a package that is not installed: pip install "
            "'mixtrain-convert[hub]'")
+
+
+@pytest.mark.parametrize("script, usage", [("mixtrain-convert", "usage: mixtrain-convert "), ("mixtrain-validate", "usage: mixtrain-validate "),
+                                           ("mixtrain-inspect", "usage: mixtrain-inspect ")])
+def test_console_scripts_name_themselves_in_their_usage(script, usage):
+    path = pathlib.Path(sys.executable).with_name(script)
+    if not path.exists():
+        pytest.skip(f"{script} is not installed beside this interpreter (pip install -e . installs it)")
+    done = subprocess.run([str(path), "--help"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith(usage)
