@@ -53,7 +53,8 @@ class Dataset:
         self._by_hash = n > 0 and self.shards == [mixtrain.shard_path(i) for i in range(n)]
 
     def __repr__(self) -> str:
-        return f"<Mixtrain dataset {storage.url_for(self.fs, self.root)}: {len(self)} sequences, {len(self.shards)} shards>"
+        shards = len(self.shards)
+        return f"<Mixtrain dataset {storage.url_for(self.fs, self.root)}: {len(self)} sequences, {shards} shard{'s' * (shards != 1)}>"
 
     def __len__(self) -> int:
         return int(self.metadata.get("num_sequences", 0))

@@ -35,7 +35,7 @@ __all__ = [
 ENCODERS = {"h264": "libx264", "hevc": "libx265", "av1": "libsvtav1", "ffv1": "ffv1"}
 
 
-# Defaults chosen on measurements (README "Video"): luma PSNR >= 35 dB on real camera data at
+# Defaults chosen on measurements (docs/video.md): luma PSNR >= 35 dB on real camera data at
 # yuv420p, a keyframe every 10 frames (random access decodes at most 9 extra frames, files
 # about half the size of lerobot's keyframe-every-2), the encoders' balanced presets.
 DEFAULT_CRF = {"h264": 16, "hevc": 16, "av1": 20}

@@ -26,7 +26,7 @@ from formats.sources.ortf.sample import SyntheticORTF
 from formats.sources.ortf.sample import write_dataset as write_ortf
 from formats.sources.rlds.sample import SyntheticRLDS
 from formats.sources.rlds.sample import write_dataset as write_rlds
-from pipelines import convert, validate
+from pipelines import convert, validate_deep
 from tests.conftest import SHARED_FIXTURES
 
 LEROBOT_SPEC = SyntheticLeRobot(lengths=(20, 15, 33, 12, 9, 27), codec="h264", gop=None, episodes_per_video_file=3,
@@ -99,7 +99,7 @@ def test_every_sequence_equals_what_the_source_holds(converted, name):
     src, dst, _ = converted(name)
     ds = reader.open_dataset(str(dst))
     sidecar = ds.metadata
-    loader = validate._source_loader(str(src), sidecar["source"]["format"], sidecar["converter"]["options"].get("source_options") or {})
+    loader = validate_deep._source_loader(str(src), sidecar["source"]["format"], sidecar["converter"]["options"].get("source_options") or {})
     ids = ds.sequence_ids()
     assert len(ids) == sidecar["num_sequences"] > 0 and ids == sorted(ids)
     compared = collections.Counter()
@@ -138,7 +138,7 @@ def test_every_sequence_equals_what_the_source_holds(converted, name):
             assert frames.shape[:3] == (source.length, height, width), (sequence_id, column)
             item = source.videos.get(column)
             if entry.get("written_as") == "copy" and item is not None and not isinstance(item, ImageFrames):
-                reference = [_pixels(frame, entry) for frame in validate._reference_frames(loader, source, column, float(entry["fps"]))]
+                reference = [_pixels(frame, entry) for frame in validate_deep._reference_frames(loader, source, column, float(entry["fps"]))]
                 assert len(reference) == source.length
                 assert np.array_equal(frames, np.stack(reference)), (sequence_id, column)
                 compared["copied camera"] += 1

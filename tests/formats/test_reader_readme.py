@@ -14,7 +14,7 @@ README = pathlib.Path(__file__).resolve().parents[2] / "README.md"
 
 def _example() -> str:
     text = README.read_text()
-    section = text[text.index("## Reading and inspecting a converted dataset"):]
+    section = text[text.index("## Reading a converted dataset"):]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
@@ -27,7 +27,7 @@ def test_readme_reader_example_runs(tmp_path, monkeypatch):
     with contextlib.redirect_stdout(out):
         exec(compile(_example(), "README.md", "exec"), namespace)  # noqa: S102 (the documented example itself)
     lines = out.getvalue().splitlines()
-    assert lines[0] == f"<Mixtrain dataset file://{tmp_path}/sample/mixtrain: 12 sequences, 1 shards>"
+    assert lines[0] == f"<Mixtrain dataset file://{tmp_path}/sample/mixtrain: 12 sequences, 1 shard>"
     assert lines[1] == "['obs_state', 'action'] ['video_front', 'video_wrist']"
     assert lines[2] == "(37, 6) float32 Open the drawer. files/video_front/episode_000001.mp4"
     assert namespace["ids"] == [f"episode_{i:06d}" for i in (1, 3, 5, 7, 9, 11)]
