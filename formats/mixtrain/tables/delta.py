@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from formats import storage
 from formats.errors import ConversionError
+from formats.mixtrain.publish import stop_point
 from formats.mixtrain.tables import TableSettings, lake
 
 __all__ = ["publish", "open_table", "current_state", "current_property", "describe", "table_schema", "committed_files"]
@@ -152,6 +153,7 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
     untyped = lake.concrete_shards(fs, shards)
     value = lake.property_value(sidecar, settings.run_id, "delta", untyped)
     lake.write_run_metadata(fs, staging, value, sidecar)
+    stop_point("delta", "run-metadata-written")
     file_schema = pq.read_schema(fs.open(shards[0], "rb"))
     lake.check_unsigned(fs, shards, file_schema)
     schema = table_schema(file_schema)
@@ -191,6 +193,7 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
     entries.append({"metaData": _metadata_action(table, _schema_json(table, schema, added if table is not None else []),
                                                  property_text, now)})
     _commit(fs, output, output_url, 0 if table is None else table.version() + 1, entries + actions)
+    stop_point("delta", "committed")
 
 
 def _commit(fs, output: str, output_url: str, version: str | int, entries: list[dict]) -> None:
