@@ -65,6 +65,7 @@ PREVIOUS = {"parquet": "parquet", "parquet-in-place": "parquet", "iceberg": "ice
 CASES = [(publisher, step, "" if step == "table-created" else PREVIOUS[publisher]) for publisher, steps in publish.STEPS.items()
          for step in steps if step != "standalone-retired"]
 CASES += [("lance", step, "parquet") for step in ("files-placed", "committed", "standalone-retired", "files-pruned")]
+CASES += [(lake_format, "run-metadata-written", "") for lake_format in ("iceberg", "delta")]  # a first run: not a lost table
 
 
 def test_every_declared_step_is_reached_by_the_cases():

@@ -43,7 +43,35 @@ def open_table(output_url: str, catalog: str = "", table: str = ""):
     fs, root = storage.open_root(output_url)
     if not fs.exists(storage.join(root, LOG_DIR)):
         return None
-    return DeltaTable(output_url)
+    _check_newest_entry(fs, storage.join(root, LOG_DIR))
+    try:
+        return DeltaTable(output_url)
+    except Exception as error:  # noqa: BLE001 - deltalake raises several kinds for a damaged log
+        first = (str(error).strip().splitlines() or [""])[0]
+        raise ConversionError(f"{storage.join(root, LOG_DIR)}: the Delta log cannot be read ({type(error).__name__}: {first}); "
+                              "nothing was changed: restore _delta_log from a backup") from error
+
+
+def _check_newest_entry(fs, log: str) -> None:
+    """The newest commit of the log must be whole (commits are written put-if-absent, complete):
+    an emptied or cut one would otherwise read as a commit without actions, its run silently lost."""
+    entries = sorted(path for path in fs.glob(storage.join(log, "*.json")) if posixpath.basename(path)[:20].isdigit())
+    if not entries:
+        return
+    text = fs.cat_file(entries[-1])
+    try:
+        whole = bool(text.strip()) and all(isinstance(json.loads(line), dict) for line in text.splitlines() if line.strip())
+    except ValueError:
+        whole = False
+    if not whole:
+        raise ConversionError(f"{entries[-1]}: Delta log entry is cut ({len(text)} bytes); nothing was changed: restore it from a "
+                              "backup (or, if its commit never completed, remove it)")
+
+
+def lost_table(fs, output: str, output_url: str, settings: TableSettings, runs: list[str]) -> str:
+    """The refusal for committed runs without a _delta_log (deleted): nothing can rebuild it."""
+    return (f"{storage.join(output, LOG_DIR)}: not found, but {len(runs)} committed run(s) are in the table (latest {runs[-1]}); "
+            "nothing was converted (a new table would orphan them): restore _delta_log from a backup, or choose another --output")
 
 
 def current_state(output_url: str, catalog: str = "", table: str = "") -> str:
@@ -194,6 +222,7 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
                                                  property_text, now)})
     _commit(fs, output, output_url, 0 if table is None else table.version() + 1, entries + actions)
     stop_point("delta", "committed")
+    lake.end_run(fs, staging)
 
 
 def _commit(fs, output: str, output_url: str, version: str | int, entries: list[dict]) -> None:

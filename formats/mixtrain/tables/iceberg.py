@@ -74,6 +74,25 @@ def open_table(output_url: str, catalog: str = "", table: str = ""):
         return None
 
 
+def lost_table(fs, output: str, output_url: str, settings: TableSettings, runs: list[str]) -> str:
+    """The refusal for committed runs whose table the catalog does not have (an emptied or
+    deleted catalog.db): how to register the newest metadata file again."""
+    name = settings.table or DEFAULT_TABLE
+    found = fs.glob(storage.join(output, "metadata", "*.metadata.json"))
+    newest = max(found, key=lambda path: (int(posixpath.basename(path).split("-", 1)[0] or 0)
+                                          if posixpath.basename(path).split("-", 1)[0].isdigit() else -1, path), default=None)
+    where = f"the catalog {settings.catalog}" if settings.catalog else f"{storage.join(output, CATALOG_FILE)}"
+    head = (f"{output}: {len(runs)} committed run(s) (latest {runs[-1]}) but {where} has no Iceberg table {name}; nothing was "
+            "converted (a new table would orphan their snapshots)")
+    if newest is None:
+        return f"{head}; metadata/ holds no table metadata to register again: restore it, or choose another --output"
+    catalog = f"load_catalog({settings.catalog!r})" if settings.catalog else \
+        f"SqlCatalog('mixtrain', uri='sqlite:///{output}/{CATALOG_FILE}', warehouse='{output_url}')"
+    namespace = name.rsplit(".", 1)[0]
+    return (f"{head}: register it again with pyiceberg: catalog = {catalog}; catalog.create_namespace_if_not_exists('{namespace}'); "
+            f"catalog.register_table('{name}', '{storage.url_for(fs, newest)}'), then rerun")
+
+
 def current_state(output_url: str, catalog: str = "", table: str = "") -> str:
     """The current snapshot id ("" for no table or no snapshot): a commit refuses to land on another."""
     found = open_table(output_url, catalog, table)
@@ -202,6 +221,7 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
                 for data_file in parquet_files_to_data_files(table.io, transaction.table_metadata, iter(add)):
                     overwrite.append_data_file(data_file)
         stop_point("iceberg", "committed")
+        lake.end_run(fs, staging)
     except CommitFailedException as error:
         raise ConversionError(f"{output_url}: another writer committed to {name} during this run's commit; nothing was committed "
                               f"({error})") from error
