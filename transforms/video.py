@@ -116,6 +116,8 @@ class _WriteVideosFn(beam.DoFn):
                         else:
                             copied = stream_copy.copy_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
                                                         fps=self._fps, verify=verify)
+                        stream_copy.check_copied(destination if local_target else io.BytesIO(destination.getvalue()), item.frames,
+                                                 self._fps, size)
                         (self._reencoded if copied is not None and copied.reencoded else self._copied).inc()
                         if copied is not None and copied.note() is not None:
                             sequence.video_notes[column] = copied.note()
