@@ -101,7 +101,7 @@ class _WriteVideosFn(beam.DoFn):
                     source = storage.local_path(self._source_fs, path) or stack.enter_context(storage.open_input(self._source_fs, path))
                     if item.frame_indices is not None:
                         result = video.retime(source, destination, indices=item.frame_indices, fps=self._fps, options=options,
-                                              on_frame=on_frame, threads=self._codec_threads)
+                                              on_frame=on_frame, threads=self._codec_threads, expected_size=size)
                         (self._encoded if options is not None else self._reencoded).inc()
                         if column in self._copied_columns:  # a copied column, but this episode's frames had to be re-timed
                             sequence.video_notes[column] = {

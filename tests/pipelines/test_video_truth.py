@@ -20,7 +20,7 @@ from formats.sources.lerobot_v3.sample import SyntheticLeRobot, synthetic_frames
 from formats.sources.lerobot_v3.sample import write_dataset as write_lerobot
 from formats.sources.ortf.sample import SyntheticORTF
 from formats.sources.ortf.sample import write_dataset as write_ortf
-from formats.video import encode_frames
+from formats.video import encode_frames, probe
 from formats.video.policy import EncodeOptions
 from pipelines import conversion
 
@@ -41,7 +41,16 @@ def _ortf(src: pathlib.Path) -> tuple[pathlib.Path, int, str]:
     return src / "videos/cam_wrist/chunk-000/episode_000001.mp4", 7, "000001"
 
 
+def _ortf_slow(src: pathlib.Path) -> tuple[pathlib.Path, int, str]:
+    """A camera at half the step rate: its frames are re-timed (frame_index = step // 2)."""
+    write_ortf(str(src), SyntheticORTF(lengths=(6, 7, 5), fps=FPS, cameras=("cam_overhead",), slow_camera="cam_overhead",
+                                       depth_format=None, audio=False, annotations=False, failed_episodes=(), sequential_ids=True))
+    path = src / "videos/cam_overhead/chunk-000/episode_000001.mp4"
+    return path, probe(str(path)).frames, "000001"
+
+
 SOURCES = {"lerobot-shared-file": lambda src: _lerobot(src, 2), "lerobot-own-file": lambda src: _lerobot(src, 1), "ortf": _ortf}
+SIZE_SOURCES = {**SOURCES, "ortf-slow-camera": _ortf_slow}
 
 
 def _write_vfr(path: pathlib.Path, frames: int, width: int, height: int) -> None:
@@ -70,19 +79,19 @@ def _convert(src, dst, *extra) -> tuple[int, str]:
 
 
 def _declared(src: pathlib.Path, source: str) -> tuple[int, int]:
-    if source == "ortf":
+    if source.startswith("ortf"):
         sensors = json.loads((src / "meta/manifest.json").read_text())["sensors"]
-        resolution = next(s for s in sensors if s["name"].startswith("cam_wrist"))["resolution"]
+        resolution = next(s for s in sensors if s["type"] == "camera")["resolution"]
         return resolution["width"], resolution["height"]
     info = json.loads((src / "meta/info.json").read_text())["features"]["observation.images.front"]["info"]
     return info["video.width"], info["video.height"]
 
 
 @pytest.mark.parametrize("mode", ["copy", "reencode"])
-@pytest.mark.parametrize("source", sorted(SOURCES))
+@pytest.mark.parametrize("source", sorted(SIZE_SOURCES))
 def test_a_camera_file_of_another_size_is_refused_naming_file_and_sequence(tmp_path, source, mode):
     src = tmp_path / "src"
-    path, frames, sequence = SOURCES[source](src)
+    path, frames, sequence = SIZE_SOURCES[source](src)
     width, height = _declared(src, source)
     with open(path, "wb") as handle:  # same frames and rate, half the declared size
         encode_frames(synthetic_frames(1, 0, frames, height // 2, width // 2), handle, fps=FPS, options=EncodeOptions("h264", crf=18))
