@@ -319,6 +319,8 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                     else:
                         prepare_output(options.output, options.overwrite or options.incremental, options.table_format)
                     publish.claim_staging(out_fs, staging)
+                    if lake.is_lake(options.table_format):
+                        lake.begin_run(out_fs, staging)
             pipeline = beam.Pipeline(runner=_runner(all_options, zygote), options=all_options)
             template_plan = staged_plan.PlanFolder.create(template_plan_url(all_options, run_id)) if launch_only == "template" else None
             plan = build_pipeline(pipeline, options, run_id, write_assets=not launch_only, plan_folder=template_plan)

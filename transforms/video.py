@@ -102,7 +102,7 @@ class _WriteVideosFn(beam.DoFn):
                     source = storage.local_path(self._source_fs, path) or stack.enter_context(storage.open_input(self._source_fs, path))
                     if item.frame_indices is not None:
                         result = video.retime(source, destination, indices=item.frame_indices, fps=self._fps, options=options,
-                                              on_frame=on_frame, threads=self._codec_threads)
+                                              on_frame=on_frame, threads=self._codec_threads, expected_size=size)
                         (self._encoded if options is not None else self._reencoded).inc()
                         if column in self._copied_columns:  # a copied column, but this episode's frames had to be re-timed
                             sequence.video_notes[column] = {
@@ -117,6 +117,8 @@ class _WriteVideosFn(beam.DoFn):
                         else:
                             copied = stream_copy.copy_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
                                                         fps=self._fps, verify=verify)
+                        stream_copy.check_copied(destination if local_target else io.BytesIO(destination.getvalue()), item.frames,
+                                                 self._fps, size)
                         (self._reencoded if copied is not None and copied.reencoded else self._copied).inc()
                         if copied is not None and copied.note() is not None:
                             sequence.video_notes[column] = copied.note()

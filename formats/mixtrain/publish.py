@@ -11,6 +11,7 @@ import errno
 import json
 import os
 import shutil
+import signal
 import socket
 import stat
 import sys
@@ -32,6 +33,9 @@ __all__ = [
     "is_versioned",
     "claim_staging",
     "check_no_live_run",
+    "STEPS",
+    "stop_point",
+    "collect_garbage",
 ]
 
 # A run writes under DST/_staging/<run>/ (skipped by Parquet dataset readers as a `_` path).
@@ -52,6 +56,37 @@ VERSIONS_DIR = "_versions"
 CURRENT = "current"
 SIBLING_MARK = ".mixtrain-"
 PUBLISHED = (DATA_DIR, FILES_DIR, STATS_FILE, ERRORS_FILE, FINGERPRINTS_FILE, SIDECAR)
+
+
+# Where a test may stop a publication, per publisher: a kill at each must leave the previous or
+# the new dataset readable and the next run completing (tests/pipelines/test_publication_kills.py).
+STEPS = {
+    "parquet": ("staged", "exchanged", "replaced-removed"),
+    "parquet-in-place": ("sidecar-removed", *(f"moved-{name}" for name in PUBLISHED[:-1]), "sidecar-written", "marker-written"),
+    "iceberg": ("run-metadata-written", "table-created", "committed"),
+    "delta": ("run-metadata-written", "committed"),
+    "lance": ("fragments-written", "fragments-moved", "files-placed", "committed", "standalone-retired", "files-pruned"),
+}
+STOP_AT = "MIXTRAIN_TEST_STOP_AT"  # <publisher>:<step>: the conversion is SIGKILLed there
+STEP_LOG = "MIXTRAIN_TEST_STEP_LOG"  # a file each step reached is appended to (tests check STEPS is complete)
+
+
+def stop_point(publisher: str, step: str) -> None:
+    """A named step of a publication, for tests only: with MIXTRAIN_TEST_STOP_AT=<publisher>:<step>
+    the conversion dies there as a machine would, by SIGKILL of its process group when it leads
+    one (launcher and workers; tests start it with start_new_session), else of this process."""
+    wanted, log = os.environ.get(STOP_AT), os.environ.get(STEP_LOG)
+    if not wanted and not log:
+        return
+    if step not in STEPS[publisher]:
+        raise AssertionError(f"undeclared publication step {publisher}:{step}")
+    if log:
+        with open(log, "a") as handle:
+            handle.write(f"{publisher}:{step}\n")
+    if wanted == f"{publisher}:{step}":
+        if os.getpgrp() == os.getsid(0):
+            os.killpg(0, signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def staging_root(fs, output: str, run: str) -> str:
@@ -126,17 +161,21 @@ def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
     sidecar_path = f"{output}/{SIDECAR}"
     if fs.exists(sidecar_path):
         fs.rm(sidecar_path)
-    for name in (DATA_DIR, FILES_DIR, STATS_FILE, ERRORS_FILE, FINGERPRINTS_FILE):
+    stop_point("parquet-in-place", "sidecar-removed")
+    for name in PUBLISHED[:-1]:
         target, source = f"{output}/{name}", f"{staging}/{name}"
         if fs.exists(target):
             _remove(fs, target)
         if fs.exists(source):
             _move(fs, source, target)
+        stop_point("parquet-in-place", f"moved-{name}")
     fs.pipe_file(sidecar_path, dumps(sidecar_value).encode())
+    stop_point("parquet-in-place", "sidecar-written")
     fs.pipe_file(_published_marker(staging), b"")  # until the staging is gone: a retried step then knows it has published
+    stop_point("parquet-in-place", "marker-written")
     _discard_published(fs, staging, output)
     if storage.is_local(fs):
-        _collect_garbage(output)
+        collect_garbage(output)
 
 
 def _published_marker(staging: str) -> str:
@@ -186,6 +225,7 @@ def _publish_local(staging: str, output: str, sidecar_value: dict) -> None:
     _write_atomically(f"{staging}/{SIDECAR}", dumps(sidecar_value).encode())
     if os.path.exists(f"{staging}/{OWNER_FILE}"):
         os.remove(f"{staging}/{OWNER_FILE}")
+    stop_point("parquet", "staged")
     if os.path.isdir(real):
         try:
             _exchange(staging, real)  # the publication: one atomic exchange
@@ -200,8 +240,10 @@ def _publish_local(staging: str, output: str, sidecar_value: dict) -> None:
             shutil.rmtree(aside, ignore_errors=True)
     else:
         os.rename(staging, real)
+    stop_point("parquet", "exchanged")
     shutil.rmtree(staging, ignore_errors=True)  # the previous dataset, now beside the output
-    _collect_garbage(output)
+    stop_point("parquet", "replaced-removed")
+    collect_garbage(output)
 
 
 def _keep_access(previous: str, staging: str) -> None:
@@ -237,7 +279,7 @@ def _write_atomically(path: str, data: bytes) -> None:
     os.replace(temporary, path)
 
 
-def _collect_garbage(output: str) -> None:
+def collect_garbage(output: str) -> None:
     """Remove what killed runs left beside the output (staging, a replaced dataset) and, inside
     it, their staging (`_staging/`, object-store layout) when no live run owns it."""
     for folder in _siblings(output):

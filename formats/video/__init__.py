@@ -209,11 +209,12 @@ def retime(
     options: EncodeOptions | None,
     on_frame: FrameCallback | None = None,
     threads: int | None = None,
+    expected_size: tuple[int, int] | None = None,
 ) -> EncodeResult:
     """Write a video whose frame i is frame `indices[i]` of `source` (a camera slower or offset
     against the steps), at i/fps. `options` None: the source codec at near-lossless quality.
-    `on_frame` sees each output frame as it is encoded (as in `reencode_segment`); `threads` as in
-    `encode_frames`, for the decoder too."""
+    `on_frame` sees each output frame as it is encoded (as in `reencode_segment`); `threads` and
+    `expected_size` (the declared (width, height)) as in `encode_frames`, threads for the decoder too."""
     if any(b < a for a, b in zip(indices, indices[1:])):
         raise VideoError("frame_index goes backwards within the episode; cannot re-time")
     container = _open_input(source)
@@ -234,7 +235,8 @@ def retime(
             if target is not None:
                 raise VideoError(f"frame_index {target} is beyond the video's {position + 1} frames")
 
-        return encode_frames(picked(), destination, fps=fps, options=options, on_frame=on_frame, threads=threads)
+        return encode_frames(picked(), destination, fps=fps, options=options, on_frame=on_frame, threads=threads,
+                             expected_size=expected_size)
     except av.error.FFmpegError as error:
         raise VideoError(f"cannot decode video: {error}") from error
     finally:

@@ -49,7 +49,7 @@ from formats.video import (
 )
 from formats.video.policy import lossless_options
 
-__all__ = ["CopyResult", "copy_segment", "verify_decodes", "LOSSLESS"]
+__all__ = ["CopyResult", "copy_segment", "verify_decodes", "check_copied", "LOSSLESS"]
 
 @dataclasses.dataclass(frozen=True)
 class CopyResult:
@@ -222,6 +222,31 @@ def verify_decodes(written: BinaryIO | str, frames: int, on_frame: FrameCallback
         raise VideoError(f"the copied samples do not decode ({error}); the source video is damaged") from error
     if decoded != frames:
         raise VideoError(f"the copied samples decode to {decoded} frames, expected {frames}")
+
+
+def check_copied(written: BinaryIO | str, frames: int, fps: float, declared: tuple[int, int] | None) -> None:
+    """What a copy keeps from its source that the dataset must not contradict, from the written
+    file's headers and packet times (no decoding): frames of the declared (width, height), and
+    frame i presented at timestep i (within half a frame, where the reader looks for it). A
+    variable-frame-rate source can hold the right number of frames at other times: the reader,
+    which decodes timesteps by time, would then find fewer frames than steps."""
+    container = _open_input(written)
+    try:
+        stream = _video_stream(container)
+        size = (stream.codec_context.width, stream.codec_context.height)
+        if declared is not None and size != tuple(declared):
+            raise VideoError(f"frames are {size[0]}x{size[1]}, the metadata declares {declared[0]}x{declared[1]}")
+        times = sorted(float(packet.pts * stream.time_base) for packet in container.demux(stream)
+                       if packet.size > 0 and packet.pts is not None)
+    except av.error.FFmpegError as error:
+        raise VideoError(f"cannot read video: {error}") from error
+    finally:
+        container.close()
+        _rewind(written)
+    for index, time in enumerate(times[:frames]):
+        if abs(time - index / fps) >= 0.5 / fps:
+            raise VideoError(f"variable frame rate: frame {index} is presented at {time:.4g} s, timestep {index} at "
+                             f"{index / fps:.4g} s ({fps:g} fps); copied as it is, the reader would not find it there")
 
 
 def _source_key(source: BinaryIO | str) -> tuple | None:

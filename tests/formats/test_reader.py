@@ -196,6 +196,12 @@ class _Recorder:
         self._ranges.append((position, position + len(data)))
         return data
 
+    def read_buffer(self, size=-1):  # what Arrow calls on a native file (a local shard is a pa.OSFile)
+        position = self._handle.tell()
+        data = self._handle.read_buffer(size)
+        self._ranges.append((position, position + len(data)))
+        return data
+
     def readinto(self, buffer):
         data = self.read(len(buffer))
         buffer[:len(data)] = data

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from formats import storage
 from formats.errors import ConversionError, FormatError
+from formats.mixtrain.publish import stop_point
 from formats.mixtrain.tables import TableSettings, lake
 
 __all__ = ["publish", "open_table", "current_state", "current_property", "describe", "table_schema", "committed_files"]
@@ -40,6 +41,7 @@ def open_table(output_url: str, catalog: str = "", table: str = ""):
     fs, root = storage.open_root(output_url)
     if not fs.exists(storage.join(root, LOG_DIR)):
         return None
+    _check_newest_entry(fs, storage.join(root, LOG_DIR))
     return _load(output_url)
 
 
@@ -58,6 +60,29 @@ def _load(output_url: str, version: int | None = None):
         at = "" if version is None else f" at version {version}"
         raise FormatError(f"{storage.join(root, LOG_DIR)}: the Delta log cannot be read{at} ({reason}); "
                           "restore the missing or damaged log entries from a backup") from None
+
+
+def _check_newest_entry(fs, log: str) -> None:
+    """The newest commit of the log must be whole (commits are written put-if-absent, complete):
+    an emptied or cut one would otherwise read as a commit without actions, its run silently lost."""
+    entries = sorted(path for path in fs.glob(storage.join(log, "*.json")) if posixpath.basename(path)[:20].isdigit())
+    if not entries:
+        return
+    text = fs.cat_file(entries[-1])
+    try:
+        whole = bool(text.strip()) and all(isinstance(json.loads(line), dict) for line in text.splitlines() if line.strip())
+    except ValueError:
+        whole = False
+    if not whole:
+        raise FormatError(f"{log}: the Delta log cannot be read (its newest entry {posixpath.basename(entries[-1])} is cut: "
+                          f"{len(text)} bytes); nothing was changed: restore it from a backup (or, if its commit never completed, "
+                          "remove it)")
+
+
+def lost_table(fs, output: str, output_url: str, settings: TableSettings, runs: list[str]) -> str:
+    """The refusal for committed runs without a _delta_log (deleted): nothing can rebuild it."""
+    return (f"{storage.join(output, LOG_DIR)}: not found, but {len(runs)} committed run(s) are in the table (latest {runs[-1]}); "
+            "nothing was converted (a new table would orphan them): restore _delta_log from a backup, or choose another --output")
 
 
 def current_state(output_url: str, catalog: str = "", table: str = "") -> str:
@@ -167,6 +192,7 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
     untyped = lake.concrete_shards(fs, shards)
     value = lake.property_value(sidecar, settings.run_id, "delta", untyped)
     lake.write_run_metadata(fs, staging, value, sidecar)
+    stop_point("delta", "run-metadata-written")
     file_schema = pq.read_schema(fs.open(shards[0], "rb"))
     lake.check_unsigned(fs, shards, file_schema)
     schema = table_schema(file_schema)
@@ -206,6 +232,8 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
     entries.append({"metaData": _metadata_action(table, _schema_json(table, schema, added if table is not None else []),
                                                  property_text, now)})
     _commit(fs, output, output_url, 0 if table is None else table.version() + 1, entries + actions)
+    stop_point("delta", "committed")
+    lake.end_run(fs, staging)
 
 
 def _commit(fs, output: str, output_url: str, version: str | int, entries: list[dict]) -> None:

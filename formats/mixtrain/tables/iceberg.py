@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from formats import storage
 from formats.errors import ConversionError
+from formats.mixtrain.publish import stop_point
 from formats.mixtrain.tables import TableSettings, lake
 
 __all__ = ["publish", "open_table", "current_state", "catalog_properties", "DEFAULT_TABLE", "CATALOG_FILE"]
@@ -71,6 +72,25 @@ def open_table(output_url: str, catalog: str = "", table: str = ""):
         return _catalog(catalog, output_url).load_table(table or DEFAULT_TABLE)
     except NoSuchTableError:
         return None
+
+
+def lost_table(fs, output: str, output_url: str, settings: TableSettings, runs: list[str]) -> str:
+    """The refusal for committed runs whose table the catalog does not have (an emptied or
+    deleted catalog.db): how to register the newest metadata file again."""
+    name = settings.table or DEFAULT_TABLE
+    found = fs.glob(storage.join(output, "metadata", "*.metadata.json"))
+    newest = max(found, key=lambda path: (int(posixpath.basename(path).split("-", 1)[0] or 0)
+                                          if posixpath.basename(path).split("-", 1)[0].isdigit() else -1, path), default=None)
+    where = f"the catalog {settings.catalog}" if settings.catalog else f"{storage.join(output, CATALOG_FILE)}"
+    head = (f"{output}: {len(runs)} committed run(s) (latest {runs[-1]}) but {where} has no Iceberg table {name}; nothing was "
+            "converted (a new table would orphan their snapshots)")
+    if newest is None:
+        return f"{head}; metadata/ holds no table metadata to register again: restore it, or choose another --output"
+    catalog = f"load_catalog({settings.catalog!r})" if settings.catalog else \
+        f"SqlCatalog('mixtrain', uri='sqlite:///{output}/{CATALOG_FILE}', warehouse='{output_url}')"
+    namespace = name.rsplit(".", 1)[0]
+    return (f"{head}: register it again with pyiceberg: catalog = {catalog}; catalog.create_namespace_if_not_exists('{namespace}'); "
+            f"catalog.register_table('{name}', '{storage.url_for(fs, newest)}'), then rerun")
 
 
 def current_state(output_url: str, catalog: str = "", table: str = "") -> str:
@@ -145,6 +165,7 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
         sidecar = {**sidecar, "shards": [shard[len(staging) + 1:] for shard in shards]}
     value = lake.property_value(sidecar, settings.run_id, "iceberg", untyped)
     lake.write_run_metadata(fs, staging, value, sidecar)
+    stop_point("iceberg", "run-metadata-written")
     schema = pq.read_schema(fs.open(shards[0], "rb"))
     lake.check_unsigned(fs, shards, schema)  # pyiceberg declares uint64 as long
     catalog = _catalog(settings.catalog, output_url)
@@ -156,11 +177,16 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
         namespace = name.rsplit(".", 1)[0]
         catalog.create_namespace_if_not_exists(namespace)
         table = catalog.create_table(name, schema=schema, location=output_url)
-        if settings.partition_by:
-            with table.update_spec() as spec:
-                for column in settings.partition_by:
-                    spec.add_identity(column)
+        stop_point("iceberg", "table-created")
     partitioned = tuple(field.name for field in table.spec().fields)
+    if table.current_snapshot() is None and partitioned != tuple(settings.partition_by):
+        # A table without rows yet (new, or created by a run killed before its commit) takes this run's partitioning.
+        with table.update_spec() as spec:
+            for column in partitioned:
+                spec.remove_field(column)
+            for column in settings.partition_by:
+                spec.add_identity(column)
+        partitioned = tuple(field.name for field in table.spec().fields)
     if partitioned != tuple(settings.partition_by):
         raise ConversionError(f"{name}: the table is partitioned by ({', '.join(partitioned)}), this run asks for "
                               f"--partition_by={','.join(settings.partition_by)}; nothing was committed (pass the table's "
@@ -194,6 +220,8 @@ def publish(fs, staging: str, output: str, sidecar: dict, settings: TableSetting
                     overwrite.delete_data_file(data_file)
                 for data_file in parquet_files_to_data_files(table.io, transaction.table_metadata, iter(add)):
                     overwrite.append_data_file(data_file)
+        stop_point("iceberg", "committed")
+        lake.end_run(fs, staging)
     except CommitFailedException as error:
         raise ConversionError(f"{output_url}: another writer committed to {name} during this run's commit; nothing was committed "
                               f"({error})") from error

@@ -324,9 +324,50 @@ def prepare_output(fs, output: str, output_url: str, settings, replace: bool) ->
     if not names <= _module(settings.format).OUTPUT_ENTRIES | {RUNS_DIR}:
         raise ConversionError(f"{output}: output is not empty and is not a Mixtrain {settings.format} table "
                               f"({', '.join(sorted(names))}); choose another --output")
+    check_not_lost(fs, output, output_url, settings)
     if current_property(output_url, settings) is not None and not replace:
         raise ConversionError(f"{output}: output already holds a Mixtrain {settings.format} table; pass --incremental (commit what "
                               "changed) or --overwrite (commit every row anew) to add a snapshot")
+
+
+# In a run folder from the launch until its commit landed: a folder holding mixtrain.json without
+# it was committed (or written by a converter before this marker). Without its table (catalog
+# entry, log), such folders are a table whose catalog or log was lost, not an empty output.
+PENDING = ".pending"
+
+
+def begin_run(fs, run_folder: str) -> None:
+    """Mark a run's folder uncommitted (every file system; `publish.claim_staging` is local only)."""
+    fs.makedirs(run_folder, exist_ok=True)
+    fs.pipe_file(storage.join(run_folder, PENDING), b"")
+
+
+def end_run(fs, run_folder: str) -> None:
+    """The run's commit landed: its folder is now part of the table's history."""
+    marker = storage.join(run_folder, PENDING)
+    if fs.exists(marker):
+        fs.rm(marker)
+
+
+def committed_runs(fs, output: str) -> list[str]:
+    """Run folders (relative to the table location, oldest first) whose commit landed."""
+    runs = storage.join(output, RUNS_DIR)
+    if not fs.exists(runs):
+        return []
+    names = sorted(entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(runs, detail=False))
+    return [f"{RUNS_DIR}/{name}" for name in names if fs.exists(storage.join(runs, name, mixtrain.SIDECAR))
+            and not fs.exists(storage.join(runs, name, PENDING))]
+
+
+def check_not_lost(fs, output: str, output_url: str, settings) -> None:
+    """Refuse (one line, how to recover) an output whose runs were committed to a table that its
+    catalog or log no longer shows: starting a new table there would orphan the whole history."""
+    module = _module(settings.format)
+    if module.open_table(output_url, settings.catalog, settings.table) is not None:
+        return
+    runs = committed_runs(fs, output)
+    if runs:
+        raise ConversionError(module.lost_table(fs, output, output_url, settings, runs))
 
 
 def summary(output_url: str, settings) -> tuple[dict, str]:

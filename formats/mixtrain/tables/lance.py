@@ -142,17 +142,24 @@ def stage_shard(fs, staging: str, shard: str, video_columns: list[str], settings
     _write_fragments(fs, staging, shard, video_columns if (settings.video_storage or BLOB) == BLOB else [])
 
 
-def _move_tree(fs, source: str, target: str) -> None:
-    """Every file under `source` to the same relative path under `target` (renames on a local disk)."""
+def _move_tree(fs, source: str, target: str, skip: set[str] = frozenset()) -> set[str]:
+    """Every file under `source` to the same relative path under `target` (renames on a local
+    disk), but those in a top folder named in `skip`; returns the relative paths moved."""
+    moved = set()
     for path in fs.find(source):
-        destination = storage.join(target, path[len(source.rstrip("/")) + 1:])
+        relative = path[len(source.rstrip("/")) + 1:]
+        if relative.split("/", 1)[0] in skip:
+            continue
+        destination = storage.join(target, relative)
         fs.makedirs(destination.rsplit("/", 1)[0], exist_ok=True)
         if storage.is_local(fs):
             os.replace(path, destination)
         else:
             fs.copy(path, destination)
+        moved.add(relative)
     if not storage.is_local(fs):
         fs.rm(source, recursive=True)
+    return moved
 
 
 def publish(fs, staging: str, output: str, sidecar: dict, *, videos: str = BLOB) -> None:
@@ -185,29 +192,47 @@ def publish(fs, staging: str, output: str, sidecar: dict, *, videos: str = BLOB)
         record = json.loads(fs.cat_file(_staged(staging, shard, ".json")))
         fragments += [FragmentMetadata.from_json(json.dumps(fragment)) for fragment in record["fragments"]]
         schema = schema or pa.ipc.read_schema(pa.py_buffer(base64.b64decode(record["schema"])))
-    if fs.exists(storage.join(output, mixtrain.SIDECAR)):  # a standalone dataset is replaced by a Lance one
-        for name in standalone.PUBLISHED:
-            if fs.exists(storage.join(output, name)):
-                fs.rm(storage.join(output, name), recursive=True)
+    standalone.stop_point("lance", "fragments-written")
+    # Everything the new version references is put in place before the commit that makes it
+    # current: its fragments (unique names) and the files its rows name by path (over same-named
+    # ones; the previous version's other files stay until after the commit). A run killed at any
+    # step leaves the previous version whole, or the new one.
     for shard in shards:
         if fs.exists(_staged(staging, shard, "/data")):
             _move_tree(fs, _staged(staging, shard, "/data"), storage.join(output, "data"))  # unique names: no clash
+    standalone.stop_point("lance", "fragments-moved")
+    staged_files, published_files = storage.join(staging, mixtrain.FILES_DIR), storage.join(output, mixtrain.FILES_DIR)
+    placed = _move_tree(fs, staged_files, published_files, skip=set(blobs)) if fs.exists(staged_files) else set()
+    standalone.stop_point("lance", "files-placed")
     uri = _uri(fs, output)
     previous = lance.dataset(uri).version if is_dataset(fs, output) else None
     lance.LanceDataset.commit(uri, LanceOperation.Overwrite(schema.with_metadata(metadata), fragments), read_version=previous,
                               commit_message=f"mixtrain-convert {sidecar.get('created_at', '')}")
-    # Files the rows reference by path (never the videos in blob mode) are the current version's.
-    staged_files = storage.join(staging, mixtrain.FILES_DIR)
-    published_files = storage.join(output, mixtrain.FILES_DIR)
-    if fs.exists(published_files):
-        fs.rm(published_files, recursive=True)
-    if fs.exists(staged_files):
-        keep = [entry for entry in fs.ls(staged_files, detail=False)
-                if entry.rstrip("/").rsplit("/", 1)[-1] not in blobs]
-        for entry in keep:
-            fs.makedirs(published_files, exist_ok=True)
-            fs.mv(entry, storage.join(published_files, entry.rstrip("/").rsplit("/", 1)[-1]), recursive=True)
+    standalone.stop_point("lance", "committed")
+    if fs.exists(storage.join(output, mixtrain.SIDECAR)):  # a standalone dataset replaced by a Lance one: its mixtrain.json first
+        fs.rm(storage.join(output, mixtrain.SIDECAR))
+        retired = [storage.join(output, name) for name in (mixtrain.STATS_FILE, mixtrain.ERRORS_FILE, mixtrain.FINGERPRINTS_FILE)]
+        for path in [path for path in retired if fs.exists(path)] + fs.glob(storage.join(output, mixtrain.DATA_DIR, "*.parquet")):
+            fs.rm(path)
+        standalone.stop_point("lance", "standalone-retired")
+    _prune(fs, published_files, placed)  # the files only earlier versions named
+    standalone.stop_point("lance", "files-pruned")
     standalone.discard_staging(fs, staging, output)
+    if storage.is_local(fs):
+        standalone.collect_garbage(output)  # what killed runs left beside the output
+
+
+def _prune(fs, root: str, keep: set[str]) -> None:
+    """Remove the files under `root` whose relative path is not in `keep`, and folders left empty."""
+    if not fs.exists(root):
+        return
+    for path in fs.find(root):
+        if path[len(root.rstrip("/")) + 1:] not in keep:
+            fs.rm(path)
+    if storage.is_local(fs):
+        for folder, _, _ in sorted(os.walk(root), reverse=True):
+            if not os.listdir(folder):
+                os.rmdir(folder)
 
 
 def publish_table(fs, staging: str, output: str, sidecar: dict, settings) -> None:
