@@ -484,7 +484,8 @@ def test_the_reader_and_inspect_open_a_lake_tables_current_run(tmp_path, table_f
     assert _convert(src, dst, "--num_shards=2", f"--table_format={table_format}", "--incremental") == 0
     import re
 
-    summary = re.fullmatch(r"converted 4 sequences, (\d+) timesteps, ([0-9.]+) MB in [0-9.]+ s -> (.*): (Iceberg|Delta) table.*",
+    summary = re.fullmatch(r"published 4 sequences \(--incremental: 3 converted, 1 unchanged sequences reused\), (\d+) timesteps, "
+                           r"([0-9.]+) MB in [0-9.]+ s -> (.*): (Iceberg|Delta) table.*",
                            capsys.readouterr().out.splitlines()[-1])
     run = lake.current_property(f"file://{dst}", TableSettings(format=table_format))["table"]["run"]
     written = sum(path.stat().st_size for path in (dst / "runs" / run).rglob("*") if path.is_file())
