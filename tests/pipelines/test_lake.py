@@ -214,6 +214,7 @@ def test_three_nights_leave_three_snapshots_each_reading_back_that_nights_datase
     for night, version in zip(nights, committed):
         assert _snapshot_dataset(dst, table_format, version["version"]) == night
     assert nights[0] != nights[1] != nights[2]
+    assert [entry["current"] for entry in committed] == [False, False, True]
     second = json.loads((dst / "runs" / committed[1]["run"] / "mixtrain.json").read_text())
     # Episode 0 reused; 1 changed, 3 new, and 2's global frame `index` moved behind the longer episode 1.
     assert (second["incremental"]["reused_sequences"], second["incremental"]["converted_units"]) == (1, 3)
@@ -221,6 +222,9 @@ def test_three_nights_leave_three_snapshots_each_reading_back_that_nights_datase
     lake.rollback(f"file://{dst}", TableSettings(format=table_format), committed[0]["version"])  # back to the first night
     assert _snapshot_dataset(dst, table_format, None) == nights[0]
     assert lake.current_property(f"file://{dst}", TableSettings(format=table_format))["table"]["run"] == committed[0]["run"]
+    after = lake.versions(f"file://{dst}", TableSettings(format=table_format))  # the rollback's own commit adds no run
+    assert [entry["current"] for entry in after] == [True, False, False]
+    assert [entry["run"] for entry in after] == [entry["run"] for entry in committed]
     assert validate.validate(str(dst)) == []
 
 
@@ -480,7 +484,8 @@ def test_the_reader_and_inspect_open_a_lake_tables_current_run(tmp_path, table_f
     assert _convert(src, dst, "--num_shards=2", f"--table_format={table_format}", "--incremental") == 0
     import re
 
-    summary = re.fullmatch(r"converted 4 sequences, (\d+) timesteps, ([0-9.]+) MB in [0-9.]+ s -> (.*): (Iceberg|Delta) table.*",
+    summary = re.fullmatch(r"published 4 sequences \(--incremental: 3 converted, 1 unchanged sequences reused\), (\d+) timesteps, "
+                           r"([0-9.]+) MB in [0-9.]+ s -> (.*): (Iceberg|Delta) table.*",
                            capsys.readouterr().out.splitlines()[-1])
     run = lake.current_property(f"file://{dst}", TableSettings(format=table_format))["table"]["run"]
     written = sum(path.stat().st_size for path in (dst / "runs" / run).rglob("*") if path.is_file())
@@ -528,3 +533,44 @@ def test_an_incremental_run_that_reuses_everything_says_so(tmp_path, table_forma
     assert _convert(src, dst, f"--table_format={table_format}", "--incremental") == 0
     summary = capsys.readouterr().out.strip().splitlines()[-1]
     assert summary.startswith("published 3 sequences (--incremental: 0 converted, 3 unchanged sequences reused), 18 timesteps, ")
+
+
+@pytest.mark.parametrize("catalog", ["embedded", "uri", "named"])
+def test_the_printed_pyiceberg_call_opens_the_table_as_printed(tmp_path, monkeypatch, capsys, catalog):
+    """The summary line's `(pyiceberg: ...)` evaluated as printed loads the table (a --catalog URI's
+    hint once raised 'URI missing'); an external catalog's table folder is refused by validate,
+    inspect and the reader with one line pointing to pyiceberg, not 'mixtrain.json: not found'."""
+    import pyiceberg.catalog
+    from pyiceberg.catalog import load_catalog
+    from pyiceberg.catalog.sql import SqlCatalog
+    from pyiceberg.utils.config import Config
+
+    from formats.errors import FormatError
+    from formats.read.reader import open_dataset
+    from pipelines import inspect
+
+    src, dst = tmp_path / "src", tmp_path / "lake"
+    write_night(src, (5, 4), seed=1)
+    extra = {"embedded": [], "uri": [f"--catalog=sqlite:///{tmp_path}/catalog.db"], "named": ["--catalog=lake"]}[catalog]
+    if catalog == "named":
+        monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__TYPE", "sql")
+        monkeypatch.setenv("PYICEBERG_CATALOG__LAKE__URI", f"sqlite:///{tmp_path}/named.db")
+        monkeypatch.setattr(pyiceberg.catalog, "_ENV_CONFIG", Config())  # read once at import: reread with these
+    assert _convert(src, dst, "--table_format=iceberg", *extra) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    call = line[line.index("(pyiceberg: ") + len("(pyiceberg: "):-1]
+    table = eval(call, {"load_catalog": load_catalog, "SqlCatalog": SqlCatalog})  # noqa: S307 - the printed hint itself
+    assert table.scan().to_arrow().num_rows == 2
+    if catalog == "embedded":
+        assert call.startswith("SqlCatalog('mixtrain', uri='sqlite:///")
+        return
+    assert call.startswith({"uri": "load_catalog('mixtrain', type='sql', uri='sqlite:///", "named": "load_catalog('lake')"}[catalog])
+    refusal = (f"{dst}: an Iceberg table whose catalog is not in this folder (converted with --catalog): open it with pyiceberg, "
+               "load_catalog(NAME, ...).load_table('default.dataset'), as the conversion's summary line printed (docs/lake.md, Catalogs)")
+    for command in (validate.main, inspect.main):
+        assert command([str(dst)]) == 1
+        captured = capsys.readouterr()
+        assert (captured.out, captured.err) == ("", f"error: {refusal}\n")
+    with pytest.raises(FormatError) as raised:
+        open_dataset(str(dst))
+    assert str(raised.value) == refusal

@@ -112,8 +112,10 @@ def describe(output_url: str, settings: TableSettings) -> str:
     found = open_table(output_url, settings.catalog, settings.table)
     snapshot = found.current_snapshot().snapshot_id if found is not None and found.current_snapshot() else None
     name = settings.table or DEFAULT_TABLE
-    if settings.catalog:
-        how = f"load_catalog({settings.catalog!r}).load_table({name!r})"
+    if settings.catalog:  # the call that opens it, evaluable as printed (a URI becomes the catalog's properties)
+        catalog, properties = catalog_properties(settings.catalog, output_url)
+        how = f"load_catalog({', '.join([repr(catalog), *(f'{key}={value!r}' for key, value in properties.items())])})"
+        how += f".load_table({name!r})"
     else:
         how = f"SqlCatalog('mixtrain', uri='sqlite:///{storage.open_root(output_url)[1]}/{CATALOG_FILE}').load_table({name!r})"
     return f"Iceberg table {name}, snapshot {snapshot} (pyiceberg: {how})"

@@ -377,11 +377,17 @@ def summary(output_url: str, settings) -> tuple[dict, str]:
 
 
 def detect(fs, output: str) -> str | None:
-    """The lake format of an output folder laid out by this converter (embedded catalog), or None."""
+    """The lake format of an output folder laid out by this converter (embedded catalog), or None.
+    An Iceberg table whose catalog lives elsewhere (--catalog) cannot be opened from its folder:
+    one FormatError pointing to pyiceberg, not "mixtrain.json: not found"."""
     if fs.exists(storage.join(output, "_delta_log")):
         return "delta"
     if fs.exists(storage.join(output, "catalog.db")):
         return "iceberg"
+    if fs.exists(storage.join(output, RUNS_DIR)) and fs.glob(storage.join(output, "metadata", "*.metadata.json")):
+        raise FormatError(f"{output}: an Iceberg table whose catalog is not in this folder (converted with --catalog): open it "
+                          "with pyiceberg, load_catalog(NAME, ...).load_table('default.dataset'), as the conversion's summary "
+                          "line printed (docs/lake.md, Catalogs)")
     return None
 
 
@@ -391,8 +397,11 @@ def read_rows(output_url: str, settings, version: str | None = None):
 
 
 def versions(output_url: str, settings) -> list[dict]:
-    """Each committed run, oldest first: {"version": snapshot id / version, "run": run id, "timestamp_ms"}."""
-    return _module(settings.format).versions(output_url, settings)
+    """Each committed run, oldest first: {"version": snapshot id / version, "run": run id, "timestamp_ms",
+    "current"}; "current" marks the run the table reads now (after a rollback, not the newest)."""
+    found = _module(settings.format).versions(output_url, settings)
+    current = ((current_property(output_url, settings) or {}).get("table") or {}).get("run") if found else None
+    return [{**entry, "current": entry["run"] == current} for entry in found]
 
 
 def orphans(output_url: str, settings) -> list[str]:
