@@ -383,18 +383,37 @@ def _delete(fs, objects: list[str]) -> None:
 
 
 def _move(fs, source: str, target: str) -> None:
-    """A rename on a local disk; on object stores (no rename there) a server-side copy of every
-    object listed once, IN_FLIGHT at a time. The staged objects are deleted with the staging
-    folder after mixtrain.json is written (`discard_staging`), not here: a publish step retried
-    after a failure (Dataflow retries a bundle) then finds the staging complete and copies again,
-    instead of removing the output's new files and finding nothing left to move. gcsfs' own `mv`
-    was measured at 33 s per call against the GCS emulator (it probes a folder-rename API first)."""
+    """A rename on a local disk (`target` must not exist); on object stores (no rename there)
+    `move_files`. gcsfs' own `mv` was measured at 33 s per call against the GCS emulator (it
+    probes a folder-rename API first)."""
     if storage.is_local(fs):
         fs.mv(source, target, recursive=True)
         return
-    objects = _objects(fs, source)
-    if objects:
-        fs.copy(objects, [target + name[len(source):] for name in objects], batch_size=IN_FLIGHT)
+    move_files(fs, source, target)
+
+
+def move_files(fs, source: str, target: str, skip: frozenset[str] | set[str] = frozenset()) -> set[str]:
+    """Every file under `source` to the same relative path under `target`, into folders that may
+    already exist, but those under a top folder named in `skip`; returns the relative paths. A
+    rename per file on a local disk; on object stores a server-side copy of every object listed
+    once, IN_FLIGHT at a time. The staged objects are deleted with the staging folder after the
+    publication is complete (`discard_staging`), not here: a publish step retried after a failure
+    (Dataflow retries a bundle) then finds the staging complete and copies again, instead of
+    removing the output's new files and finding nothing left to move."""
+    local = storage.is_local(fs)
+    root = source.rstrip("/")
+    found = fs.find(source) if local else _objects(fs, source)  # a file: itself, moved to `target`
+    relatives = [path[len(root):].lstrip("/") for path in found]
+    pairs = [(path, relative) for path, relative in zip(found, relatives) if relative.split("/", 1)[0] not in skip]
+    relatives = [relative for _, relative in pairs]
+    destinations = [storage.join(target, relative) if relative else target for _, relative in pairs]
+    if local:
+        for (path, _), destination in zip(pairs, destinations):
+            os.makedirs(os.path.dirname(destination), exist_ok=True)
+            os.replace(path, destination)
+    elif pairs:
+        fs.copy([path for path, _ in pairs], destinations, batch_size=IN_FLIGHT)
+    return set(relatives)
 
 
 def copy_assets(fs, root: str, out_fs, staging: str, assets: list[str]) -> None:

@@ -142,26 +142,6 @@ def stage_shard(fs, staging: str, shard: str, video_columns: list[str], settings
     _write_fragments(fs, staging, shard, video_columns if (settings.video_storage or BLOB) == BLOB else [])
 
 
-def _move_tree(fs, source: str, target: str, skip: set[str] = frozenset()) -> set[str]:
-    """Every file under `source` to the same relative path under `target` (renames on a local
-    disk), but those in a top folder named in `skip`; returns the relative paths moved."""
-    moved = set()
-    for path in fs.find(source):
-        relative = path[len(source.rstrip("/")) + 1:]
-        if relative.split("/", 1)[0] in skip:
-            continue
-        destination = storage.join(target, relative)
-        fs.makedirs(destination.rsplit("/", 1)[0], exist_ok=True)
-        if storage.is_local(fs):
-            os.replace(path, destination)
-        else:
-            fs.copy(path, destination)
-        moved.add(relative)
-    if not storage.is_local(fs):
-        fs.rm(source, recursive=True)
-    return moved
-
-
 def publish(fs, staging: str, output: str, sidecar: dict, *, videos: str = BLOB) -> None:
     """Commit the standalone layout staged at `staging` as ONE new version of the Lance dataset at
     `output` (created if absent), then remove the staging folder. The fragments the workers wrote
@@ -199,10 +179,10 @@ def publish(fs, staging: str, output: str, sidecar: dict, *, videos: str = BLOB)
     # step leaves the previous version whole, or the new one.
     for shard in shards:
         if fs.exists(_staged(staging, shard, "/data")):
-            _move_tree(fs, _staged(staging, shard, "/data"), storage.join(output, "data"))  # unique names: no clash
+            standalone.move_files(fs, _staged(staging, shard, "/data"), storage.join(output, "data"))  # unique names: no clash
     standalone.stop_point("lance", "fragments-moved")
     staged_files, published_files = storage.join(staging, mixtrain.FILES_DIR), storage.join(output, mixtrain.FILES_DIR)
-    placed = _move_tree(fs, staged_files, published_files, skip=set(blobs)) if fs.exists(staged_files) else set()
+    placed = standalone.move_files(fs, staged_files, published_files, skip=set(blobs)) if fs.exists(staged_files) else set()
     standalone.stop_point("lance", "files-placed")
     uri = _uri(fs, output)
     previous = lance.dataset(uri).version if is_dataset(fs, output) else None
