@@ -366,7 +366,7 @@ def test_a_missing_video_is_one_error_naming_it(converted, tmp_path):
 
 
 def test_torch_wrappers(converted):
-    torch = pytest.importorskip("torch", reason="torch is optional (not a dependency); the wrappers are tested where it is installed")
+    torch = pytest.importorskip("torch", reason="torch is not installed (not a dependency; docs/reading.md 'PyTorch' says what is then untested)")
     _, dst, _ = converted("lerobot_v3")
     ds = reader.open_dataset(str(dst))
     windows = reader.torch_windows(ds, 2, 3, 2, columns=["action"])
