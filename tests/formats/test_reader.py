@@ -121,13 +121,13 @@ def test_every_sequence_equals_what_the_source_holds(converted, name):
             actual = got[column].tolist() if isinstance(got[column], np.ndarray) else got[column]
             assert actual == expected, (sequence_id, column)
             compared["steps"] += 1
-        for column, value in source.scalars.items():
-            if column in got and not isinstance(value, (dict, np.ndarray)):
-                expected = value.item() if isinstance(value, np.generic) else value
-                if ds.column_types.get(column, {}).get("type") == "json":
-                    continue
-                assert got[column] == expected, (sequence_id, column)
-                compared["scalar"] += 1
+        for column, value in source.scalars.items():  # every one of them: a dropped column is a KeyError here
+            expected = value.item() if isinstance(value, np.generic) else value
+            if isinstance(expected, np.ndarray):
+                assert _same_bits(np.asarray(got[column]), expected), (sequence_id, column)
+            else:  # JSON columns (ORTF scene_objects) are the source's JSON text, verbatim
+                assert got[column] == expected and type(got[column]) is type(expected), (sequence_id, column)
+            compared["scalar"] += 1
         for column in ds.video_columns:
             if got[column] is None:
                 continue
@@ -154,6 +154,7 @@ def test_every_sequence_equals_what_the_source_holds(converted, name):
             else:
                 compared["other camera"] += 1
     assert compared["trajectory"] >= len(ids)
+    assert compared["scalar"] >= 4 * len(ids)  # length, duration_seconds and the source's own (task, ids, flags)
     if name in ("lerobot_v3", "so100_tiny", "multi_lerobot061", "ortf"):
         assert compared["copied camera"] > 0
     if name in ("rlds", "bridge"):
