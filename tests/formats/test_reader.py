@@ -455,3 +455,45 @@ def test_12_bit_depth_frames_are_the_codes_themselves(converted):
     native = np.stack([frame.to_ndarray() for frame in decoded])
     assert frames.dtype == np.uint16 and frames.shape == (*native.shape, 1)
     assert np.array_equal(frames[..., 0], native) and 0 < frames.max() <= 4095
+
+
+@pytest.fixture
+def without_s3fs(monkeypatch):
+    """s3fs as if it were not installed (it is no dependency; CI may still have it from elsewhere)."""
+    import importlib
+    import sys
+
+    monkeypatch.setitem(sys.modules, "s3fs", None)
+    monkeypatch.delitem(importlib.import_module("fsspec.registry")._registry, "s3", raising=False)  # no class imported before
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/datasets/so100", "filecache::s3://bucket/datasets/so100"])
+def test_an_s3_url_without_s3fs_is_one_error_naming_the_package(without_s3fs, url):
+    """README: the reader opens s3:// URLs; without s3fs that is one FormatError (an ImportError
+    too) saying what to install, not fsspec's bare ImportError."""
+    from formats.errors import MissingPackageError
+
+    with pytest.raises(FormatError) as caught:
+        reader.open_dataset(url)
+    assert isinstance(caught.value, MissingPackageError) and isinstance(caught.value, ImportError)
+    assert str(caught.value) == f"{url}: this protocol needs a package that is not installed: pip install s3fs"
+
+
+@pytest.mark.parametrize("command", ["convert --input", "convert --output", "validate", "inspect"])
+def test_every_command_says_which_package_an_s3_url_needs(without_s3fs, tmp_path, capsys, command):
+    from pipelines import inspect
+    from pipelines import validate as validate_command
+
+    url = "s3://bucket/datasets/so100"
+    expected = f"{url}: this protocol needs a package that is not installed: pip install s3fs"
+    if command.startswith("convert"):
+        src = tmp_path / "src"
+        write_lerobot(str(src), SyntheticLeRobot(lengths=(3,), cameras=()))
+        flags = {"--input": f"--input={url}", "--output": f"--output={url}"}
+        argv = [flags["--input"] if command.endswith("--input") else f"--input={src}",
+                flags["--output"] if command.endswith("--output") else f"--output={tmp_path / 'out'}", "--progress=off"]
+        assert convert.run(argv) == 2
+        expected = f"{command.split()[1]}={expected}"
+    else:
+        assert (validate_command if command == "validate" else inspect).main([url]) == 1
+    assert capsys.readouterr().err.splitlines()[0] == f"error: {expected}"
