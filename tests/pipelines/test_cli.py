@@ -278,8 +278,16 @@ def test_an_interrupt_exits_with_one_line_no_staging_and_no_process(tmp_path, si
     assert "converted" not in stdout
     assert not dst.exists()  # no staging left (the output folder did not exist before)
     assert os.listdir(tmp_path / "tmpdir") == []
-    time.sleep(0.5)
-    assert _processes_mentioning(str(dst), f"connect mixtrain-workers-{process.pid}-") == []
+    assert _until_none_mention(str(dst), f"connect mixtrain-workers-{process.pid}-") == []
+
+
+def _until_none_mention(*needles: str, seconds: float = 30) -> list[str]:
+    """The processes still mentioning a needle once they had `seconds` to exit (polled: a worker
+    that takes 0.6 s to unwind is no failure, one still there after `seconds` is)."""
+    deadline = time.monotonic() + seconds
+    while (found := _processes_mentioning(*needles)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return found
 
 
 def _processes_mentioning(*needles: str) -> list[str]:

@@ -243,6 +243,11 @@ def test_a_sigkill_during_the_second_night_leaves_the_first_snapshot_current(tmp
         if any(p for p in (dst / "runs").glob("*/files/*/*") if before[0]["run"] not in str(p)):  # videos being written
             break
         time.sleep(0.005)
+    # Frozen first, then checked: the run has not finished and has not committed, so the kill that
+    # follows lands before the commit (a frozen process commits nothing), not after it by chance.
+    process.send_signal(signal.SIGSTOP)
+    assert process.poll() is None, "the run ended before it could be killed: give it more to convert"
+    assert lake.versions(f"file://{dst}", TableSettings(format="iceberg")) == before, "the run committed before the kill"
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert lake.versions(f"file://{dst}", TableSettings(format="iceberg")) == before
