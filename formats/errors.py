@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import errno
 
-__all__ = ["ConversionError", "FormatError", "VideoError", "ColumnNameError", "OutputError", "describe_skip_limit", "error_record",
-           "output_failure", "skipped_counts"]
+__all__ = ["ConversionError", "FormatError", "VideoError", "ColumnNameError", "OutputError", "MissingPackageError", "describe_skip_limit",
+           "error_record", "output_failure", "skipped_counts"]
 
 
 class ConversionError(ValueError):
@@ -27,6 +27,11 @@ class VideoError(ConversionError):
 
 class ColumnNameError(ConversionError):
     """Two source features map to the same Mixtrain column."""
+
+
+class MissingPackageError(FormatError, ImportError):
+    """A URL whose filesystem needs a package that is not installed (s3:// without s3fs). An
+    ImportError too, so callers that catch fsspec's own ImportError keep working."""
 
 
 class OutputError(ConversionError):

@@ -20,7 +20,7 @@ import pyarrow.parquet as pq
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-from formats.errors import FormatError
+from formats.errors import FormatError, MissingPackageError
 
 __all__ = ["open_root", "join", "url_for", "resolve_inside", "check_regular", "local_path", "is_local", "open_input", "read_json",
            "ParquetFooters", "footer_signature", "parquet_file", "read_parquet", "check_parquet_footer", "MAX_PARQUET_FOOTER_BYTES"]
@@ -40,17 +40,43 @@ def open_root(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
     if "://" not in url or url.startswith("file://"):
         path = os.path.abspath(os.path.expanduser(url[len("file://"):] if url.startswith("file://") else url))
         return LocalFileSystem(), path.rstrip("/") or "/"
-    fs, root = url_to_fs(url)
+    try:
+        fs, root = url_to_fs(url)
+    except ImportError as error:
+        raise _missing_package(url, error) from None
     return fs, root.rstrip("/") or "/"
+
+
+def _missing_package(url: str, error: ImportError) -> MissingPackageError:
+    """One line naming the package to install, for the first protocol of `url` (a chain such as
+    filecache::s3://... too) whose implementation cannot be imported."""
+    import importlib.util
+
+    from fsspec.registry import known_implementations
+
+    for part in url.split("::"):
+        protocol = fsspec.core.split_protocol(part)[0] or "file"
+        package = known_implementations.get(protocol, {}).get("class", "").split(".")[0]
+        if package and importlib.util.find_spec(package) is None:
+            install = f"'mixtrain-convert[{EXTRAS[package]}]'" if package in EXTRAS else package
+            return MissingPackageError(f"{url}: this protocol needs a package that is not installed: pip install {install}")
+    return MissingPackageError(f"{url}: this protocol needs a package that is not installed ({error})")
+
+
+# Filesystem packages this product installs as an extra (setup.py): named by the extra.
+EXTRAS = {"huggingface_hub": "hub"}
 
 
 def parse_url(url: str) -> tuple[type, str]:
     """The filesystem class and root `open_root(url)` would give, without opening the filesystem
     (which, for a cloud store, looks for credentials over the network). Raises ValueError for an
-    unknown protocol, ImportError when its package is missing."""
+    unknown protocol, MissingPackageError (an ImportError) when its package is missing."""
     if "://" not in url or url.startswith("file://"):
         return LocalFileSystem, open_root(url)[1]
-    cls = fsspec.get_filesystem_class(fsspec.core.split_protocol(url)[0])
+    try:
+        cls = fsspec.get_filesystem_class(fsspec.core.split_protocol(url)[0])
+    except ImportError as error:
+        raise _missing_package(url, error) from None
     return cls, cls._strip_protocol(url).rstrip("/") or "/"
 
 

@@ -254,12 +254,10 @@ def _check_command_line(argv: list[str], options: ConvertOptions, all_options: P
     for flag, url in (("--input", options.input), ("--output", options.output)):
         try:
             roots[flag] = storage.parse_url(url)  # not opened yet: run() reaches the stores, with a deadline
+        except ImportError as error:  # storage.MissingPackageError (also a ValueError): its message starts with the URL
+            raise UsageError(f"{flag}={error}") from None
         except ValueError as error:  # an unknown protocol
             raise UsageError(f"{flag}={url}: {error}") from None
-        except ImportError as error:  # a protocol whose package is missing
-            extra = {"hf": "hub"}.get(url.split("://", 1)[0])
-            install = f"pip install 'mixtrain-convert[{extra}]'" if extra else str(error)
-            raise UsageError(f"{flag}={url}: this protocol needs a package that is not installed: {install}") from None
     (in_fs, in_root), (out_fs, out_root) = roots["--input"], roots["--output"]
     if options.table_format == "iceberg" and not options.catalog and not storage.is_local(out_fs):
         raise UsageError(f"--output={options.output}: the embedded Iceberg catalog is an SQLite file on the output's disk, which "

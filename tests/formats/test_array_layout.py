@@ -82,3 +82,27 @@ def test_the_command_line_knows_the_layouts_and_refuses_lance_options_without_la
         cli.parse(["--input=a", "--output=b", "--lance_videos=reference"])
     with pytest.raises(cli.UsageError, match="invalid choice: 'rows'"):
         cli.parse(["--input=a", "--output=b", "--array_layout=rows"])
+
+
+def test_bytes_cells_carry_no_parquet_statistics_or_dictionary(tmp_path):
+    """docs/lance.md: statistics and dictionary encoding are off for `bytes` cells (min/max of raw
+    bytes mean nothing; two whole cells per page). The other leaves of the same shard keep theirs."""
+    import pyarrow.parquet as pq
+
+    from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
+    from pipelines import convert
+
+    write_dataset(str(tmp_path / "src"), SyntheticLeRobot(lengths=(5, 4, 6), cameras=()))
+    dst = tmp_path / "dst"
+    assert convert.run([f"--input={tmp_path / 'src'}", f"--output={dst}", "--progress=off", "--array_layout=bytes"]) == 0
+    metadata = pq.ParquetFile(dst / "data/part-00000.parquet").metadata
+    group = metadata.row_group(0)
+    chunks = {group.column(i).path_in_schema: group.column(i) for i in range(group.num_columns)}
+    cells = [path for path, chunk in chunks.items() if chunk.physical_type == "BYTE_ARRAY" and path in ("action", "obs_state")]
+    assert sorted(cells) == ["action", "obs_state"]
+    dictionary = {"PLAIN_DICTIONARY", "RLE_DICTIONARY"}
+    for path in cells:
+        assert not chunks[path].is_stats_set and chunks[path].statistics is None, path
+        assert not chunks[path].has_dictionary_page and not dictionary & set(chunks[path].encodings), path
+    control = chunks["sequence_id"]  # a string leaf of the same shard: statistics and a dictionary
+    assert control.is_stats_set and control.statistics.min == "episode_000000" and control.has_dictionary_page

@@ -121,15 +121,16 @@ def test_every_sequence_equals_what_the_source_holds(converted, name):
             actual = got[column].tolist() if isinstance(got[column], np.ndarray) else got[column]
             assert actual == expected, (sequence_id, column)
             compared["steps"] += 1
-        for column, value in source.scalars.items():
-            if column in got and not isinstance(value, (dict, np.ndarray)):
-                expected = value.item() if isinstance(value, np.generic) else value
-                if ds.column_types.get(column, {}).get("type") == "json":
-                    continue
-                assert got[column] == expected, (sequence_id, column)
-                compared["scalar"] += 1
+        for column, value in source.scalars.items():  # every one of them: a dropped column is a KeyError here
+            expected = value.item() if isinstance(value, np.generic) else value
+            if isinstance(expected, np.ndarray):
+                assert _same_bits(np.asarray(got[column]), expected), (sequence_id, column)
+            else:  # JSON columns (ORTF scene_objects) are the source's JSON text, verbatim
+                assert got[column] == expected and type(got[column]) is type(expected), (sequence_id, column)
+            compared["scalar"] += 1
         for column in ds.video_columns:
-            if got[column] is None:
+            if got[column] is None:  # only where the source has no video for this sequence
+                assert source.videos.get(column) is None, (sequence_id, column)
                 continue
             entry = ds.column_types[column]
             frames = ds.frames(sequence_id, column)
@@ -154,6 +155,7 @@ def test_every_sequence_equals_what_the_source_holds(converted, name):
             else:
                 compared["other camera"] += 1
     assert compared["trajectory"] >= len(ids)
+    assert compared["scalar"] >= 4 * len(ids)  # length, duration_seconds and the source's own (task, ids, flags)
     if name in ("lerobot_v3", "so100_tiny", "multi_lerobot061", "ortf"):
         assert compared["copied camera"] > 0
     if name in ("rlds", "bridge"):
@@ -366,7 +368,7 @@ def test_a_missing_video_is_one_error_naming_it(converted, tmp_path):
 
 
 def test_torch_wrappers(converted):
-    torch = pytest.importorskip("torch", reason="torch is optional (not a dependency); the wrappers are tested where it is installed")
+    torch = pytest.importorskip("torch", reason="torch is not installed (not a dependency; docs/reading.md 'PyTorch' says what is then untested)")
     _, dst, _ = converted("lerobot_v3")
     ds = reader.open_dataset(str(dst))
     windows = reader.torch_windows(ds, 2, 3, 2, columns=["action"])
@@ -454,3 +456,45 @@ def test_12_bit_depth_frames_are_the_codes_themselves(converted):
     native = np.stack([frame.to_ndarray() for frame in decoded])
     assert frames.dtype == np.uint16 and frames.shape == (*native.shape, 1)
     assert np.array_equal(frames[..., 0], native) and 0 < frames.max() <= 4095
+
+
+@pytest.fixture
+def without_s3fs(monkeypatch):
+    """s3fs as if it were not installed (it is no dependency; CI may still have it from elsewhere)."""
+    import importlib
+    import sys
+
+    monkeypatch.setitem(sys.modules, "s3fs", None)
+    monkeypatch.delitem(importlib.import_module("fsspec.registry")._registry, "s3", raising=False)  # no class imported before
+
+
+@pytest.mark.parametrize("url", ["s3://bucket/datasets/so100", "filecache::s3://bucket/datasets/so100"])
+def test_an_s3_url_without_s3fs_is_one_error_naming_the_package(without_s3fs, url):
+    """README: the reader opens s3:// URLs; without s3fs that is one FormatError (an ImportError
+    too) saying what to install, not fsspec's bare ImportError."""
+    from formats.errors import MissingPackageError
+
+    with pytest.raises(FormatError) as caught:
+        reader.open_dataset(url)
+    assert isinstance(caught.value, MissingPackageError) and isinstance(caught.value, ImportError)
+    assert str(caught.value) == f"{url}: this protocol needs a package that is not installed: pip install s3fs"
+
+
+@pytest.mark.parametrize("command", ["convert --input", "convert --output", "validate", "inspect"])
+def test_every_command_says_which_package_an_s3_url_needs(without_s3fs, tmp_path, capsys, command):
+    from pipelines import inspect
+    from pipelines import validate as validate_command
+
+    url = "s3://bucket/datasets/so100"
+    expected = f"{url}: this protocol needs a package that is not installed: pip install s3fs"
+    if command.startswith("convert"):
+        src = tmp_path / "src"
+        write_lerobot(str(src), SyntheticLeRobot(lengths=(3,), cameras=()))
+        flags = {"--input": f"--input={url}", "--output": f"--output={url}"}
+        argv = [flags["--input"] if command.endswith("--input") else f"--input={src}",
+                flags["--output"] if command.endswith("--output") else f"--output={tmp_path / 'out'}", "--progress=off"]
+        assert convert.run(argv) == 2
+        expected = f"{command.split()[1]}={expected}"
+    else:
+        assert (validate_command if command == "validate" else inspect).main([url]) == 1
+    assert capsys.readouterr().err.splitlines()[0] == f"error: {expected}"

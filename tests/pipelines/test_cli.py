@@ -121,11 +121,37 @@ def test_a_source_the_input_is_not_says_what_auto_detection_sees(tmp_path, small
                              "'rlds'); did you mean 'lerobot_v3'?", "python -m pipelines.convert --help lists every option"]),
     (("extra",), ["error: unexpected argument 'extra' (options are written --name=value)",
                   "python -m pipelines.convert --input=SRC --output=DST"]),
+    (("--progress=off", "--progress_interval=1"),
+     ["error: --progress_interval has no effect with --progress=off (it spaces plain progress lines)"]),
+    (("--progress=bar", "--progress_interval=1"),
+     ["error: --progress_interval has no effect with --progress=bar (it spaces plain progress lines)"]),
 ])
 def test_options_without_effect_and_bad_values_are_refused(tmp_path, small_lerobot, args, message):
     dst = tmp_path / "out"
     done = _cli(tmp_path, f"--input={small_lerobot}", f"--output={dst}", *args)
     assert (done.returncode, _lines(done.stderr)) == (2, message)
+    assert not dst.exists() and os.listdir(tmp_path / "tmpdir") == []
+
+
+@pytest.fixture(scope="module")
+def without_cameras(tmp_path_factory) -> dict:
+    """Datasets with no camera at all: LeRobot without video features, and L5Kit (never any)."""
+    base = tmp_path_factory.mktemp("no_cameras")
+    write_lerobot(str(base / "lerobot_v3"), SyntheticLeRobot(lengths=(4, 3), cameras=()))
+    write_l5kit(str(base / "l5kit.zarr"), SyntheticL5Kit(scene_lengths=(4,)))
+    return {"lerobot_v3": base / "lerobot_v3", "l5kit": base / "l5kit.zarr"}
+
+
+@pytest.mark.parametrize("source, option", [("lerobot_v3", "--video=reencode"), ("lerobot_v3", "--video=copy"),
+                                            ("lerobot_v3", "--video_stats"), ("lerobot_v3", "--video_codec=hevc"),
+                                            ("lerobot_v3", "--verify_copies"), ("l5kit", "--video=reencode")])
+def test_video_options_on_a_dataset_without_cameras_are_refused(tmp_path, without_cameras, source, option):
+    """README: `--video`/`--video_stats` (and the encoding options) on a dataset without cameras
+    change nothing, so they are refused, even typed with their default value (--video=copy)."""
+    dst = tmp_path / "out"
+    done = _cli(tmp_path, f"--input={without_cameras[source]}", f"--output={dst}", "--progress=off", option)
+    name = option.split("=")[0]
+    assert (done.returncode, _lines(done.stderr)) == (2, [f"error: {name} has no effect: this {source} dataset has no cameras"])
     assert not dst.exists() and os.listdir(tmp_path / "tmpdir") == []
 
 
@@ -252,8 +278,16 @@ def test_an_interrupt_exits_with_one_line_no_staging_and_no_process(tmp_path, si
     assert "converted" not in stdout
     assert not dst.exists()  # no staging left (the output folder did not exist before)
     assert os.listdir(tmp_path / "tmpdir") == []
-    time.sleep(0.5)
-    assert _processes_mentioning(str(dst), f"connect mixtrain-workers-{process.pid}-") == []
+    assert _until_none_mention(str(dst), f"connect mixtrain-workers-{process.pid}-") == []
+
+
+def _until_none_mention(*needles: str, seconds: float = 30) -> list[str]:
+    """The processes still mentioning a needle once they had `seconds` to exit (polled: a worker
+    that takes 0.6 s to unwind is no failure, one still there after `seconds` is)."""
+    deadline = time.monotonic() + seconds
+    while (found := _processes_mentioning(*needles)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return found
 
 
 def _processes_mentioning(*needles: str) -> list[str]:

@@ -243,6 +243,11 @@ def test_a_sigkill_during_the_second_night_leaves_the_first_snapshot_current(tmp
         if any(p for p in (dst / "runs").glob("*/files/*/*") if before[0]["run"] not in str(p)):  # videos being written
             break
         time.sleep(0.005)
+    # Frozen first, then checked: the run has not finished and has not committed, so the kill that
+    # follows lands before the commit (a frozen process commits nothing), not after it by chance.
+    process.send_signal(signal.SIGSTOP)
+    assert process.poll() is None, "the run ended before it could be killed: give it more to convert"
+    assert lake.versions(f"file://{dst}", TableSettings(format="iceberg")) == before, "the run committed before the kill"
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert lake.versions(f"file://{dst}", TableSettings(format="iceberg")) == before
@@ -397,6 +402,31 @@ def test_iceberg_promotes_int_to_long_and_float_to_double(tmp_path):
     assert validate.validate(str(dst)) == []
 
 
+@pytest.mark.parametrize("name, first, second, types", [("attempt", pa.int32(), pa.int64(), "int32 to int64"),
+                                                        ("score", pa.float32(), pa.float64(), "float to double")])
+def test_delta_refuses_the_promotions_iceberg_accepts(tmp_path, capsys, name, first, second, types):
+    """docs/lake.md: Delta keeps every column's type exactly; a promotion is refused with one line
+    and nothing is committed (the run's folder removed, the table's versions and rows as they were)."""
+    src, dst = tmp_path / "ortf", tmp_path / "lake"
+    write_ortf(str(src), SyntheticORTF(lengths=(6, 5, 7), slow_camera=None))
+    _set_episode_column(src, name, pa.array([1, 2, 3], first))
+    assert _convert(src, dst, "--table_format=delta") == 0
+
+    def state():
+        return lake.versions(f"file://{dst}", TableSettings(format="delta")), _lake_rows(dst, "delta"), sorted(os.listdir(dst / "runs"))
+
+    before = state()
+    capsys.readouterr()
+    _set_episode_column(src, name, pa.array([4, 5, 6], second))
+    assert _convert(src, dst, "--table_format=delta", "--incremental") == 1
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: file://{dst}: column {name} changed type from {types}; a table keeps its column types "
+        "(convert to a new --output, or rename the column at the source)"]
+    after = state()
+    assert after[0] == before[0] and after[1].equals(before[1]) and after[2] == before[2]
+    assert validate.validate(str(dst)) == []
+
+
 @pytest.mark.parametrize("table_format", FORMATS)
 def test_a_refused_lake_run_leaves_the_output_as_it_was(tmp_path, table_format, capsys):
     src = tmp_path / "ortf"
@@ -466,6 +496,44 @@ def test_a_delta_run_is_one_log_entry_holding_its_rows_and_its_property(tmp_path
     assert _duckdb_rows(dst, "delta").column("sequence_id").to_pylist() == restored.to_pyarrow_table().sort_by("sequence_id").column(
         "sequence_id").to_pylist()
     assert validate.validate(str(dst)) == []
+
+
+@pytest.mark.parametrize("checkpoint", ["written", "fails"])
+def test_a_delta_checkpoint_every_100_versions_and_a_failed_one_leaves_the_commit(tmp_path, monkeypatch, caplog, checkpoint):
+    """docs/lake.md: a checkpoint every 100 versions, as delta-rs does; one that cannot be written
+    is a warning in the log and the commit stands (a checkpoint only shortens the log's replay)."""
+    from deltalake import DeltaTable
+
+    src, dst = tmp_path / "src", tmp_path / "lake"
+    write_night(src, (6, 5, 7), seed=1)
+    assert _convert(src, dst, "--table_format=delta") == 0
+    for version in range(1, 100):  # another tool's commits that change nothing: the version moves on
+        entry = {"commitInfo": {"timestamp": 1, "operation": "OPTIMIZE", "engineInfo": "test"}}
+        (dst / "_delta_log" / f"{version:020d}.json").write_text(json.dumps(entry) + "\n")
+    write_night(src, (6, 9, 7, 4), seed=1)
+    if checkpoint == "fails":
+        def refuse(self, *args, **kwargs):
+            raise OSError("No space left on device")
+
+        monkeypatch.setattr(DeltaTable, "create_checkpoint", refuse)
+    with caplog.at_level("WARNING", logger="formats.mixtrain.tables.delta"):
+        assert _convert(src, dst, "--table_format=delta", "--incremental") == 0  # version 100
+    table = DeltaTable(f"file://{dst}")
+    assert table.version() == 100 and table.to_pyarrow_table().num_rows == 4
+    written = sorted(p.name for p in (dst / "_delta_log").glob("*.checkpoint.parquet"))
+    warnings = [r.getMessage() for r in caplog.records if r.name == "formats.mixtrain.tables.delta"]
+    if checkpoint == "fails":
+        assert written == [] and not (dst / "_delta_log" / "_last_checkpoint").exists()
+        assert warnings == [f"file://{dst}: version 100 is committed, its checkpoint was not written (readers replay the log "
+                            "instead): OSError: No space left on device"]
+        return
+    assert written == ["00000000000000000100.checkpoint.parquet"] and warnings == []
+    assert json.loads((dst / "_delta_log" / "_last_checkpoint").read_text())["version"] == 100
+    for version in range(100):  # the checkpoint alone holds the table: versions 0..99 are not needed to read 100
+        (dst / "_delta_log" / f"{version:020d}.json").unlink()
+    alone = DeltaTable(f"file://{dst}").to_pyarrow_table().sort_by("sequence_id")
+    assert alone.equals(table.to_pyarrow_table().sort_by("sequence_id"))
+    assert json.loads(DeltaTable(f"file://{dst}").metadata().configuration["mixtrain"])["num_sequences"] == 4
 
 
 @pytest.mark.parametrize("table_format", FORMATS)

@@ -2,6 +2,7 @@
 convert_image_to_video_dataset's layout (episodes inside GOPs, HEVC B-frames across episode ends)
 from the project's writer. Every array bit for bit, every video frame plane for plane."""
 
+import io
 import json
 
 import av
@@ -9,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from PIL import Image
 
 from formats import storage, video
 from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
@@ -30,6 +32,33 @@ def _frames(source, start=None, end=None, fps=30.0):
     return [frame.to_ndarray() for frame in video.iter_frames(source, start=start, end=end, fps=fps)]
 
 
+# README "Video": lossy columns keep luma PSNR >= 35 dB against the source. The same bound is
+# asserted on each chroma plane against the source's 2x2 means (measured on images_lerobot061:
+# luma >= 41.0 dB, Cb >= 41.7 dB, Cr >= 39.5 dB; a wrong, shifted or colour-swapped frame is < 20 dB).
+MIN_PSNR = 35.0
+
+
+def _psnr(a, b):
+    return 10 * np.log10(255.0**2 / max(np.mean((np.asarray(a, np.float64) - b) ** 2), 1e-12))
+
+
+def _assert_close_to_png(frame, png, key):
+    """One decoded yuv420p frame against the source PNG decoded by PIL and taken to limited-range
+    BT.601 YCbCr by the textbook formula (no product code on this side)."""
+    rgb = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"), np.float64)
+    height, width = rgb.shape[:2]
+    assert height % 2 == 0 and width % 2 == 0 and frame.shape == (height * 3 // 2, width), key
+    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    y = 16 + (65.481 * r + 128.553 * g + 24.966 * b) / 255
+    cb = 128 + (-37.797 * r - 74.203 * g + 112.0 * b) / 255
+    cr = 128 + (112.0 * r - 93.786 * g - 18.214 * b) / 255
+    half = height // 2, width // 2
+    chroma = frame[height:].reshape(2, *half)  # yuv420p: Y, then U, then V, each plane contiguous
+    quarter = lambda plane: plane.reshape(half[0], 2, half[1], 2).mean(axis=(1, 3))  # noqa: E731
+    for name, got, expected in (("Y", frame[:height], y), ("Cb", chroma[0], quarter(cb)), ("Cr", chroma[1], quarter(cr))):
+        assert _psnr(got, expected) >= MIN_PSNR, (key, name, _psnr(got, expected))
+
+
 @pytest.fixture(scope="module", params=["so100_tiny", "multi_lerobot061", "stream_lerobot061", "images_lerobot061"])
 def converted(request, tmp_path_factory):
     src = shared_lerobot(request.param)
@@ -47,7 +76,7 @@ def test_real_datasets_convert_bit_and_pixel_exactly(converted):
     data = pa.concat_tables([pq.read_table(p) for p in sorted((src / "data").glob("*/*.parquet"))]).sort_by("index")
     assert rows.column("episode_index").to_pylist() == episodes.column("episode_index").to_pylist()
     by_episode = data.column("episode_index").to_numpy()
-    checked = {"values": 0, "frames": 0}
+    checked = {"values": 0, "frames": 0, "images": 0}
     for key, entry in sidecar["column_types"].items():
         source = entry.get("source")
         feature = info["features"].get(source, {})
@@ -75,8 +104,14 @@ def test_real_datasets_convert_bit_and_pixel_exactly(converted):
                 elif entry["is_depth_map"]:  # TIFF millimetres, value for value
                     cells = data.column(source).filter(pa.array(mine)).to_pylist()
                     expected = [video.ImageDecoder().decode(cell["bytes"], 0).to_ndarray() for cell in cells]
-                else:  # RGB images are encoded (lossy H.264, the product's rule for image sequences): count only
-                    expected = output
+                else:  # RGB images are encoded lossily (H.264 yuv420p): within the lossy bound, against PIL's decode
+                    cells = data.column(source).filter(pa.array(mine)).to_pylist()
+                    assert len(cells) == len(output)
+                    for frame, cell in zip(output, cells):
+                        _assert_close_to_png(frame, cell["bytes"], key)
+                    checked["frames"] += len(output)
+                    checked["images"] += len(output)
+                    continue
                 assert len(expected) == len(output)
                 for a, b in zip(output, expected):
                     assert a.dtype == b.dtype and np.array_equal(a, b), key
@@ -84,6 +119,7 @@ def test_real_datasets_convert_bit_and_pixel_exactly(converted):
         if feature.get("info", {}).get("is_depth_map") or feature.get("info", {}).get("video.is_depth_map"):
             assert entry["is_depth_map"] is True
     assert checked["values"] > 0 and checked["frames"] > 0
+    assert checked["images"] == (42 if src.name == "images_lerobot061" else 0)  # every RGB image of the fixture
     # Copy mode copied every lerobot-written segment: nothing here needed the lossless fallback.
     assert not any("not_copied" in entry for entry in sidecar["column_types"].values())
     # stats.json: mean/std/min/max/count as lerobot's meta/stats.json (lerobot's quantiles are per-episode bounds, not quantiles).

@@ -45,10 +45,31 @@ def _alive(pids) -> list[int]:
             and "Z" not in pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]]
 
 
-def _convert(source, output) -> subprocess.Popen:
+def _convert(source, output, env: dict | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "pipelines.convert", f"--input={source}", f"--output={output}", "--progress=off",
                              "--direct_num_workers=2", "--direct_running_mode=multi_processing"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+
+
+def _recording_interpreters(tmp_path) -> tuple[dict, pathlib.Path]:
+    """An environment in which every Python interpreter that starts (not a fork: forks start none)
+    appends its command line to a file, from sitecustomize: a complete record, not /proc samples."""
+    hook, record = tmp_path / "hook", tmp_path / "interpreters.txt"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "import os\n"
+        "with open(os.environ['MIXTRAIN_TEST_INTERPRETERS'], 'ab') as out:\n"
+        "    out.write(open('/proc/self/cmdline', 'rb').read().replace(b'\\0', b' ') + b'\\n')\n")
+    path = os.pathsep.join(filter(None, [str(hook), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, "MIXTRAIN_TEST_INTERPRETERS": str(record)}, record
+
+
+def _until_gone(pids, seconds: float = 30) -> list[int]:
+    """The processes of `pids` still alive after they had `seconds` to exit (polled, not sampled once)."""
+    deadline = time.monotonic() + seconds
+    while _alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _alive(pids)
 
 
 def test_wanted_only_for_local_multi_process_runs():
@@ -71,22 +92,25 @@ def _watch(process: subprocess.Popen) -> dict[int, str]:
 def test_workers_are_forked_from_the_zygote(tmp_path):
     source = tmp_path / "src"
     write_dataset(str(source), SyntheticLeRobot(lengths=[40] * 12, episodes_per_video_file=4))
-    process = _convert(source, tmp_path / "out")
+    env, record = _recording_interpreters(tmp_path)
+    process = _convert(source, tmp_path / "out", env)
     seen = _watch(process)
     assert process.returncode == 0, process.stderr.read()
     forked = [command for command in seen.values() if "pipelines.convert" in command]
     assert len(forked) >= 3  # the zygote and at least the two workers
-    assert any("pipelines.local_workers connect" in command for command in seen.values())  # Beam ran our worker command
-    assert not any("sdk_worker_main" in command for command in seen.values())  # and never had to start a cold worker
+    started = record.read_text().splitlines()  # every interpreter of the run, however short-lived
+    assert "pipelines.convert" in started[0] and sum("pipelines.local_workers connect" in line for line in started) >= 2, started
+    assert not [line for line in started if "sdk_worker_main" in line]  # Beam never had to start a cold worker
     assert validate.validate(str(tmp_path / "out")) == []
-    assert not _alive(seen)
+    assert _until_gone(seen) == []
 
 
 def test_without_a_zygote_workers_start_cold_and_the_run_completes(tmp_path):
     """A zygote that died (here: killed as soon as it appears) costs speed, never the run."""
     source = tmp_path / "src"
     write_dataset(str(source), SyntheticLeRobot(lengths=[40] * 12, episodes_per_video_file=4))
-    process = _convert(source, tmp_path / "out")
+    env, record = _recording_interpreters(tmp_path)
+    process = _convert(source, tmp_path / "out", env)
     seen: dict[int, str] = {}
     killed = False
     while process.poll() is None:
@@ -98,7 +122,7 @@ def test_without_a_zygote_workers_start_cold_and_the_run_completes(tmp_path):
                 killed = True
         time.sleep(0.01)
     assert killed and process.returncode == 0, process.stderr.read()
-    assert any("sdk_worker_main" in command for command in seen.values()), sorted(seen.values())
+    assert any("sdk_worker_main" in line for line in record.read_text().splitlines()), sorted(seen.values())
     assert validate.validate(str(tmp_path / "out")) == []
 
 
@@ -116,10 +140,8 @@ def test_a_killed_launcher_takes_the_zygote_and_its_workers_along(tmp_path):
     seen.update(_descendants(process.pid, _processes()))
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
-    deadline = time.monotonic() + 30
-    while _alive(seen):
-        assert time.monotonic() < deadline, f"outlived the launcher: {[seen[pid] for pid in _alive(seen)]}"
-        time.sleep(0.1)
+    left = _until_gone(seen)
+    assert left == [], f"outlived the launcher: {[seen[pid] for pid in left]}"
 
 
 def test_only_on_linux(monkeypatch):

@@ -63,7 +63,13 @@ def test_bridge_both_splits_converts_without_tensorflow(tmp_path):
             assert (info.codec, info.frames, info.width, info.height) == ("h264", 10, 64, 64)
     findings, summary = validate.deep_check(str(dst))
     assert findings == []
-    assert all(float(line.split("PSNR ")[1].split(" dB")[0]) >= 35 or "inf" in line for line in summary)
+    lines = {line.split(":")[0]: line for line in summary}
+    assert sorted(lines) == [f"video_image_{camera}" for camera in range(4)]
+    # docs/rlds.md: luma PSNR >= 41.7 dB at the defaults (measured: 41.79 dB on image_1, PyAV 18's
+    # x264). image_3 holds frames the encode keeps exactly: every video pixel-identical, no PSNR printed.
+    psnr = {name: float(line.split("PSNR ")[1].split(" dB")[0]) for name, line in lines.items() if name != "video_image_3"}
+    assert min(psnr.values()) >= 41.7, psnr
+    assert lines["video_image_3"] == "video_image_3: 50 videos, 500 frames, 50/50 pixel-identical"
     sidecar = json.loads((dst / "mixtrain.json").read_text())
     assert sidecar["column_types"]["video_image_0"]["source"] == "observation/image_0"
     assert sidecar["column_types"]["action"] == {"type": "trajectory", "dim": 7, "dtype": "float32", "source": "action",

@@ -51,7 +51,9 @@ def test_reencode_fixture_passes_deep_validation(reencoded_fixture):
     findings, summary = validate.deep_check(str(reencoded_fixture))
     assert findings == []
     assert len(summary) == 2 and all("5 videos, 197 frames, 0/5 pixel-identical" in line for line in summary)
-    assert all(float(line.split("PSNR ")[1].split(" dB")[0]) >= 35 for line in summary)
+    # README "Video": h264 crf 16, gop 10 keeps min luma PSNR 37.3 dB on so100_tiny (measured 37.27 / 37.59 dB,
+    # PyAV 18.1); the product's floor is 35 dB, the README's number is what is asserted.
+    assert min(float(line.split("PSNR ")[1].split(" dB")[0]) for line in summary) >= 37.25, summary
     strict = validate.deep_check(str(reencoded_fixture), min_psnr=60)[0]
     assert len(strict) == 10 and "is below 60 dB" in strict[0]
 

@@ -14,6 +14,7 @@ so values read back exactly; uint64 as long, after every value was seen to fit (
 from __future__ import annotations
 
 import json
+import logging
 import os
 import posixpath
 import time
@@ -248,8 +249,9 @@ def _commit(fs, output: str, output_url: str, version: str | int, entries: list[
     if version and version % CHECKPOINT_INTERVAL == 0:  # what delta-rs's own commits do: keep the log's replay short
         try:
             open_table(output_url).create_checkpoint()
-        except Exception:  # noqa: BLE001 - a checkpoint is an optimisation; the commit stands without it
-            pass
+        except Exception as error:  # noqa: BLE001 - a checkpoint is an optimisation; the commit stands without it
+            logging.getLogger(__name__).warning("%s: version %d is committed, its checkpoint was not written (readers replay the log "
+                                                "instead): %s: %s", output_url, version, type(error).__name__, error, exc_info=error)
 
 
 def read_rows(output_url: str, settings: TableSettings, version: str | None = None) -> pa.Table:
