@@ -206,7 +206,8 @@ class WriteVideos(beam.PTransform):
       verify_copies: what is checked of every copied file (stream_copy.VERIFY_MODES; damaged source samples
         are refused, not published).
       copied_columns: the columns planned as copies: an episode of one that had to be re-timed is noted.
-      codec_threads: threads each encode and decode may use (None: the codecs' own choice, every core).
+      codec_threads: threads each encode and decode may use (None: the codecs' own choice, every core;
+        encoders whose bytes depend on it keep their fixed count).
     """
 
     def __init__(self, source_url: str, staging_url: str, fps: float, encode: dict | None = None, sizes: dict | None = None,
