@@ -13,8 +13,8 @@ from formats.errors import ConversionError, VideoError
 from formats.mixtrain.stats import ImageStats, sample_indices
 from formats.sources import lerobot_v3
 from formats.sources.lerobot_v3.sample import encode_image, synthetic_frames
+from formats.video import mp4, stream_copy, verify
 from formats.video import policy as video_policy
-from formats.video import stream_copy, verify
 
 
 def test_encode_options_defaults_and_column_meta():
@@ -358,3 +358,32 @@ def test_encoded_bytes_do_not_depend_on_the_machines_cores(codec, monkeypatch):
             video.encode_frames(frames, out, fps=30, options=video_policy.EncodeOptions(codec), threads=local_workers.codec_threads(workers))
             written.add(out.getvalue())
     assert len(written) == 1
+
+
+def _pictures(data: bytes) -> list[bytes]:
+    """An HEVC MP4's NAL units in decode order, without SEI (x265 writes its options there)."""
+    table = mp4.read_sample_table(io.BytesIO(data))
+    units = []
+    for offset, size in zip(table.offsets.tolist(), table.sizes.tolist()):
+        position = offset
+        while position < offset + size:
+            length = int.from_bytes(data[position:position + 4], "big")
+            if (data[position + 4] >> 1) & 0x3F not in (39, 40):
+                units.append(data[position + 4:position + 4 + length])
+            position += 4 + length
+    return units
+
+
+def test_x265s_pool_sized_by_the_machine_leaves_the_pictures_alone(monkeypatch):
+    """x265 sizes its worker pool by the machine's cores (here: pools=2 and pools=16 stand in for the
+    machines); with its frame threads fixed, only the options it echoes in an SEI differ."""
+    frames = [np.random.default_rng(i % 4).integers(0, 255, (240, 320, 3), dtype=np.uint8) for i in range(12)]
+    plain = video._encoder_options
+    pictures = []
+    for pools in (2, 16):
+        monkeypatch.setattr(video, "_encoder_options", lambda options, pools=pools: {
+            **plain(options), "x265-params": f"{plain(options)['x265-params']}:pools={pools}"})
+        out = io.BytesIO()
+        video.encode_frames(frames, out, fps=30, options=video_policy.EncodeOptions("hevc"))
+        pictures.append(_pictures(out.getvalue()))
+    assert pictures[0] == pictures[1]
