@@ -6,12 +6,14 @@ download, bytes from elsewhere written over the mdat) breaks the framing every d
 first, and that can be read in microseconds per sample:
 
 - H.264 / HEVC (`avc1`, `avc3`, `hvc1`, `hev1`): the length-prefixed NAL units tile each sample
-  exactly; each NAL's forbidden bit is 0 (HEVC: temporal id not 0), its last byte is not 0x00 and it
-  holds no 0x000000, 0x000001 or 0x000002 (H.264 7.4.1 and HEVC 7.4.2 forbid all three); each
-  sample holds a picture (a VCL NAL unit).
+  exactly; each NAL's forbidden bit is 0 (HEVC: temporal id not 0) and, once trailing zero bytes
+  are set aside (some muxers leave them; FFmpeg drops them), it holds no 0x000000, 0x000001 or
+  0x000002 (H.264 7.4.1 and HEVC 7.4.2 forbid them); each sample holds a picture (a VCL NAL unit).
 - AV1 (`av01`): the OBUs tile each sample exactly (AV1-ISOBMFF: every OBU but the last carries its
-  size), their forbidden bit is 0, OBUs that end in trailing bits do not end in 0x00, each sample holds
-  a frame (a FRAME or FRAME_HEADER OBU).
+  size), their forbidden bit is 0, each sample holds a frame (a FRAME or FRAME_HEADER OBU).
+
+Only what the specifications forbid is refused (nothing a valid file holds), so a valid copy is
+never refused; what FFmpeg's decoders merely tolerate (trailing zeros, reserved OBU types) passes.
 
 What this cannot see is damage inside entropy-coded picture data that keeps the framing intact (a
 flipped bit inside a slice): only a decoder finds that, and FFmpeg's decoders often conceal it
@@ -30,17 +32,21 @@ __all__ = ["SampleFormat", "sample_format", "check_samples"]
 _FORBIDDEN_IN_NAL = re.compile(rb"\x00\x00[\x00-\x02]")
 _H264_VCL = frozenset(range(1, 6))
 _AV1_FRAME_OBUS = frozenset((3, 6))  # OBU_FRAME_HEADER, OBU_FRAME
-_AV1_TRAILING_BITS_OBUS = frozenset((1, 3, 5, 7))  # sequence header, frame header, metadata, redundant frame header
+
+
+# The FFmpeg decoder each kind opens, as a demuxer would pick it (AV1: dav1d, not FFmpeg's hardware-only av1).
+DECODERS = {"h264": "h264", "hevc": "hevc", "av1": "libdav1d"}
 
 
 class SampleFormat:
     """How a track's samples are framed: `kind` "h264", "hevc" or "av1"; `length_size` the bytes
-    of each NAL unit's length prefix (H.264/HEVC)."""
+    of each NAL unit's length prefix (H.264/HEVC); `config` the sample entry's decoder configuration
+    (avcC, hvcC or av1C payload: a decoder's extradata)."""
 
-    __slots__ = ("kind", "length_size")
+    __slots__ = ("kind", "length_size", "config")
 
-    def __init__(self, kind: str, length_size: int = 0) -> None:
-        self.kind, self.length_size = kind, length_size
+    def __init__(self, kind: str, length_size: int = 0, config: bytes = b"") -> None:
+        self.kind, self.length_size, self.config = kind, length_size, config
 
 
 def sample_format(stsd: bytes) -> SampleFormat | None:
@@ -55,12 +61,13 @@ def sample_format(stsd: bytes) -> SampleFormat | None:
             size, box = struct.unpack_from(">I4s", stsd, position)
             if size < 8:
                 return None
+            config = stsd[position + 8:position + size]
             if box == b"avcC" and kind in (b"avc1", b"avc3"):
-                return SampleFormat("h264", (stsd[position + 12] & 3) + 1)
+                return SampleFormat("h264", (config[4] & 3) + 1, config)
             if box == b"hvcC" and kind in (b"hvc1", b"hev1"):
-                return SampleFormat("hevc", (stsd[position + 29] & 3) + 1)
+                return SampleFormat("hevc", (config[21] & 3) + 1, config)
             if box == b"av1C" and kind == b"av01":
-                return SampleFormat("av1")
+                return SampleFormat("av1", 0, config)
             position += size
     except (struct.error, IndexError):
         pass
@@ -89,7 +96,7 @@ def _check_nal_units(sample: memoryview, form: SampleFormat) -> str | None:
             return "a NAL unit length field is cut off"
         length = int.from_bytes(sample[position:position + width], "big")
         position += width
-        if length < (3 if hevc else 2) or position + length > end:
+        if length < (2 if hevc else 1) or position + length > end:  # end-of-sequence units are the header alone
             return f"a NAL unit of {length} bytes does not fit the sample's {end} bytes"
         nal = sample[position:position + length]
         header = nal[0]
@@ -101,9 +108,7 @@ def _check_nal_units(sample: memoryview, form: SampleFormat) -> str | None:
             pictures += (header >> 1) & 0x3F < 32
         else:
             pictures += (header & 0x1F) in _H264_VCL
-        if nal[-1] == 0:
-            return "a NAL unit ends in a zero byte"
-        if _FORBIDDEN_IN_NAL.search(nal) is not None:
+        if _FORBIDDEN_IN_NAL.search(bytes(nal).rstrip(b"\x00")) is not None:
             return "a NAL unit holds a start code or zero run (0x000000-0x000002)"
         position += length
     return None if pictures else "no picture (VCL NAL unit) in the sample"
@@ -117,6 +122,8 @@ def _check_av1(sample: memoryview, form: SampleFormat) -> str | None:
             return "an OBU's forbidden bit is set"
         kind = (header >> 3) & 0xF
         position += 2 if header & 4 else 1  # the extension byte
+        if position > end:
+            return "an OBU header is cut off"
         if header & 2:  # obu_has_size_field: leb128
             size = shift = 0
             for _ in range(8):
@@ -134,8 +141,6 @@ def _check_av1(sample: memoryview, form: SampleFormat) -> str | None:
             size = end - position  # only the sample's last OBU may omit its size
         if position + size > end:
             return f"an OBU of {size} bytes does not fit the sample's {end} bytes"
-        if kind in _AV1_TRAILING_BITS_OBUS and size and sample[position + size - 1] == 0:
-            return "an OBU ends in a zero byte where its trailing bits belong"
         frames += kind in _AV1_FRAME_OBUS
         position += size
     return None if frames else "no frame (FRAME or FRAME_HEADER OBU) in the sample"
