@@ -538,7 +538,10 @@ def encode_frames(
 # Threads of the encoders whose bytes depend on their thread count: a constant, so that a dataset
 # encodes to the same bytes on any machine, with any worker count, here or on Dataflow (issue 28).
 # Two: what a one-worker run on a 2-core machine used before, so its files are unchanged; more
-# cores are used by more workers, not by more threads per encode.
+# cores are used by more workers, not by more threads per encode. bench/bench_reencode.py on 2 shared
+# cores (6 x 150 frames x 2 cameras 320x240, best of 2): 1 worker 21.0 s wall either way (1 thread:
+# 19.2 s); 2 workers 13.4 s (was 19.6 s with 1 thread each; 22.0 s with a constant 1), all within the
+# +-30% this machine's neighbours add. x265's pool (all cores) does not change its pictures.
 FIXED_ENCODER_THREADS = {"h264": 2, "hevc": 2}
 
 
