@@ -40,7 +40,7 @@ from formats.video import policy
 from formats import storage
 
 src, dst = sys.argv[1], sys.argv[2]
-options = video_policy.EncodeOptions().resolved()
+options = policy.EncodeOptions().resolved()
 fs, root = storage.open_root(src)
 meta, refs = lerobot_v3.plan(fs, root)
 time_base = Fraction(1, int(meta.fps))
@@ -101,6 +101,7 @@ def main() -> None:
     parser.add_argument("--width", type=int, default=320)
     parser.add_argument("--height", type=int, default=240)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--workers", type=int, default=1, choices=(1, 2), help="the pipeline's workers (2: multi_processing)")
     args = parser.parse_args()
 
     from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
@@ -121,11 +122,13 @@ def main() -> None:
             assert json.loads(out)["frames"] == frames
             results["bare loop"].append((wall, cpu))
             wall, cpu, _ = _run([sys.executable, "-m", "pipelines.convert", f"--input={source}", f"--output={work / f'pipe_{attempt}'}",
-                                 "--video=reencode", "--runner=DirectRunner", "--direct_num_workers=1",
-                                 "--direct_running_mode=in_memory", "--progress=off"], env)
+                                 "--video=reencode", "--runner=DirectRunner", f"--direct_num_workers={args.workers}",
+                                 f"--direct_running_mode={'in_memory' if args.workers == 1 else 'multi_processing'}",
+                                 "--progress=off"], env)
             results["pipeline"].append((wall, cpu))
         best = {name: min(runs, key=lambda r: r[1]) for name, runs in results.items()}
-        print(f"\nre-encode AV1 -> H.264 (crf/gop/preset defaults), {frames} frames, best of {args.repeat}")
+        print(f"\nre-encode AV1 -> H.264 (crf/gop/preset defaults), {frames} frames, pipeline with {args.workers} worker(s), "
+              f"best of {args.repeat}")
         print(f"{'':<10} {'wall s':>8} {'CPU s':>8} {'frames/s (wall)':>16} {'CPU ms/frame':>13}")
         for name, (wall, cpu) in best.items():
             print(f"{name:<10} {wall:8.2f} {cpu:8.2f} {frames / wall:16.1f} {1000 * cpu / frames:13.3f}")

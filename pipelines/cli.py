@@ -27,6 +27,7 @@ VIDEO_CODECS = ("av1", "h264", "hevc")
 VIDEO_MODES = ("copy", "reencode")
 ERROR_MODES = ("fail", "skip")
 ARRAY_LAYOUTS = ("lists", "bytes")  # formats/mixtrain/array_layout.py LAYOUTS
+VERIFY_MODES = ("samples", "full", "off")  # --verify_copies: formats/video/stream_copy.py VERIFY_MODES (true, full, false)
 LANCE_VIDEOS = ("blob", "reference")  # formats/mixtrain/tables/lance.py VIDEO_STORAGE
 PROGRESS_MODES = ("auto", "bar", "lines", "off")
 # Table formats of --table_format (formats/tables registers their publishers; checked by a test).
@@ -70,6 +71,16 @@ def boolean(text: str) -> bool:
     if value not in ("true", "false", "1", "0", "yes", "no"):
         raise argparse.ArgumentTypeError(f"expected true or false, found {text!r}")
     return value in ("true", "1", "yes")
+
+
+def verify_mode(text: str) -> str:
+    """--verify_copies: true (the default check: VERIFY_MODES[0]), full, or false."""
+    if text.strip().lower() in VERIFY_MODES:  # full; the others as argparse passes the default
+        return text.strip().lower()
+    try:
+        return VERIFY_MODES[0] if boolean(text) else VERIFY_MODES[2]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected true, full or false, found {text!r}") from None
 
 
 def _number(kind, low: float, *, above: bool = False):
@@ -148,9 +159,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--video_preset", default=None, metavar="P", help="encoder speed preset (default: h264/hevc medium, av1 8)")
     group.add_argument("--video_pix_fmt", default=None, metavar="FMT", help="yuv420p (default); yuv422p or yuv444p for h264 and hevc")
     _flag(group, "--video_stats", "per-channel image statistics of sampled frames into stats.json")
-    group.add_argument("--verify_copies", type=boolean, nargs="?", const=True, default=True, metavar="BOOL",
-                       help="copy mode: decode every copied video once, refusing damaged source samples (default true; "
-                            "false trusts the source and only copies bytes)")
+    group.add_argument("--verify_copies", type=verify_mode, nargs="?", const=VERIFY_MODES[0], default=VERIFY_MODES[0],
+                       metavar="true|full|false",
+                       help="copy mode: true (default) checks every copied sample's framing and decodes each file's first "
+                            "picture, refusing damaged source samples; full decodes every copied video once; false trusts "
+                            "the source and only copies bytes")
 
     group = parser.add_argument_group("output")
     group.add_argument("--num_shards", default=0, type=_number(int, 0), metavar="N",

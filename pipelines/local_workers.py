@@ -49,7 +49,8 @@ def codec_threads(num_workers: int | None) -> int:
     """Threads each encode and decode may use when `num_workers` (--direct_num_workers; 0: one per
     core) convert side by side on this machine: its cores shared among them (2 cores, 2 workers:
     1 each). Left to themselves libx264 and the decoders take every core in every worker, so a
-    second worker only added contention (RLDS encoding: 62 s with 2 workers, 72 s with 1)."""
+    second worker only added contention (RLDS encoding: 62 s with 2 workers, 72 s with 1). x264 and
+    x265, whose bytes follow their thread count, ignore it (formats.video.FIXED_ENCODER_THREADS)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     workers = cores if num_workers == 0 else max(1, num_workers or 1)
     return max(1, cores // workers)

@@ -30,7 +30,7 @@ __all__ = ["WriteVideos"]
 
 class _WriteVideosFn(beam.DoFn):
     def __init__(self, source_url: str, staging_url: str, fps: float, encode: dict, sizes: dict, video_stats: bool,
-                 on_error: str = FAIL, verify_copies: bool = True, copied_columns: frozenset = frozenset(),
+                 on_error: str = FAIL, verify_copies: str = stream_copy.SAMPLES, copied_columns: frozenset = frozenset(),
                  codec_threads: int | None = None):
         self._codec_threads = codec_threads
         self._verify_copies = verify_copies
@@ -111,7 +111,7 @@ class _WriteVideosFn(beam.DoFn):
                                                                      "repeated): re-timed with a near-lossless encode"}
                     elif options is None:
                         # With image statistics the written file is decoded below anyway: verified in that one pass.
-                        verify = self._verify_copies and on_frame is None
+                        verify = self._verify_copies if on_frame is None else stream_copy.OFF
                         if item.start is None and item.end is None:
                             copied = stream_copy.copy_whole(source, destination, frames=item.frames, fps=self._fps, verify=verify)
                         else:
@@ -205,13 +205,15 @@ class WriteVideos(beam.PTransform):
       sizes: column -> (width, height) the metadata declares for the source frames (checked on encode).
       video_stats: summarise sampled frames per channel into `Sequence.extra_stats`.
       on_error: FAIL stops at the first bad sequence; SKIP drops it (and its files) into the errors output.
-      verify_copies: decode every copied file once (damaged source samples are refused, not published).
+      verify_copies: what is checked of every copied file (stream_copy.VERIFY_MODES; damaged source samples
+        are refused, not published).
       copied_columns: the columns planned as copies: an episode of one that had to be re-timed is noted.
-      codec_threads: threads each encode and decode may use (None: the codecs' own choice, every core).
+      codec_threads: threads each encode and decode may use (None: the codecs' own choice, every core;
+        encoders whose bytes depend on it keep their fixed count).
     """
 
     def __init__(self, source_url: str, staging_url: str, fps: float, encode: dict | None = None, sizes: dict | None = None,
-                 video_stats: bool = False, on_error: str = FAIL, verify_copies: bool = True, copied_columns: frozenset = frozenset(),
+                 video_stats: bool = False, on_error: str = FAIL, verify_copies: str = stream_copy.SAMPLES, copied_columns: frozenset = frozenset(),
                  codec_threads: int | None = None):
         super().__init__()
         self._fn = _WriteVideosFn(source_url, staging_url, fps, dict(encode or {}), dict(sizes or {}), video_stats, on_error,

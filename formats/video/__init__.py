@@ -421,8 +421,9 @@ def encode_frames(
     `lossless` (FFV1 in the frames' own format): samples pass untouched, colour tags copied.
     `threads` caps the encoder's threads (None: the encoder's own choice, all cores): processes
     encoding side by side each take their share instead of all fighting for every core. x264's and
-    x265's bytes depend on it (x264's slice count follows its thread count, which it also writes in
-    the stream's SEI) and repeat for a given value; FFV1 and SVT-AV1 write the same bytes.
+    x265's bytes depend on their thread count (x264 writes it in the stream's SEI and its frame
+    threads shape rate control; x265's frame threads restrict motion search): those two always run
+    on FIXED_ENCODER_THREADS, whatever `threads` says; FFV1 and SVT-AV1 write the same bytes on any.
     """
     options = options.resolved()
     encoder = ENCODERS[options.codec]
@@ -450,8 +451,9 @@ def encode_frames(
                 stream.width, stream.height = padded
                 stream.pix_fmt = options.pix_fmt
                 stream.codec_context.time_base = 1 / rate
-                if threads is not None:
-                    stream.codec_context.thread_count = threads
+                own = FIXED_ENCODER_THREADS.get(options.codec, threads)
+                if own is not None:
+                    stream.codec_context.thread_count = own
                 if lossless:
                     _copy_colours(stream.codec_context, frame)
                 else:
@@ -496,6 +498,16 @@ def encode_frames(
         output.close()
     width, height = padded or (0, 0)
     return EncodeResult(count, width, height, size if padded != size else None, options)
+
+
+# Threads of the encoders whose bytes depend on their thread count: a constant, so that a dataset
+# encodes to the same bytes on any machine, with any worker count, here or on Dataflow (issue 28).
+# Two: what a one-worker run on a 2-core machine used before, so its files are unchanged; more
+# cores are used by more workers, not by more threads per encode. bench/bench_reencode.py on 2 shared
+# cores (6 x 150 frames x 2 cameras 320x240, best of 2): 1 worker 21.0 s wall either way (1 thread:
+# 19.2 s); 2 workers 13.4 s (was 19.6 s with 1 thread each; 22.0 s with a constant 1), all within the
+# +-30% this machine's neighbours add. x265's pool (all cores) does not change its pictures.
+FIXED_ENCODER_THREADS = {"h264": 2, "hevc": 2}
 
 
 def _scheduling() -> int | None:

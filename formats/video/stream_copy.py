@@ -28,6 +28,7 @@ from fractions import Fraction
 from typing import BinaryIO
 
 import av
+import numpy as np
 
 from formats.errors import VideoError
 from formats.video import (
@@ -41,6 +42,7 @@ from formats.video import (
     _seek,
     _segment_frames,
     _video_stream,
+    bitstream,
     encode_frames,
     first_time,
     mp4,
@@ -49,7 +51,12 @@ from formats.video import (
 )
 from formats.video.policy import lossless_options
 
-__all__ = ["CopyResult", "copy_segment", "verify_decodes", "check_copied", "LOSSLESS"]
+__all__ = ["CopyResult", "copy_segment", "verify_decodes", "check_copied", "LOSSLESS", "VERIFY_MODES", "SAMPLES", "FULL", "OFF"]
+
+# What copy mode checks of the samples it copied (`--verify_copies`): their framing and the first
+# picture (`verify_samples`, the default), every picture decoded (`verify_decodes`), or nothing.
+SAMPLES, FULL, OFF = "samples", "full", "off"
+VERIFY_MODES = (SAMPLES, FULL, OFF)
 
 @dataclasses.dataclass(frozen=True)
 class CopyResult:
@@ -80,7 +87,7 @@ def copy_segment(
     end: float | None,
     frames: int,
     fps: float,
-    verify: bool = True,
+    verify: str = SAMPLES,
 ) -> CopyResult:
     """Remux the packets presented in [start, end) seconds into a new MP4 starting at t=0.
 
@@ -90,21 +97,27 @@ def copy_segment(
       start, end: segment bounds in seconds of the source's presentation time; None = open end.
       frames: the number of frames the segment must hold (the sequence length).
       fps: frame rate used to place the half-frame tolerance around the bounds.
-      verify: decode the written file once (`verify_decodes`); the sample-table path otherwise
-        copies bytes it never looked at.
+      verify: SAMPLES (check the written samples' framing and decode the first, `verify_samples`),
+        FULL (decode the written file once, `verify_decodes`) or OFF; the sample-table path
+        otherwise copies bytes it never looked at.
 
     Raises:
       VideoError: unreadable input, or a segment whose frame count is not `frames`.
     """
     copied = _copy_by_sample_table(source, destination, start=start, end=end, frames=frames, fps=fps)
     if copied is not None:
-        if verify:
+        result, cut = copied
+        if verify == FULL:
             verify_decodes(destination, frames)
-        return copied
+        elif verify == SAMPLES:
+            data = _written_bytes(destination)
+            sizes = cut.table.sizes[cut.first:cut.stop]
+            verify_samples(data, cut.table.stsd, len(data) - int(sizes.sum()) + np.cumsum(sizes) - sizes, sizes, frames)
+        return result
     return _copy_by_remux(source, destination, start=start, end=end, frames=frames, fps=fps)
 
 
-def copy_whole(source: BinaryIO | str, destination: BinaryIO | str, *, frames: int, fps: float, verify: bool = True) -> CopyResult | None:
+def copy_whole(source: BinaryIO | str, destination: BinaryIO | str, *, frames: int, fps: float, verify: str = SAMPLES) -> CopyResult | None:
     """A file that is exactly the episode: copied byte for byte (checked to hold its `frames`;
     None). A longer one is cut to its first frames (`copy_segment`'s result, which says whether
     the cut had to be encoded losslessly)."""
@@ -119,7 +132,10 @@ def copy_whole(source: BinaryIO | str, destination: BinaryIO | str, *, frames: i
         return copy_segment(io.BytesIO(data), destination, start=first, end=first + frames / fps, frames=frames, fps=fps, verify=verify)
     if held != frames:
         raise VideoError(f"video holds {held} frames, the episode has {frames} steps")
-    if verify:
+    table = mp4.read_sample_table(io.BytesIO(data)) if verify == SAMPLES else None
+    if table is not None:
+        verify_samples(data, table.stsd, table.offsets, table.sizes, frames)
+    elif verify != OFF:
         verify_decodes(io.BytesIO(data), frames)
     if isinstance(destination, str):
         with open(destination, "wb") as handle:
@@ -249,6 +265,53 @@ def check_copied(written: BinaryIO | str, frames: int, fps: float, declared: tup
                              f"{index / fps:.4g} s ({fps:g} fps); copied as it is, the reader would not find it there")
 
 
+def verify_samples(data: bytes, stsd: bytes, offsets: np.ndarray, sizes: np.ndarray, frames: int) -> None:
+    """Copy mode's default check of a written file `data` whose samples lie at `offsets` / `sizes`:
+    every sample's framing (`bitstream.check_samples`), then its first sample (a keyframe) decoded
+    alone by a bare decoder, at a small fraction of `verify_decodes`'s CPU. A codec whose framing is not parsed here is decoded
+    whole instead. Damaged samples are a VideoError worded as `verify_decodes` words them."""
+    form = bitstream.sample_format(stsd)
+    if form is None:
+        verify_decodes(io.BytesIO(data), frames)
+        return
+    problem = bitstream.check_samples(form, data, offsets, sizes)
+    if problem is None and len(sizes) != frames:
+        problem = f"{len(sizes)} samples, expected {frames}"
+    if problem is None and frames:
+        try:
+            first, size = int(offsets[0]), int(sizes[0])
+            if not _decodes_alone(form, data[first:first + size]):
+                problem = "its first sample decodes to no picture"
+        except av.error.FFmpegError as error:
+            problem = str(error)
+    if problem is not None:
+        raise VideoError(f"the copied samples do not decode ({problem}); the source video is damaged")
+
+
+def _decodes_alone(form: bitstream.SampleFormat, sample: bytes) -> bool:
+    """Whether a (key) sample decodes to a picture on its own, given its track's configuration: a
+    bare decoder on one thread (opening the file with PyAV, which probes it, cost 3-7x as much, and a
+    thread per core more than the one picture)."""
+    decoder = av.CodecContext.create(bitstream.DECODERS[form.kind], "r")
+    decoder.extradata = form.config
+    decoder.thread_count = 1
+    return bool(decoder.decode(av.Packet(sample)) or decoder.decode(None))
+
+
+def _written_bytes(destination: BinaryIO | str) -> bytes:
+    """What was written to `destination` (a path or a seekable file object), left rewound."""
+    if isinstance(destination, str):
+        with open(destination, "rb") as handle:
+            return handle.read()
+    if isinstance(destination, io.BytesIO):
+        _rewind(destination)
+        return destination.getvalue()
+    destination.seek(0)
+    data = destination.read()
+    destination.seek(0)
+    return data
+
+
 def _source_key(source: BinaryIO | str) -> tuple | None:
     """What identifies a source file's content for this process's caches (None: not cacheable)."""
     if isinstance(source, str):
@@ -286,9 +349,9 @@ def _plain_source(source: BinaryIO | str, handle: BinaryIO) -> tuple[mp4.SampleT
 
 
 def _copy_by_sample_table(source: BinaryIO | str, destination: BinaryIO | str, *, start: float | None, end: float | None,
-                          frames: int, fps: float) -> CopyResult | None:
-    """The fast path of `copy_segment` (see formats.video.mp4); None when the file or the cut is not the plain
-    case: then every error is left to the PyAV path, which words it."""
+                          frames: int, fps: float) -> tuple[CopyResult, mp4.Cut] | None:
+    """The fast path of `copy_segment` (see formats.video.mp4), with the cut it wrote; None when the file
+    or the cut is not the plain case: then every error is left to the PyAV path, which words it."""
     try:
         handle = open(source, "rb") if isinstance(source, str) else source
     except OSError:
@@ -308,7 +371,7 @@ def _copy_by_sample_table(source: BinaryIO | str, destination: BinaryIO | str, *
                 mp4.write_cut(cut, handle, out)
         except (ValueError, OSError) as error:
             raise VideoError(f"cannot copy video: {error}") from error
-        return CopyResult(frames=frames, reencoded=False, info=dataclasses.replace(facts[1], frames=frames))
+        return CopyResult(frames=frames, reencoded=False, info=dataclasses.replace(facts[1], frames=frames)), cut
     finally:
         if handle is not source:
             handle.close()

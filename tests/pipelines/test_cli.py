@@ -3,6 +3,7 @@ progress, dry runs, and nothing left behind in the temp folder."""
 
 from __future__ import annotations
 
+import argparse
 import os
 import pathlib
 import re
@@ -71,11 +72,23 @@ def test_help_beam_lists_beams_own_options(tmp_path):
 
 def test_the_format_ids_known_to_the_command_line_are_the_registered_sources():
     from formats import sources
-    from formats.video import policy
+    from formats.video import policy, stream_copy
 
     assert set(cli.SOURCE_IDS) == set(sources.SOURCES)
     assert set(cli.VIDEO_CODECS) == set(policy.ENCODERS) - {"ffv1"}
     assert set(cli.VIDEO_MODES) == set(policy.MODES)
+    assert cli.VERIFY_MODES == stream_copy.VERIFY_MODES == (stream_copy.SAMPLES, stream_copy.FULL, stream_copy.OFF)
+
+
+@pytest.mark.parametrize("value, mode", [("true", "samples"), ("yes", "samples"), ("full", "full"), ("FULL", "full"),
+                                         ("false", "off"), ("0", "off")])
+def test_verify_copies_takes_a_boolean_or_full(value, mode):
+    assert cli.verify_mode(value) == mode
+
+
+def test_verify_copies_refuses_other_values():
+    with pytest.raises(argparse.ArgumentTypeError, match="expected true, full or false, found 'decode'"):
+        cli.verify_mode("decode")
 
 
 @pytest.fixture(scope="module")
