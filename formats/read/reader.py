@@ -87,8 +87,15 @@ def _torch():
 
 
 def _tensors(item: dict, torch) -> dict:
-    return {key: torch.from_numpy(np.ascontiguousarray(value)) if isinstance(value, np.ndarray) else value
-            for key, value in item.items()}
+    """numpy arrays as tensors. Arrays the reader gives are views of Arrow's read-only buffers:
+    torch.from_numpy warns once per DataLoader worker that writing to such a tensor is undefined,
+    so those are copied (a tensor owns writable memory, as a training step expects)."""
+    return {key: torch.from_numpy(_writable(value)) if isinstance(value, np.ndarray) else value for key, value in item.items()}
+
+
+def _writable(array: np.ndarray) -> np.ndarray:
+    array = np.ascontiguousarray(array)
+    return array if array.flags.writeable else array.copy()
 
 
 def torch_windows(dataset: Dataset, observation_horizon: int, action_horizon: int = 0, stride: int = 1, **options: Any):

@@ -434,6 +434,8 @@ def test_torch_wrappers_against_a_stand_in_torch(converted, monkeypatch):
     info["value"] = None
     first = list(windows)
     assert first[0]["action"][0] == "tensor" and first[0]["action"][1].shape == (5, 6)
+    # torch.from_numpy gets writable memory: real torch warns once per worker on read-only arrays
+    assert all(w[column][1].flags.writeable for w in first for column in ("action",))
     windows.set_epoch(1)
     assert [(w["sequence_id"], w["start"]) for w in windows] != [(w["sequence_id"], w["start"]) for w in first]
     sequences = reader.torch_sequences(ds, where=[("task", "=", "Open the drawer.")], columns=["action"])

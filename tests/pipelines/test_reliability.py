@@ -215,10 +215,16 @@ def _state(dst):
 
 
 def test_sigkill_at_any_point_leaves_the_previous_dataset_and_the_next_run_completes(tmp_path):
+    """SIGKILL while planning, while writing videos, after staging and right after the exchange.
+    Where the kill landed is proved, not assumed: the run logs every publication step it reaches
+    (publish.STEP_LOG), the last two kills happen at named steps (publish.STOP_AT), and each
+    outcome is then exactly one: the previous dataset byte for byte, or the new one whole."""
     import signal
     import subprocess
     import sys
     import time
+
+    from formats.mixtrain import publish
 
     src = tmp_path / "ds"
     write_lerobot(str(src), SyntheticLeRobot(lengths=[12] * 24, codec="h264", gop=None, episodes_per_video_file=6))
@@ -228,24 +234,27 @@ def test_sigkill_at_any_point_leaves_the_previous_dataset_and_the_next_run_compl
     assert subprocess.run([*base, "--num_shards=2"], cwd=root, capture_output=True, timeout=300).returncode == 0
     previous = _state(dst)
     replacement = [*base, "--num_shards=3", "--video=reencode", "--overwrite"]
-    outcomes = []
-    for moment in ("early", "middle", "publishing"):
-        process = subprocess.Popen(replacement, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    for moment, stop_at, reached, outcome in (("planning", None, [], "previous"), ("writing videos", None, [], "previous"),
+                                              ("staged", "parquet:staged", ["parquet:staged"], "previous"),
+                                              ("exchanged", "parquet:exchanged", ["parquet:staged", "parquet:exchanged"], "new")):
+        log = tmp_path / f"steps-{len(moment)}.log"
+        env = {**os.environ, publish.STEP_LOG: str(log), **({publish.STOP_AT: stop_at} if stop_at else {})}
+        process = subprocess.Popen(replacement, cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   start_new_session=True)
         started = time.monotonic()
-        while process.poll() is None and time.monotonic() - started < 120:
-            if moment == "early" and time.monotonic() - started > 1.0:
+        while stop_at is None and process.poll() is None and time.monotonic() - started < 120:
+            if moment == "planning" and time.monotonic() - started > 1.0:
                 break
-            if moment == "middle" and any(tmp_path.glob(".out.mixtrain-*/files/*/*")):  # videos being written
-                break
-            if moment == "publishing" and any(tmp_path.glob(".out.mixtrain-*/data/*.parquet")):  # shards done: publish next
+            if moment == "writing videos" and any(tmp_path.glob(".out.mixtrain-*/files/*/*")):
                 break
             time.sleep(0.005)
-        process.send_signal(signal.SIGKILL)
-        process.wait()
+        if stop_at is None:
+            os.killpg(process.pid, signal.SIGKILL)  # the launcher and its workers, as a machine dies
+        assert process.wait(timeout=300) == -signal.SIGKILL, moment
+        steps = log.read_text().split() if log.exists() else []
+        assert steps == reached, f"{moment}: the kill landed after {steps}"
         state = _state(dst)
-        outcomes.append(state[0])
-        assert state == previous or state[0] == 3  # either the old dataset, whole, or the new one, whole
-    assert outcomes[0] == 2  # killed long before publishing: the previous dataset, byte for byte
+        assert state == previous if outcome == "previous" else state[0] == 3, moment
     finished = subprocess.run(replacement, cwd=root, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr[-2000:]
     assert _state(dst)[0] == 3
