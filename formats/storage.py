@@ -12,6 +12,7 @@ import json
 import os
 import posixpath
 import stat
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -165,30 +166,36 @@ def open_reachable(url: str) -> tuple[fsspec.AbstractFileSystem, str, bool]:
     """`open_root(url)` and whether its root exists, but a store that cannot be reached (no
     network, a name that does not resolve, credentials missing or refused) is one FormatError
     naming the URL and what to do within REACH_SECONDS, instead of the client's credential
-    probing and retries (a minute offline) and their traceback."""
+    probing and retries (a minute offline) and their traceback. An unknown protocol (ValueError)
+    or a missing package (ImportError) is raised as it is, before anything is contacted."""
     if "://" not in url or url.startswith(("file://", "memory://")):
         fs, root = open_root(url)
         return fs, root, fs.exists(root)
-    import concurrent.futures
+    parse_url(url)
+    outcome: list = []
 
-    def attempt() -> tuple[fsspec.AbstractFileSystem, str, bool]:
-        fs, root = open_root(url)
-        return fs, root, fs.exists(root)
+    def attempt() -> None:
+        try:
+            fs, root = open_root(url)
+            outcome.append((fs, root, fs.exists(root)))
+        except Exception as error:  # noqa: BLE001 - handed to the caller's thread below
+            outcome.append(error)
 
-    pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="reach")
-    try:
-        return pool.submit(attempt).result(timeout=REACH_SECONDS)
-    except concurrent.futures.TimeoutError:
-        raise FormatError(f"{url}: the store did not answer in {REACH_SECONDS:g} s; check the network (a proxy or a "
-                          "firewall) and the credentials (gcloud auth application-default login), then retry") from None
-    except (ValueError, ImportError):
-        raise  # an unknown protocol or a missing package: the caller's usage error
-    except Exception as error:  # noqa: BLE001 - every other client failure here is the environment, not the data
+    # A daemon thread: a client still retrying after the deadline must not hold the process at exit.
+    worker = threading.Thread(target=attempt, name="reach", daemon=True)
+    worker.start()
+    worker.join(REACH_SECONDS)
+    protocol = url.split("://", 1)[0]
+    advice = {"gs": "the credentials (gcloud auth application-default login)", "s3": "the credentials (AWS_PROFILE, ~/.aws)",
+              "hf": "the token (huggingface-cli login) for a private repository"}.get(protocol, "the credentials")
+    if not outcome:
+        raise FormatError(f"{url}: the store did not answer in {REACH_SECONDS:g} s; check the network (a proxy or a firewall) "
+                          f"and {advice}, then retry")
+    if isinstance(outcome[0], Exception):
+        error = outcome[0]
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise FormatError(f"{url}: cannot reach the store ({reason}); check the network, the URL and the credentials' "
-                          "access to it") from None
-    finally:
-        pool.shutdown(wait=False)
+        raise FormatError(f"{url}: cannot reach the store ({reason}); check the network, the URL and {advice}") from None
+    return outcome[0]
 
 
 def is_local(fs: fsspec.AbstractFileSystem | type) -> bool:

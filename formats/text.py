@@ -11,9 +11,10 @@ from __future__ import annotations
 __all__ = ["for_terminal"]
 
 # C0 controls (newline and tab included: a message is one line), DEL and C1 controls as \xNN;
-# the bidirectional overrides and isolates (they reorder what follows on the line) as \uNNNN.
+# the bidirectional marks, overrides and isolates (they reorder what follows on the line) and the
+# line and paragraph separators (some viewers start a line there) as \uNNNN.
 _ESCAPES = {code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))}
-_ESCAPES.update({code: f"\\u{code:04x}" for code in (0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))})
+_ESCAPES.update({code: f"\\u{code:04x}" for code in (0x061C, 0x200E, 0x200F, 0x2028, 0x2029, *range(0x202A, 0x202F), *range(0x2066, 0x206A))})
 
 
 def for_terminal(text: object) -> str:

@@ -5,9 +5,10 @@
 
 The product's own packages have short names (`formats`, `transforms`, `pipelines`); a training
 repository's `formats.py` or `transforms.py` in the working folder would be found first by
-`python` (the working folder leads `sys.path`). Importing this package imports those three from
-where mixtrain-convert is installed (`_packages.pin`), so that the imports below, and every later
-one inside them, are ours. Names are loaded on first use: importing this costs nothing.
+`python` (the working folder leads `sys.path`). Importing this package imports `formats` (all the
+reader needs) from where mixtrain-convert is installed (`_packages.pin`), and `convert` the other
+two, so that the imports below, and every later one inside them, are ours; a `transforms.py` of
+the user's stays theirs until `convert` is called. Names are loaded on first use.
 
 Exported: `open_dataset`, `Dataset`, `Filter`, `torch_windows`, `torch_sequences` (the reader,
 formats.read.reader), `convert(argv) -> exit status` (the command line, in this process),
@@ -21,7 +22,7 @@ from typing import Any
 
 from mixtrain_convert import _packages
 
-_packages.pin()
+_packages.pin(("formats",))
 
 __all__ = ["open_dataset", "Dataset", "Filter", "torch_windows", "torch_sequences", "convert", "__version__"]
 
@@ -30,6 +31,7 @@ _READER = ("open_dataset", "Dataset", "Filter", "torch_windows", "torch_sequence
 
 def convert(argv: list[str]) -> int:
     """Run the conversion `python -m pipelines.convert ARGV` would, in this process; its exit status."""
+    _packages.pin()
     from pipelines import convert as command
 
     return command.run(list(argv))

@@ -10,14 +10,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGES = ("formats", "transforms", "pipelines")
 
 
-def pin() -> None:
-    """Import `formats`, `transforms` and `pipelines` from ROOT (a no-op once they are): a user's
+def pin(names: tuple[str, ...] = PACKAGES) -> None:
+    """Import the product's packages `names` from ROOT (a no-op once they are): a user's
     `formats.py` in the working folder no longer shadows them, and imports of their modules
-    later resolve through the packages themselves, not through `sys.path`. Raises ImportError when
-    a module of the same name from elsewhere was imported first (it cannot be replaced safely)."""
+    later resolve through the packages themselves, not through `sys.path`. Only what is needed
+    is pinned: the reader needs `formats` alone, so a training script's own `transforms.py`
+    stays theirs. Raises ImportError when a module of the same name from elsewhere was imported
+    first (it cannot be replaced safely)."""
     sys.path.insert(0, ROOT)
     try:
-        for name in PACKAGES:
+        for name in names:
             module = importlib.import_module(name)
             location = os.path.dirname(os.path.dirname(os.path.abspath(getattr(module, "__file__", "") or "")))
             if location != ROOT:

@@ -20,7 +20,13 @@ __all__ = ["LOCAL_RUNNERS", "KNOWN_RUNNERS", "PATH_OPTIONS", "as_meant", "runner
            "inside", "output_holds_dataset", "already_published"]
 
 # Runner names that mean "run here": served by Beam's FnApiRunner directly (pipelines.conversion).
-LOCAL_RUNNERS = {None, "DirectRunner", "FnApiRunner", "BundleBasedDirectRunner"}
+# The DirectRunner's variants (switching, test) are the same here: this process, FnApiRunner.
+LOCAL_RUNNERS = {None, "DirectRunner", "FnApiRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner", "TestDirectRunner"}
+# Runners that run on this machine but that this converter does not serve (PrismRunner downloads
+# its binary at start, offline it fails or hangs, and ignores --direct_num_workers; the others need
+# a notebook or a Kafka cluster): refused with what to use instead.
+UNSERVED_LOCAL = {"PrismRunner": "it downloads its runner binary at start and ignores --direct_num_workers",
+                  "InteractiveRunner": "it is for notebooks", "KafkaStreamsRunner": "it runs on a Kafka cluster"}
 # Beam's runner names (StandardOptions.ALL_KNOWN_RUNNERS; a test checks the list), which Beam
 # matches without case and with "Runner" optional: `--runner=direct` is the DirectRunner.
 KNOWN_RUNNERS = ("DataflowRunner", "BundleBasedDirectRunner", "DirectRunner", "SwitchingDirectRunner", "InteractiveRunner",
@@ -36,7 +42,7 @@ DATAFLOW_REQUIRED = (("project", ("project",)), ("region", ("region",)),
 
 # A LeRobot user names datasets by their Hub id (`lerobot/svla_so100_pickplace`).
 HUB_HINT = ("; a Hugging Face Hub dataset id? pass --input=hf://datasets/{repo} (pip install 'mixtrain-convert[hub]'), "
-            "or download it first: huggingface-cli download {repo} --repo-type=dataset --local-dir=DIR")
+            "or download it first: huggingface-cli download {repo} --repo-type=dataset --local-dir DIR")
 
 
 def looks_like_hub_id(value: str) -> bool:
@@ -77,9 +83,10 @@ def as_meant(argv: list[str]) -> list[str]:
 
 
 def _runner_name(value: str) -> str:
-    if "." in value:  # a runner class given by its module path
-        return value
     names = {name.lower(): name for name in KNOWN_RUNNERS}
+    if "." in value:  # a runner class given by its module path: Beam's own by its name
+        module, _, name = value.rpartition(".")
+        return name if module.startswith("apache_beam.runners.") and name in KNOWN_RUNNERS else value
     known = names.get(value.lower()) or names.get(value.lower() + "runner")
     if known is None:
         match = difflib.get_close_matches(value, KNOWN_RUNNERS, n=1, cutoff=0.5)
@@ -135,6 +142,9 @@ def check(args, argv: list[str], rest: list[str]) -> None:
         ours = [option for action in cli.build_parser()._actions for option in action.option_strings]
         cli.check_unknown(unknown, ours + sorted(BEAM_FLAGS))
     runner = runner_of(argv)
+    if runner in UNSERVED_LOCAL:
+        raise UsageError(f"--runner={runner} is not one this converter runs on ({UNSERVED_LOCAL[runner]}); use --runner=DirectRunner "
+                         "here (Beam's FnApiRunner, --direct_num_workers for parallelism) or DataflowRunner")
     if runner not in LOCAL_RUNNERS:
         for flag, value in (("--input", args.input), ("--output", args.output)):
             if is_local_path(value):

@@ -171,25 +171,40 @@ class Registry:
     built-in module may import another without a cycle through the registry."""
 
     def __init__(self, builtin: tuple[str, ...], then: Any = None) -> None:
-        self.builtin, self._then, self._entries, self._loaded = builtin, then, {}, False
+        self.builtin, self._then, self._entries = builtin, then, {}
+        self._state = "unloaded"  # -> "loading" (the built-ins registering themselves) -> "loaded"
 
-    def add(self, name: str, entry: Any) -> None:
+    def add(self, name: str, entry: Any) -> Any:
+        """Register `entry` under `name`; returns what it replaced, or None. The built-ins are not
+        loaded for it (a worker importing one format registers that one alone): an entry that
+        clashes with a built-in one is refused when the built-ins load, by their own `add`."""
+        replaced = self._entries.get(name)
         self._entries[name] = entry
+        return replaced
 
-    def remove(self, name: str) -> None:
-        self._entries.pop(name, None)
+    def remove(self, name: str, restore: Any = None) -> None:
+        """Forget `name`, or put back `restore` (what `add` replaced)."""
+        if restore is None:
+            self._entries.pop(name, None)
+        else:
+            self._entries[name] = restore
 
     def registered(self, name: str) -> Any:
-        """The entry under `name` without loading the built-ins (None: none yet)."""
+        """The entry under `name` so far (None: none); the built-ins are loaded on `all`."""
         return self._entries.get(name)
 
     def all(self) -> dict[str, Any]:
-        if not self._loaded:
-            self._loaded = True
-            for module in self.builtin:
-                importlib.import_module(module)
-            if self._then is not None:
-                self._then()
+        if self._state == "unloaded":
+            self._state = "loading"
+            try:
+                for module in self.builtin:
+                    importlib.import_module(module)
+                if self._then is not None:
+                    self._then()
+            except BaseException:
+                self._state = "unloaded"  # the next use tries again (and fails the same way): never a partial table
+                raise
+            self._state = "loaded"
         return self._entries
 
     def module_attribute(self, attribute: str, module: str) -> Any:
@@ -233,12 +248,13 @@ def unregister(source_id: str) -> None:
 
 @contextlib.contextmanager
 def registered(source: Source) -> Iterator[Source]:
-    """`source` registered for the duration of a with block (tests)."""
+    """`source` registered for the duration of a with block (tests); what it replaced is put back."""
+    previous = _REGISTRY.registered(source.id)
     register(source)
     try:
         yield source
     finally:
-        unregister(source.id)
+        _REGISTRY.remove(source.id, restore=previous)
 
 
 __getattr__ = _REGISTRY.module_attribute("SOURCES", __name__)  # every registered source, built-ins and plugins loaded on first use

@@ -46,9 +46,15 @@ def check_declared(source: BinaryIO | str) -> None:
         check_size(*coded, "its H.264 sequence parameter set")
     if entry is not None and entry != (0, 0):
         check_size(*entry, "its MP4 sample entry")
-    if coded is not None and entry is not None and coded != entry:
+    if coded is not None and entry not in (None, (0, 0)) and not _same_picture(coded, entry):
         raise VideoError(f"its H.264 sequence parameter set declares {coded[0]}x{coded[1]} pixels, its MP4 sample entry "
                          f"{entry[0]}x{entry[1]}: a damaged or forged header; refused before decoding")
+
+
+def _same_picture(coded: tuple[int, int], entry: tuple[int, int]) -> bool:
+    """The SPS's (cropped) size and the sample entry's agree, or the entry gives the coded size
+    before cropping (a muxer writing 1920x1088 for a 1920x1080 picture): within one macroblock."""
+    return all(0 <= e - c < 16 for c, e in zip(coded, entry))
 
 
 def declared_sizes(source: BinaryIO) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:

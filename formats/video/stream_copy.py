@@ -261,7 +261,7 @@ def check_copied(written: BinaryIO | str, frames: int, fps: float, declared: tup
         _rewind(written)
     for index, time in enumerate(times[:frames]):
         if abs(time - index / fps) >= 0.5 / fps:
-            raise VideoError(f"variable frame rate: frame {index} is presented at {time:.4g} s, timestep {index} at "
+            raise VideoError(f"frame timing differs from the declared rate: frame {index} is presented at {time:.4g} s, timestep {index} at "
                              f"{index / fps:.4g} s ({fps:g} fps); copied as it is, the reader would not find it there")
 
 

@@ -30,3 +30,22 @@ def test_a_source_id_cannot_be_taken_twice():
     with pytest.raises(ValueError, match="already registered by LeRobotV3"):
         sources.register(Impostor())
     assert type(sources.get("lerobot_v3")).__name__ == "LeRobotV3"
+
+
+def test_a_plugin_clashing_with_a_built_in_id_never_leaves_a_partial_registry():
+    """Registered before the built-ins load, a plugin using a built-in's id makes every use of the
+    registry fail the same way (not a table missing the formats after it), and `registered` puts
+    back what it replaced."""
+    import subprocess
+    import sys
+
+    script = ("from formats import sources\nclass Fake(sources.Source):\n    id = 'ortf'\nsources.register(Fake())\n"
+              "for _ in range(2):\n    try:\n        sorted(sources.SOURCES)\n        print('loaded')\n"
+              "    except ValueError as error:\n        print(error)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.stdout.splitlines() == ["source id 'ortf' is already registered by Fake"] * 2, done.stderr
+    original = sources.get("lerobot_v3")
+    replacement = type(original)()
+    with sources.registered(replacement):
+        assert sources.get("lerobot_v3") is replacement
+    assert sources.get("lerobot_v3") is original  # was: removed, the built-in gone for the rest of the process

@@ -96,10 +96,18 @@ def test_a_failed_run_removes_the_parent_folders_it_created(tmp_path):
 
 
 @pytest.mark.parametrize("typed, meant", [("Direct", "DirectRunner"), ("direct", "DirectRunner"), ("dataflow", "DataflowRunner"),
-                                          ("FnApiRunner", "FnApiRunner"), ("my.module.Runner", "my.module.Runner")])
+                                          ("FnApiRunner", "FnApiRunner"), ("my.module.Runner", "my.module.Runner"),
+                                          ("apache_beam.runners.direct.direct_runner.DirectRunner", "DirectRunner")])
 def test_runner_names_are_read_as_beam_reads_them(typed, meant):
     assert preflight.as_meant([f"--runner={typed}"]) == [f"--runner={meant}"]
     assert preflight.as_meant(["--runner", typed]) == ["--runner", meant]
+
+
+@pytest.mark.parametrize("runner", ["PrismRunner", "InteractiveRunner"])
+def test_local_runners_this_converter_does_not_serve_are_refused_with_what_to_use(tmp_path, small, runner):
+    code, lines, heavy = _refused(tmp_path, f"--input={small}", f"--output={tmp_path / 'out'}", f"--runner={runner}")
+    assert (code, heavy) == (2, False)
+    assert lines[0].startswith(f"error: --runner={runner} is not one this converter runs on (") and "use --runner=DirectRunner" in lines[0]
 
 
 def test_only_path_options_are_expanded():
@@ -169,7 +177,7 @@ class _Unreachable:
     """fsspec filesystems standing for a store that hangs, or refuses the connection."""
 
     @staticmethod
-    def register(monkeypatch):
+    def register(monkeypatch, hang_seconds: float = 3):
         import time
 
         import fsspec
@@ -179,7 +187,7 @@ class _Unreachable:
             protocol = "hangs"
 
             def exists(self, path, **kwargs):
-                time.sleep(3)
+                time.sleep(hang_seconds)
                 return True
 
         class Refuses(MemoryFileSystem):
@@ -192,6 +200,15 @@ class _Unreachable:
         fsspec.register_implementation("refuses", Refuses, clobber=True)
 
 
+def test_a_hung_store_does_not_hold_the_process_at_exit(tmp_path):
+    """The thread still waiting on a store after the deadline must not keep the interpreter alive."""
+    script = (f"import sys\nsys.path.insert(0, {str(ROOT)!r})\nfrom tests.pipelines.test_preflight import _Unreachable\n"
+              "from formats import storage\nstorage.REACH_SECONDS = 0.5\n_Unreachable.register(None, hang_seconds=60)\n"
+              "try:\n    storage.open_reachable('hangs://bucket/data')\nexcept Exception as error:\n    print(type(error).__name__)\n")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=30)  # hangs 60 s if held
+    assert done.stdout.strip() == "FormatError", done.stderr
+
+
 def test_an_unreachable_store_is_one_line_within_the_deadline(monkeypatch):
     from formats import storage
     from formats.errors import FormatError
@@ -201,11 +218,11 @@ def test_an_unreachable_store_is_one_line_within_the_deadline(monkeypatch):
     with pytest.raises(FormatError) as hung:
         storage.open_reachable("hangs://bucket/data")
     assert str(hung.value) == ("hangs://bucket/data: the store did not answer in 0.5 s; check the network (a proxy or a firewall) "
-                               "and the credentials (gcloud auth application-default login), then retry")
+                               "and the credentials, then retry")
     with pytest.raises(FormatError) as refused:
         storage.open_reachable("refuses://bucket/data")
     assert str(refused.value) == ("refuses://bucket/data: cannot reach the store (Cannot connect to host store.example:443 [Name or "
-                                  "service not known]); check the network, the URL and the credentials' access to it")
+                                  "service not known]); check the network, the URL and the credentials")
 
 
 def test_the_dataflow_dry_run_of_the_docs_offline_is_one_line(tmp_path):
@@ -226,7 +243,7 @@ def test_a_hub_dataset_id_gets_the_hf_url_and_the_download_alternative(tmp_path)
     assert (code, heavy) == (1, False)
     assert lines == [f"error: {ROOT}/lerobot/svla_so100_pickplace: input not found; a Hugging Face Hub dataset id? pass "
                      "--input=hf://datasets/lerobot/svla_so100_pickplace (pip install 'mixtrain-convert[hub]'), or download it "
-                     "first: huggingface-cli download lerobot/svla_so100_pickplace --repo-type=dataset --local-dir=DIR"]
+                     "first: huggingface-cli download lerobot/svla_so100_pickplace --repo-type=dataset --local-dir DIR"]
     assert not preflight.looks_like_hub_id("./a/b") and not preflight.looks_like_hub_id("a/b/c") and not preflight.looks_like_hub_id("a")
 
 
@@ -287,3 +304,14 @@ def test_console_scripts_name_themselves_in_their_usage(script, usage):
         pytest.skip(f"{script} is not installed beside this interpreter (pip install -e . installs it)")
     done = subprocess.run([str(path), "--help"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.startswith(usage)
+
+
+def test_importing_the_reader_leaves_a_users_transforms_py_theirs(tmp_path):
+    """A training script's own transforms.py (augmentations) stays the one it imports after
+    `from mixtrain_convert import open_dataset`: only `formats` is the product's there."""
+    work = tmp_path / "training_repo"
+    work.mkdir()
+    (work / "transforms.py").write_text("OWNER = 'theirs'\n")
+    done = subprocess.run([sys.executable, "-c", "from mixtrain_convert import open_dataset\nimport transforms\nprint(transforms.OWNER)"],
+                          cwd=work, env={**os.environ, "PYTHONPATH": ""}, capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, "theirs"), done.stderr

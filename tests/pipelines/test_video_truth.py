@@ -121,7 +121,7 @@ def test_a_variable_frame_rate_file_is_refused_naming_file_and_sequence_or_re_ti
     line = console.splitlines()[0]
     assert code == 1 and line.startswith("error: ") and path.name in line and sequence in line, console
     if mode == "copy" and source == "ortf":  # LeRobot cuts by time: the cut holds fewer frames (refused before)
-        assert "variable frame rate: frame 3 is presented at 0.2667 s, timestep 3 at 0.2 s (15 fps)" in line, line
+        assert "frame timing differs from the declared rate: frame 3 is presented at 0.2667 s, timestep 3 at 0.2 s (15 fps)" in line, line
     assert not (tmp_path / "out").exists()
 
 
