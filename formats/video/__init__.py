@@ -6,7 +6,7 @@ sizes: an odd frame is padded on the right/bottom by repeating its last column/r
 cropped away; `EncodeResult.padded_from` says so). Which options a column is encoded with is
 decided in formats/video/policy.py; copy mode's packet cuts are formats/video/stream_copy.py.
 
-Why ~580 lines: the encode loop, its colour-range handling and ImageDecoder share one frame path;
+Why ~600 lines: the encode loop, its colour-range handling and ImageDecoder share one frame path;
 split further, each half would need the other's internals.
 
 The package: this module (probe, decode, encode), `policy` (which codec and options a column gets),
