@@ -30,18 +30,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import logging
 import os
 import pathlib
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import textwrap
 import time
 
 import pytest
+
+from tests import gcs_emulator
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = ["README.md", *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "docs").glob("*.md"))]
@@ -177,22 +177,15 @@ def _env(base: pathlib.Path, cwd: pathlib.Path) -> dict:
 
 
 @pytest.fixture
-def gcs_emulator():
+def emulator_env():
     """The GCS emulator on a free loopback port, with a bucket `bucket` (as tests/pipelines/test_gcs.py)."""
-    emulator = pytest.importorskip("gcp_storage_emulator.server")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = emulator.create_server("127.0.0.1", port, in_memory=True, default_bucket="bucket")
-    server.start()
-    logging.getLogger("gcp_storage_emulator").setLevel(logging.CRITICAL)
-    yield {"STORAGE_EMULATOR_HOST": f"http://127.0.0.1:{port}", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
-           "PYICEBERG_CATALOG__LAKE__GCS__OAUTH2__TOKEN": "anon"}
-    server.stop()
+    with gcs_emulator.running() as url:
+        yield {"STORAGE_EMULATOR_HOST": url, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+               "PYICEBERG_CATALOG__LAKE__GCS__OAUTH2__TOKEN": "anon"}
 
 
 @pytest.mark.parametrize("page", [page for page in COUNTS if any(b.marker is None and b.lang != "json" for b in blocks(page))])
-def test_the_code_blocks_of_a_page_run(page, sample, gcs_emulator, tmp_path):
+def test_the_code_blocks_of_a_page_run(page, sample, emulator_env, tmp_path):
     cwd = tmp_path / "page"
     shutil.copytree(sample, cwd, symlinks=True, ignore=shutil.ignore_patterns("venv"))
     shutil.copytree(sample / "sample" / "lerobot_v3", cwd / "home" / "data" / "my_lerobot_ds")
@@ -201,7 +194,7 @@ def test_the_code_blocks_of_a_page_run(page, sample, gcs_emulator, tmp_path):
     (tmp_path / "blocks.json").write_text(json.dumps([dataclasses.asdict(b) for b in runnable]))
     started = time.monotonic()
     subprocess.run([sys.executable, str(ROOT / "tests" / "docs_runner.py"), str(tmp_path / "blocks.json"), str(tmp_path / "results.json")],
-                   cwd=cwd, env={**_env(sample, cwd), **gcs_emulator}, check=True, timeout=600)
+                   cwd=cwd, env={**_env(sample, cwd), **emulator_env}, check=True, timeout=600)
     results = json.loads((tmp_path / "results.json").read_text())
     print(f"{page}: {len(results)} blocks in {time.monotonic() - started:.1f} s")
     for block, result in zip(runnable, results):

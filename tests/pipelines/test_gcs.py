@@ -1,10 +1,8 @@
 """gs:// end to end against a real GCS JSON API on loopback (gcp-storage-emulator), every source."""
 
 import json
-import logging
 import os
 import pathlib
-import socket
 import subprocess
 import sys
 
@@ -12,28 +10,21 @@ import pytest
 
 from formats import samples, storage
 from pipelines import convert, validate
-
-emulator = pytest.importorskip("gcp_storage_emulator.server", reason="gcp-storage-emulator is a test dependency (pip install -e .[test])")
+from tests import gcs_emulator
 
 
 @pytest.fixture(scope="module")
 def gcs(tmp_path_factory):
     """A GCS emulator on a free loopback port; gcsfs reaches it through STORAGE_EMULATOR_HOST."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = emulator.create_server("127.0.0.1", port, in_memory=True, default_bucket="bucket")
-    server.start()
-    logging.getLogger("gcp_storage_emulator").setLevel(logging.ERROR)
-    saved = {key: os.environ.get(key) for key in ("STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")}
-    os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{port}"
-    # Recent gcsfs probes every bucket over gRPC (60 s timeouts) unless told not to (NOTES.md).
-    os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
-    import fsspec
+    with gcs_emulator.running() as url:
+        saved = {key: os.environ.get(key) for key in ("STORAGE_EMULATOR_HOST", "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT")}
+        os.environ["STORAGE_EMULATOR_HOST"] = url
+        # Recent gcsfs probes every bucket over gRPC (60 s timeouts) unless told not to (NOTES.md).
+        os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] = "false"
+        import fsspec
 
-    fsspec.filesystem("gs").clear_instance_cache()
-    yield tmp_path_factory.mktemp("gcs_local")
-    server.stop()
+        fsspec.filesystem("gs").clear_instance_cache()
+        yield tmp_path_factory.mktemp("gcs_local")
     for key, value in saved.items():
         if value is None:
             os.environ.pop(key, None)

@@ -3,9 +3,7 @@ publish step through a catalog named the pyiceberg way (SQL catalog, fsspec File
 
 from __future__ import annotations
 
-import logging
 import os
-import socket
 
 import pytest
 
@@ -13,35 +11,29 @@ from formats import storage
 from formats.mixtrain.tables import TableSettings, lake
 from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
 from pipelines import convert, validate
+from tests import gcs_emulator
 
-emulator = pytest.importorskip("gcp_storage_emulator.server", reason="gcp-storage-emulator is a test dependency (pip install -e .[test])")
 pytest.importorskip("pyiceberg")
 
 
 @pytest.fixture
 def gcs(monkeypatch, tmp_path):
     """A GCS emulator on a free loopback port and a pyiceberg catalog `lake` (SQLite on this disk, files on gs://)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = emulator.create_server("127.0.0.1", port, in_memory=True, default_bucket="bucket")
-    server.start()
-    logging.getLogger("gcp_storage_emulator").setLevel(logging.CRITICAL)
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
-    monkeypatch.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # NOTES.md: no gRPC probes
-    for key, value in {"TYPE": "sql", "URI": f"sqlite:///{tmp_path}/catalog.db", "PY_IO_IMPL": "pyiceberg.io.fsspec.FsspecFileIO",
-                       "GCS__OAUTH2__TOKEN": "anon"}.items():
-        monkeypatch.setenv(f"PYICEBERG_CATALOG__LAKE__{key}", value)
-    import fsspec
-    import pyiceberg.catalog
-    from pyiceberg.utils.config import Config
+    with gcs_emulator.running() as url:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", url)
+        monkeypatch.setenv("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")  # NOTES.md: no gRPC probes
+        for key, value in {"TYPE": "sql", "URI": f"sqlite:///{tmp_path}/catalog.db", "PY_IO_IMPL": "pyiceberg.io.fsspec.FsspecFileIO",
+                           "GCS__OAUTH2__TOKEN": "anon"}.items():
+            monkeypatch.setenv(f"PYICEBERG_CATALOG__LAKE__{key}", value)
+        import fsspec
+        import pyiceberg.catalog
+        from pyiceberg.utils.config import Config
 
-    # pyiceberg reads PYICEBERG_* once, when first imported (a command line sets them before that;
-    # earlier tests in this process imported it already).
-    monkeypatch.setattr(pyiceberg.catalog, "_ENV_CONFIG", Config())
-    fsspec.filesystem("gs").clear_instance_cache()
-    yield tmp_path
-    server.stop()
+        # pyiceberg reads PYICEBERG_* once, when first imported (a command line sets them before that;
+        # earlier tests in this process imported it already).
+        monkeypatch.setattr(pyiceberg.catalog, "_ENV_CONFIG", Config())
+        fsspec.filesystem("gs").clear_instance_cache()
+        yield tmp_path
     fsspec.filesystem("gs").clear_instance_cache()
 
 
