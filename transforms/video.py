@@ -117,14 +117,12 @@ class _WriteVideosFn(beam.DoFn):
                         else:
                             copied = stream_copy.copy_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
                                                         fps=self._fps, verify=verify)
-                        stream_copy.check_copied(destination if local_target else io.BytesIO(destination.getvalue()), item.frames,
-                                                 self._fps, size)
+                        stream_copy.check_copied(destination, item.frames, self._fps, size)
                         (self._reencoded if copied is not None and copied.reencoded else self._copied).inc()
                         if copied is not None and copied.note() is not None:
                             sequence.video_notes[column] = copied.note()
                         if on_frame is not None:
-                            stream_copy.verify_decodes(destination if local_target else io.BytesIO(destination.getvalue()), item.frames,
-                                                 on_frame=on_frame)
+                            stream_copy.verify_decodes(destination, item.frames, on_frame=on_frame)
                     else:
                         result = video.reencode_segment(source, destination, start=item.start, end=item.end, frames=item.frames,
                                                         fps=self._fps, options=options, on_frame=on_frame, expected_size=size,

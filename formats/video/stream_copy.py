@@ -246,6 +246,7 @@ def check_copied(written: BinaryIO | str, frames: int, fps: float, declared: tup
     frame i presented at timestep i (within half a frame, where the reader looks for it). A
     variable-frame-rate source can hold the right number of frames at other times: the reader,
     which decodes timesteps by time, would then find fewer frames than steps."""
+    _rewind(written)
     container = _open_input(written)
     try:
         stream = _video_stream(container)
