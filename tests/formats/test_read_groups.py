@@ -279,3 +279,45 @@ def test_decoded_row_groups_keep_only_what_the_last_episode_needed():
     assert decoded.get("b", footer, ["x"], [0], decode) == ["g0"]
     assert decoded.get("b", footer, ["y"], [0], decode) == ["g0"]  # other columns
     assert calls == [[0], [1], [0], [0], [0], [0]]
+
+
+def test_lerobot_one_row_group_per_episode_opens_each_data_file_once(tmp_path, monkeypatch):
+    """lerobot writes a row group per episode: the file stays open across its episodes instead of
+    being opened again for each (which cost more than decoding the episode)."""
+    fs, root, meta, refs, truth = _lerobot(tmp_path)
+    opened = []
+    original = storage.parquet_file
+
+    def counting(source, **options):
+        if options.get("metadata") is not None:  # a decode's open (footers are read without one)
+            opened.append(str(source))
+        return original(source, **options)
+
+    monkeypatch.setattr(storage, "parquet_file", counting)
+    reader = lerobot_v3.Reader(fs, root, meta)
+    for ref in refs:
+        _check_lerobot_truth(reader.load(ref), truth)
+    assert len(opened) == 2 and len(set(opened)) == 2  # two data files, one open each
+    reader.load(refs[0])  # back to the first file: opened again, the second closed
+    assert len(opened) == 3 and opened[2] == opened[0]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_row_groups_holding_by_binary_search_matches_the_scan(tmp_path, seed):
+    """Ascending statistics are searched, anything else scanned: the same row groups either way."""
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 9, size=40)
+    keys = np.repeat(np.arange(len(sizes)), sizes) if seed % 2 else np.sort(rng.integers(0, 60, size=int(sizes.sum())))
+    if seed == 4:
+        keys = rng.permutation(keys)  # not ascending: scanned
+    path = str(tmp_path / "f.parquet")
+    pq.write_table(pa.table({"k": keys.astype(np.int64)}), path, row_group_size=int(rng.integers(3, 12)))
+    fs, _ = storage.open_root(str(tmp_path))
+    footers = storage.ParquetFooters(fs)
+    ranges = parquet_rows.key_ranges(footers, path, "k")
+    assert (parquet_rows._sorted_bounds(footers, path, "k") is None) == (seed == 4)
+    for low in range(-2, 62, 3):
+        for high in (low, low + 1, low + 7):
+            scanned = [group for group, bounds in enumerate(ranges) if parquet_rows._holds(bounds, low, high)]
+            assert parquet_rows.row_groups_holding(footers, path, "k", low, high) == scanned
+    assert parquet_rows.row_groups_holding(footers, path, "k", "a", "b") == list(range(len(ranges)))  # keys of another kind

@@ -62,9 +62,9 @@ class Reader(parquet_rows.ParquetSourceReader):
 
     def load(self, ref: EpisodeRef) -> Sequence:
         fs, root, meta, footers, decoded = self.fs, self.root, self.meta, self.footers, self.decoded
-        data_path = storage.resolve_inside(root, ref.data_file, what="data file", fs=fs)
+        data_path = self.inside(ref.data_file, "data file")
         try:
-            if _changed_since_plan(fs, data_path, footers, meta):
+            if footers.memo(("changed since plan", data_path), lambda: _changed_since_plan(fs, data_path, footers, meta)):
                 raise FormatError(f"{data_path}: {ref.sequence_id}: changed while it was being converted (rerun the conversion)")
             table = _read_episode_rows(fs, data_path, ref, meta, footers, decoded)
             sequence = _to_sequence(table, ref, meta)
@@ -112,7 +112,7 @@ def _changed_since_read(fs, path: str, footers: storage.ParquetFooters) -> bool:
 
 def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.ParquetFooters,
                        decoded: parquet_rows.DecodedRowGroups) -> pa.Table:
-    if not fs.exists(path):
+    if not footers.memo(("exists", path), lambda: fs.exists(path)):  # once per file while its episodes are read
         raise FormatError(f"data file not found (episode {ref.episode_index})")
     metadata = footers.footer(path)
     schema = footers.schema(path)
@@ -127,7 +127,8 @@ def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta, footer
     groups = parquet_rows.row_groups_holding(footers, path, key_column, low, high - 1)
     extra = [c for c in ("timestamp", "frame_index", "episode_index", "task_index") if schema.get_field_index(c) >= 0]
     columns = list(dict.fromkeys([key_column, *extra, *wanted]))
-    parts = decoded.get(path, metadata, columns, groups, lambda missing: _decode(fs, path, metadata, columns, key_column, missing))
+    parts = decoded.get(path, metadata, columns, groups,
+                        lambda missing: _decode(fs, path, metadata, columns, key_column, missing, decoded))
     table = _cut(parts, low, high, schema, columns, key_column)
     if table.num_rows != ref.length:
         raise FormatError(
@@ -156,9 +157,11 @@ class _RowGroup:
         self.sorted = self.keys is not None and bool((self.keys[1:] >= self.keys[:-1]).all())
 
 
-def _decode(fs, path: str, metadata, columns: list[str], key_column: str, groups: list[int]) -> dict[int, _RowGroup]:
-    """Decode `groups` of the data file (one open for all of them)."""
-    return {group: _RowGroup(table, key_column) for group, table in parquet_rows.read_row_groups(fs, path, metadata, groups, columns).items()}
+def _decode(fs, path: str, metadata, columns: list[str], key_column: str, groups: list[int],
+            opened: parquet_rows.DecodedRowGroups) -> dict[int, _RowGroup]:
+    """Decode `groups` of the data file (kept open for the next episodes: a row group each, in lerobot's layout)."""
+    return {group: _RowGroup(table, key_column)
+            for group, table in parquet_rows.read_row_groups(fs, path, metadata, groups, columns, opened=opened).items()}
 
 
 def _cut(parts: list[_RowGroup], low: int, high: int, schema: pa.Schema, columns: list[str], key_column: str) -> pa.Table:

@@ -68,7 +68,7 @@ class Reader(parquet_rows.ParquetSourceReader):
 
     def load(self, ref: EpisodeRef) -> Sequence:
         fs, root, meta, footers, decoded = self.fs, self.root, self.meta, self.footers, self.decoded
-        path = storage.resolve_inside(root, ref.steps_file, what="steps file", fs=fs)
+        path = self.inside(ref.steps_file, "steps file")
         try:
             table = _episode_rows(fs, path, ref, footers, decoded)
             return _to_sequence(fs, root, table, ref, meta)
@@ -82,9 +82,10 @@ def _episode_rows(fs, path: str, ref: EpisodeRef, footers: storage.ParquetFooter
     metadata = footers.footer(path)
     if not any(metadata.schema.column(i).path == "episode_id" for i in range(metadata.num_columns)):
         raise FormatError("steps have no episode_id column")
-    starts = np.cumsum([0] + [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]).tolist()
+    starts = footers.memo(("row group starts", path), lambda: np.cumsum(
+        [0] + [metadata.row_group(g).num_rows for g in range(metadata.num_row_groups)]).tolist())
     groups = parquet_rows.row_groups_holding(footers, path, "episode_id", ref.episode_key, ref.episode_key)
-    row_groups = decoded.get(path, metadata, None, groups, lambda missing: _decode(fs, path, metadata, missing))
+    row_groups = decoded.get(path, metadata, None, groups, lambda missing: _decode(fs, path, metadata, missing, decoded))
     parts = []
     for group, row_group in zip(groups, row_groups):
         rows, part = row_group.episode_rows(ref)
@@ -104,9 +105,10 @@ def _episode_rows(fs, path: str, ref: EpisodeRef, footers: storage.ParquetFooter
     return table
 
 
-def _decode(fs, path: str, metadata, groups: list[int]) -> dict[int, _StepsRowGroup]:
-    """Decode `groups` of the steps file, every column (one open for all of them)."""
-    return {group: _StepsRowGroup(table) for group, table in parquet_rows.read_row_groups(fs, path, metadata, groups).items()}
+def _decode(fs, path: str, metadata, groups: list[int], opened: parquet_rows.DecodedRowGroups) -> dict[int, _StepsRowGroup]:
+    """Decode `groups` of the steps file, every column (the file kept open for the next episodes)."""
+    return {group: _StepsRowGroup(table) for group, table in parquet_rows.read_row_groups(fs, path, metadata, groups,
+                                                                                          opened=opened).items()}
 
 
 class _StepsRowGroup:
