@@ -99,10 +99,15 @@ class Progress:
                 counts = json.loads(data)
             except ValueError:
                 continue
-            with self._lock:
-                for key, value in counts.items():
-                    if key in self.totals and isinstance(value, int):
-                        self.totals[key] += value
+            if isinstance(counts, dict):
+                self.add(counts)
+
+    def add(self, counts: dict) -> None:
+        """One worker's report (bench/timed_convert.py also stamps its time)."""
+        with self._lock:
+            for key, value in counts.items():
+                if key in self.totals and isinstance(value, int):
+                    self.totals[key] += value
 
     def current(self) -> str:
         with self._lock:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import os
 import socket
+import threading
+import time
 
 from apache_beam.metrics import Metrics
 
@@ -28,18 +30,71 @@ FIELDS = {
     "shards": "shards_written",
 }
 
+# Reports are sent at most every SEND_SECONDS per worker, summed in between (a datagram per
+# sequence cost 0.17 ms of the worker's time at 20,000 short episodes); a thread sends what is left.
+SEND_SECONDS = 0.1
 _sender: tuple[int, socket.socket] | None = None  # (pid, socket): a forked worker opens its own
+_pending: dict[str, int] = {}
+_last_sent = 0.0
+_flushing = False
+_lock = threading.Lock()
+
+
+def _after_fork() -> None:
+    global _lock, _flushing, _last_sent
+    _lock, _flushing, _last_sent = threading.Lock(), False, 0.0
+    _pending.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def report(**counts: int) -> None:
     """Add `counts` (keys of FIELDS) to the run's totals."""
+    global _last_sent, _flushing
     for key, value in counts.items():
         if value:
             Metrics.counter(NAMESPACE, FIELDS[key]).inc(int(value))
     name = os.environ.get(ENV)
     if not name:
         return
+    with _lock:
+        for key, value in counts.items():
+            if value:
+                _pending[key] = _pending.get(key, 0) + int(value)
+        if time.monotonic() - _last_sent < SEND_SECONDS:
+            if not _flushing:
+                _flushing = True
+                threading.Thread(target=_flush_later, args=(name,), daemon=True, name="mixtrain-progress-send").start()
+            return
+        batch = _take()
+    _send(name, batch)
+
+
+def _take() -> dict[str, int]:
+    global _last_sent
+    batch = dict(_pending)
+    _pending.clear()
+    _last_sent = time.monotonic()
+    return batch
+
+
+def _flush_later(name: str) -> None:
+    global _flushing
+    while True:
+        time.sleep(SEND_SECONDS)
+        with _lock:
+            batch = _take()
+            if not batch:
+                _flushing = False
+                return
+        _send(name, batch)
+
+
+def _send(name: str, counts: dict[str, int]) -> None:
     global _sender
+    if not counts:
+        return
     if _sender is None or _sender[0] != os.getpid():
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.settimeout(1.0)
