@@ -39,15 +39,15 @@ def _spill_and_write(tmp_path, sequences, monkeypatch, spill_bytes: int, group_b
         records += [wv.value for wv in spill.finish_bundle()]
     shard = write._WriteShardFn(staging, _columns())
     shard.setup()
-    [result] = list(shard.process((0, [row for _, row in records])))
+    [result] = list(shard.process((0, [spilled for _, spilled in records])))
     return records, result, tmp_path / "staging" / mixtrain.shard_path(0)
 
 
 def test_rows_come_back_in_id_order_with_row_groups_by_size(tmp_path, monkeypatch):
     sequences = [_sequence(i, n) for i, n in enumerate([300, 5, 1200, 40, 800, 77, 600])]
     records, result, path = _spill_and_write(tmp_path, sequences, monkeypatch, spill_bytes=60_000, group_bytes=100_000)
-    spill_files = {row.path for _, row in records}
-    assert len(spill_files) > 2  # the buffer spilled mid-bundle, not only at bundle ends
+    spill_files = {spilled.path for _, spilled in records}
+    assert len(spill_files) == len(records) > 2  # a record per file  # the buffer spilled mid-bundle, not only at bundle ends
     table = pq.read_table(path)
     assert table.column("sequence_id").to_pylist() == sorted(s.sequence_id for s in sequences)
     by_id = {s.sequence_id: s for s in sequences}
@@ -105,8 +105,8 @@ def test_spill_files_stay_large_however_many_shards(tmp_path, monkeypatch):
     records = [record for sequence in sequences for record in spill.process(sequence)]
     records += [wv.value for wv in spill.finish_bundle()]
     total = sum(write._approximate_bytes(s) for s in sequences)
-    files = {row.path for _, row in records}
-    assert len(records) == 200 and {shard for shard, _ in records} == {0, 1, 2, 3}
+    files = {spilled.path for _, spilled in records}
+    assert sum(len(spilled.rows()) for _, spilled in records) == 200 and {shard for shard, _ in records} == {0, 1, 2, 3}
     assert len(files) <= total // write.SPILL_BYTES + 4  # one partial file per shard at most
 
 
