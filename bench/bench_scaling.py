@@ -1,0 +1,198 @@
+"""Scaling: the conversion at 1, 2, 4 ... local workers, where its cores go, and its serial head and tail.
+
+    python bench/bench_scaling.py [--workers=1,2,4,8,16] [--only=traj,copy,reencode] [--scale=1] [--peers]
+    python bench/bench_scaling.py --proxies        # the 2-core proxies of issue 28 (below)
+
+Workloads, written here with the project's synthetic LeRobot v3 writer (the issue's, at --scale=1):
+  traj      20,000 episodes x 50 steps, no cameras (500 episodes a data file)
+  copy      3,200 episodes x 150 frames, two AV1 cameras, --verify_copies=false (80 episodes a file)
+  reencode  64 episodes x 300 frames, two AV1 cameras at 320x240 -> H.264
+
+Every conversion runs as one subprocess (bench/timed_convert.py: the moments the launcher heard the
+first and the last converted sequence) while this script samples /proc of it and all its
+descendants every 0.1 s. Per run it prints wall time, CPU seconds, the serial head (process start to
+the first converted sequence) and tail (last converted sequence to exit), the cores busy per 0.5 s,
+and the balance of the workers (busiest worker's CPU over the mean). Ratios are against the
+one-worker run and, with --peers, against bench/peer.py (one process) and bench/peer_parallel.py
+(the same loop in N processes), measured in the same run.
+
+--proxies runs traj with 2 workers and with 8 workers (uniform episodes) and checks the issue's
+proxies: head <= 1.5 s and tail <= 1.0 s with 2 workers; busiest worker <= 1.2x the mean with 8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+PERIOD = 0.1
+
+
+def _stat(pid: int) -> tuple[int, float] | None:
+    """(parent pid, CPU seconds) of `pid`, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _tree(root: int) -> dict[int, int]:
+    """Every live descendant of `root` (and root) -> its parent."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None:
+                parents[int(entry)] = stat[0]
+    found, todo = {root: 0}, [root]
+    while todo:
+        pid = todo.pop()
+        for child, parent in parents.items():
+            if parent == pid and child not in found:
+                found[child] = pid
+                todo.append(child)
+    return found
+
+
+def sampled(command: list[str]) -> dict:
+    """Run `command` (a timed_convert.py command line), sampling its process tree."""
+    marks_file = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
+    started = time.time()
+    env = dict(os.environ, MIXTRAIN_MARKS=marks_file, MIXTRAIN_T0=repr(started), SVT_LOG="1")
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    cpu: dict[int, list[tuple[float, float]]] = {}
+    parent_of: dict[int, int] = {}
+    while process.poll() is None:
+        now = time.time() - started
+        for pid, parent in _tree(process.pid).items():
+            stat = _stat(pid)
+            if stat is not None:
+                cpu.setdefault(pid, []).append((now, stat[1]))
+                parent_of.setdefault(pid, parent)
+        time.sleep(PERIOD)
+    wall = time.time() - started
+    error = process.stderr.read()
+    marks = json.loads(pathlib.Path(marks_file).read_text() or "{}") if os.path.getsize(marks_file) else {}
+    os.unlink(marks_file)
+    if process.returncode:
+        raise SystemExit(f"error: {' '.join(command[2:4])}: exit {process.returncode}: {error.strip()[-400:]}")
+    buckets = [0.0] * (int(wall / 0.5) + 2)
+    for series in cpu.values():
+        for (_, before), (t, after) in zip(series, series[1:]):
+            buckets[min(int(t / 0.5), len(buckets) - 1)] += after - before
+    # Local workers are forked by the zygote, the launcher's child: the zygote's children.
+    zygotes = {pid for pid, parent in parent_of.items() if parent == process.pid}
+    workers = [series[-1][1] for pid, series in cpu.items() if parent_of.get(pid) in zygotes]
+    return {"wall": wall, "cpu": sum(series[-1][1] for series in cpu.values()), "marks": marks,
+            "launcher_cpu": cpu.get(process.pid, [(0, 0.0)])[-1][1], "workers": sorted(workers, reverse=True),
+            "cores": [round(b / 0.5, 1) for b in buckets]}
+
+
+def describe(name: str, run: dict) -> str:
+    marks, workers = run["marks"], [w for w in run["workers"] if w > 0.05]
+    head = marks.get("first_sequence")
+    tail = run["wall"] - marks["last_sequence"] if "last_sequence" in marks else None
+    balance = max(workers) / (sum(workers) / len(workers)) if workers else None
+    lines = [f"  {name:<24} wall {run['wall']:6.2f} s  CPU {run['cpu']:7.2f} s  launcher {run['launcher_cpu']:5.2f} s  "
+             f"head {head if head is not None else float('nan'):5.2f} s  tail {tail if tail is not None else float('nan'):5.2f} s  "
+             f"workers {len(workers)}, busiest/mean {balance or float('nan'):.2f}",
+             f"  {'':<24} imports {marks.get('imports_done', float('nan')):.2f} s; cores busy per 0.5 s: "
+             + " ".join(f"{c:.0f}" for c in run["cores"])]
+    run.update(head=head, tail=tail, balance=balance)
+    return "\n".join(lines)
+
+
+def workloads(scale: float) -> dict[str, tuple[SyntheticLeRobot, list[str]]]:
+    return {
+        "traj": (SyntheticLeRobot(lengths=[50] * max(20, int(20_000 * scale)), cameras=(), episodes_per_data_file=500,
+                                  episodes_per_meta_file=500), []),
+        "copy": (SyntheticLeRobot(lengths=[150] * max(8, int(3200 * scale)), episodes_per_data_file=80, episodes_per_video_file=80,
+                                  video_variants=8), ["--verify_copies=false"]),
+        "reencode": (SyntheticLeRobot(lengths=[300] * max(2, int(64 * scale)), width=320, height=240, episodes_per_video_file=20,
+                                      episodes_per_data_file=50, video_variants=8), ["--video=reencode"]),
+    }
+
+
+def convert(src: pathlib.Path, dst: pathlib.Path, workers: int, extra: list[str]) -> list[str]:
+    return [sys.executable, str(ROOT / "bench" / "timed_convert.py"), f"--input={src}", f"--output={dst}", "--progress=off",
+            f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing", *extra]
+
+
+def timed(command: list[str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--workers", default="1,2,4,8,16")
+    parser.add_argument("--only", default="traj,copy,reencode")
+    parser.add_argument("--scale", type=float, default=1.0)
+    parser.add_argument("--peers", action="store_true", help="also time bench/peer.py and bench/peer_parallel.py")
+    parser.add_argument("--proxies", action="store_true", help="the 2-core proxies: traj with 2 and 8 workers, checked")
+    parser.add_argument("--work", default="", help="keep the generated sources here (reused when present)")
+    args = parser.parse_args()
+    work = pathlib.Path(args.work or tempfile.mkdtemp(prefix="bench_scaling_"))
+    work.mkdir(parents=True, exist_ok=True)
+    specs = workloads(args.scale)
+    only = ["traj"] if args.proxies else args.only.split(",")
+    counts = [2, 8] if args.proxies else [int(n) for n in args.workers.split(",")]
+    ratios = []
+    try:
+        for name in only:
+            spec, extra = specs[name]
+            src = work / name
+            if not (src / "meta" / "info.json").exists():
+                write_dataset(str(src), spec)
+            print(f"== {name} ({len(spec.lengths)} episodes)", flush=True)
+            runs = {}
+            for workers in counts:
+                dst = work / f"{name}_out"
+                shutil.rmtree(dst, ignore_errors=True)
+                runs[workers] = sampled(convert(src, dst, workers, extra))
+                print(describe(f"{workers} worker(s)", runs[workers]), flush=True)
+            first = counts[0]
+            for workers in counts[1:]:
+                ratios.append(f"({name}) {first} -> {workers} workers: speed-up {runs[first]['wall'] / runs[workers]['wall']:.2f}x")
+            if args.peers:
+                peer_out = work / f"{name}_peer"
+                shutil.rmtree(peer_out, ignore_errors=True)
+                peer = timed([sys.executable, "bench/peer.py", str(src), str(peer_out)])
+                print(f"  {'peer (one process)':<24} wall {peer:6.2f} s", flush=True)
+                for workers in counts:
+                    shutil.rmtree(peer_out, ignore_errors=True)
+                    parallel = timed([sys.executable, "bench/peer_parallel.py", str(src), str(peer_out), "--procs", str(workers)])
+                    print(f"  {f'parallel peer x{workers}':<24} wall {parallel:6.2f} s", flush=True)
+                    ratios.append(f"({name}) {workers} workers / parallel peer x{workers}: {runs[workers]['wall'] / parallel:.2f}; "
+                                  f"/ one-process peer: {runs[workers]['wall'] / peer:.2f}")
+            if args.proxies:
+                two, eight = runs[2], runs[8]
+                ratios += [f"(proxy) process start -> first converted sequence, 2 workers: {two['head']:.2f} s (target <= 1.5)",
+                           f"(proxy) last converted sequence -> exit, 2 workers: {two['tail']:.2f} s (target <= 1.0)",
+                           f"(proxy) busiest worker's CPU / mean, 8 workers, uniform episodes: {eight['balance']:.2f} (target <= 1.2)"]
+    finally:
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+    print()
+    for line in ratios:
+        print(line)
+
+
+if __name__ == "__main__":
+    main()
