@@ -2,7 +2,8 @@
 
 The refs do not travel in the job graph: the launcher batches them (`ref_batches`) and writes
 the batches to files under the plan folder (`stage_refs`); the graph creates only the file
-numbers, and the workers read the files and load each batch's refs one after another.
+numbers, the workers spread (file, position) pairs of the batches, and each loads a batch's refs
+out of its plan file, one after another.
 """
 
 from __future__ import annotations
@@ -79,19 +80,56 @@ def stage_refs(refs: list[SourceRef], plan_folder: staged_plan.PlanFolder) -> in
     return files
 
 
-class _ReadRefBatchesFn(beam.DoFn):
-    """A plan file's number -> its batches of refs."""
+class _PlanBatches:
+    """Batches of refs out of the plan files, the file read last kept (a worker's batches mostly
+    come from few files)."""
+
+    def __init__(self, plan_folder: staged_plan.PlanFolder):
+        self._plan_folder = plan_folder
+        self._number, self._batches = -1, []
+
+    def batches(self, number: int) -> list:
+        if number != self._number:
+            name = refs_file(number)
+            try:
+                self._batches = staged_plan.read_value(self._plan_folder, name)
+            except FileNotFoundError as error:  # not worth retrying: say which plan is gone
+                raise ConversionError(f"{storage.join(self._plan_folder.url, name)}: the run's plan file is missing (its folder "
+                                      "was removed or overwritten while the job ran); rerun the conversion") from error
+            self._number = number
+        return self._batches
+
+    def batch(self, where: tuple[int, int]) -> list:
+        number, position = where
+        return self.batches(number)[position]
+
+
+class _BatchPositionsFn(beam.DoFn):
+    """A plan file's number -> (number, position) of each of its batches: only these two integers
+    cross the shuffle that spreads the batches, not the refs (pickled six times each on the way)."""
 
     def __init__(self, plan_folder: staged_plan.PlanFolder):
         self._plan_folder = plan_folder
 
+    def setup(self):
+        self._plan = _PlanBatches(self._plan_folder)
+
     def process(self, number: int):
-        name = refs_file(number)
-        try:
-            yield from staged_plan.read_value(self._plan_folder, name)
-        except FileNotFoundError as error:  # not worth retrying: say which plan is gone
-            raise ConversionError(f"{storage.join(self._plan_folder.url, name)}: the run's plan file is missing (its folder was "
-                                  "removed or overwritten while the job ran); rerun the conversion") from error
+        for position in range(len(self._plan.batches(number))):
+            yield number, position
+
+
+class _ResolveBatchFn(beam.DoFn):
+    """(file number, position) -> that batch's refs."""
+
+    def __init__(self, plan_folder: staged_plan.PlanFolder):
+        self._plan_folder = plan_folder
+
+    def setup(self):
+        self._plan = _PlanBatches(self._plan_folder)
+
+    def process(self, where: tuple[int, int]):
+        yield self._plan.batch(where)
 
 
 class _SourceFn(beam.DoFn):
@@ -110,9 +148,21 @@ class _SourceFn(beam.DoFn):
 
 class _LoadSequenceFn(_SourceFn):
     """Loads a batch of refs, one sequence per ref, one after another (a read group's shared data
-    is then decoded once by the reader); each ref fails or is skipped on its own."""
+    is then decoded once by the reader); each ref fails or is skipped on its own. The batch comes
+    as its refs, or as (plan file number, position) with `plan_folder` given."""
 
-    def process(self, batch: list):
+    def __init__(self, source: Source, root_url: str, meta: DatasetMeta, on_error: str = FAIL,
+                 plan_folder: staged_plan.PlanFolder | None = None):
+        super().__init__(source, root_url, meta, on_error)
+        self._plan_folder = plan_folder
+
+    def setup(self):
+        super().setup()
+        self._plan = _PlanBatches(self._plan_folder) if self._plan_folder is not None else None
+
+    def process(self, batch):
+        if self._plan is not None:
+            batch = self._plan.batch(batch)
         for ref in batch:
             try:
                 yield self._reader.load(ref)
@@ -145,8 +195,8 @@ def _alone(ref):
 class ReadSequences(beam.PTransform):
     """Read the staged refs, spread their batches over workers, load each sequence.
 
-    Only plan file numbers are in the graph and only the small refs cross a Reshuffle; sequence
-    data is produced after it. A source with `expands_refs` (a unit of many sequences -> its refs)
+    Only plan file numbers are in the graph and only (plan file, batch position) pairs cross the
+    Reshuffle that spreads the batches; sequence data is produced after it. A source with `expands_refs` (a unit of many sequences -> its refs)
     gets a second fan-out on the workers, one ref per element as before. Returns
     {"sequences": PCollection, "errors": [PCollections of error records]} (records only under
     on_error=skip; under fail the first bad sequence stops the run).
@@ -175,19 +225,22 @@ class ReadSequences(beam.PTransform):
         self._on_error = on_error
 
     def expand(self, pbegin):
-        batches = (pbegin
-                   | "CountPlanFiles" >> beam.Create([self._files], reshuffle=False)
-                   | "PlanFiles" >> beam.FlatMap(_numbers)
-                   | "SpreadPlanFiles" >> beam.Reshuffle()
-                   | "ReadRefBatches" >> beam.ParDo(_ReadRefBatchesFn(self._plan_folder))
-                   | "SpreadRefs" >> beam.Reshuffle())
+        positions = (pbegin
+                     | "CountPlanFiles" >> beam.Create([self._files], reshuffle=False)
+                     | "PlanFiles" >> beam.FlatMap(_numbers)
+                     | "SpreadPlanFiles" >> beam.Reshuffle()
+                     | "BatchPositions" >> beam.ParDo(_BatchPositionsFn(self._plan_folder))
+                     | "SpreadRefs" >> beam.Reshuffle())
         errors = []
         if self._source.expands_refs:
-            expanded = batches | "Refs" >> beam.FlatMap(_each) | "ExpandRefs" >> beam.ParDo(
-                _ExpandRefFn(self._source, self._root_url, self._meta, self._on_error)).with_outputs(ERRORS, main="refs")
+            expanded = (positions | "ResolveBatches" >> beam.ParDo(_ResolveBatchFn(self._plan_folder))
+                        | "Refs" >> beam.FlatMap(_each) | "ExpandRefs" >> beam.ParDo(
+                            _ExpandRefFn(self._source, self._root_url, self._meta, self._on_error)).with_outputs(ERRORS, main="refs"))
             batches = expanded.refs | "SpreadExpandedRefs" >> beam.Reshuffle() | "Alone" >> beam.Map(_alone)
             errors.append(expanded[ERRORS])
-        loaded = batches | "LoadSequences" >> beam.ParDo(
-            _LoadSequenceFn(self._source, self._root_url, self._meta, self._on_error)).with_outputs(ERRORS, main="sequences")
+            load = _LoadSequenceFn(self._source, self._root_url, self._meta, self._on_error)
+        else:
+            batches, load = positions, _LoadSequenceFn(self._source, self._root_url, self._meta, self._on_error, self._plan_folder)
+        loaded = batches | "LoadSequences" >> beam.ParDo(load).with_outputs(ERRORS, main="sequences")
         errors.append(loaded[ERRORS])
         return {"sequences": loaded.sequences, ERRORS: errors}

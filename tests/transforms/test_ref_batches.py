@@ -54,3 +54,33 @@ def test_plan_files_hold_whole_batches(tmp_path, monkeypatch):
     assert stage_refs(refs, plan_folder) == 6
     files = [staged_plan.read_value(plan_folder, read.refs_file(number)) for number in range(6)]
     assert [[len(batch) for batch in batches] for batches in files] == [[3, 3]] * 5 + [[1, 1, 1]]
+
+
+def test_batches_are_spread_as_positions_and_loaded_from_their_plan_file(tmp_path, monkeypatch):
+    """Only (plan file, position) pairs cross the shuffle; a worker reads each file once for its
+    batches in a row, and a plan file removed mid-run is one line naming it."""
+    import pytest
+
+    from formats.errors import ConversionError
+    from transforms import staged_plan
+
+    monkeypatch.setattr(read, "REFS_PER_FILE", 4)
+    refs = [Ref(f"e{i}", "g" if i < 30 else None) for i in range(33)]
+    plan_folder = staged_plan.PlanFolder.create(str(tmp_path))
+    files = stage_refs(refs, plan_folder)
+    positions = read._BatchPositionsFn(plan_folder)
+    positions.setup()
+    pairs = [pair for number in range(files) for pair in positions.process(number)]
+    assert pairs == [(n, p) for n in range(5) for p in range(2)] + [(5, 0), (5, 1), (5, 2)]
+    resolve = read._ResolveBatchFn(plan_folder)
+    resolve.setup()
+    reads = []
+    original = staged_plan.read_value
+    monkeypatch.setattr(staged_plan, "read_value", lambda folder, name: reads.append(name) or original(folder, name))
+    loaded = [ref for pair in pairs for batch in resolve.process(pair) for ref in batch]
+    assert loaded == refs and len(reads) == files  # each file read once for its consecutive batches
+    (tmp_path / read.refs_file(5)).unlink()
+    another = read._ResolveBatchFn(plan_folder)  # on another worker, which has not read it yet
+    another.setup()
+    with pytest.raises(ConversionError, match=r"refs-000005\.pkl: the run's plan file is missing"):
+        list(another.process((5, 0)))
