@@ -18,10 +18,10 @@ fail its hash check (the holes read as zeros) and are never taken for a record.
 
 from __future__ import annotations
 
-import os
+import contextlib
 import struct
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import fsspec
 
@@ -161,6 +161,24 @@ class _Remote:
         self.records = sum(self.counts)
         if metadata.get(3, self.records) != self.records or self.offsets != sorted(self.offsets):
             raise FormatError("not a readable ArrayRecord file: its footer's chunk list is inconsistent")
+        with self._sparse() as local:  # array_record checks the postscript's and footer's hashes
+            reader = _open(local)
+            opened = reader.num_records()
+            reader.close()
+        if opened != self.records:
+            raise FormatError(f"not a readable ArrayRecord file: array_record counts {opened} records, its footer {self.records}")
+
+    @contextlib.contextmanager
+    def _sparse(self, *regions: tuple[int, bytes]) -> Iterator[str]:
+        """A local file of the shard's size holding the postscript, the footer and `regions`
+        (offset, bytes) at their offsets; holes elsewhere (they read as zeros, take no disk)."""
+        with tempfile.NamedTemporaryFile(prefix="mixtrain-arrayrecord-", suffix=".array_record") as handle:
+            handle.truncate(self.size)
+            for at, blob in (*regions, (self.footer_at, self.footer), (self.tail_at, self.tail)):
+                handle.seek(at)
+                handle.write(blob)
+            handle.flush()
+            yield handle.name
 
     def read(self, fs: fsspec.AbstractFileSystem, index: int) -> bytes:
         if not 0 <= index < self.records:
@@ -170,15 +188,8 @@ class _Remote:
             first += self.counts[chunk]
             chunk += 1
         begin, end = self.offsets[chunk], self.offsets[chunk + 1]
-        data = fs.cat_file(self.path, begin, end)
-        with tempfile.NamedTemporaryFile(prefix="mixtrain-arrayrecord-", suffix=".array_record") as handle:
-            handle.truncate(self.size)  # sparse: holes read as zeros, take no disk
-            for at, blob in ((begin, data), (self.footer_at, self.footer), (self.tail_at, self.tail)):
-                handle.seek(at)
-                handle.write(blob)
-            handle.flush()
-            os.fsync(handle.fileno())
-            return _read(_open(handle.name), index)
+        with self._sparse((begin, fs.cat_file(self.path, begin, end))) as local:
+            return _read(_open(local), index)
 
 
 def _chunk(blob: bytes, at: int, what: str) -> tuple[int, bytes]:
