@@ -162,11 +162,10 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             "selected_splits": splits,
             "fps": float(fps),
             "fps_source": "--fps" if options.get("fps") else "known Open X-Embodiment control rate",
-            "file_format": file_format,
+            "file_format": file_format,  # the shards' container: the reader picks its Container by it
             "features": features_json,
         },
-        # how `load` fills each column, and the shards' container: the reader's, not published
-        private={"layout": layout, "file_format": file_format},
+        private={"layout": layout},  # how `load` fills each column: the reader's, not published
     )
     return meta, refs
 

@@ -155,7 +155,7 @@ def _flatten(values: dict, prefix: str = "") -> dict[str, Any]:
 
 
 def _container(meta: DatasetMeta) -> Container:
-    return CONTAINERS[meta.private.get("file_format", "tfrecord")]
+    return CONTAINERS[meta.source.get("file_format", "tfrecord")]
 
 
 class Reader(SourceReader):
