@@ -236,3 +236,16 @@ def test_bridge_rewritten_as_array_record_reads_the_same_episodes(tmp_path):
     assert [s.path for s in shards] == ["bridge_dataset-train.array_record-00000-of-00001", "bridge_dataset-val.array_record-00000-of-00001"]
     assert len(from_array_record) == 50
     _same_sequences(from_tfrecord, from_array_record)
+
+
+def test_shards_of_the_other_container_are_named_not_read(both, tmp_path):
+    """dataset_info.json saying tfrecord over ArrayRecord files (or the reverse): refused at plan with the file that is there."""
+    path = _copy(both, tmp_path)
+    info = json.loads((path / "dataset_info.json").read_text())
+    info["fileFormat"] = "tfrecord"
+    (path / "dataset_info.json").write_text(json.dumps(info))
+    fs, root = storage.open_root(str(path))
+    with pytest.raises(FormatError, match=r"^.*/synthetic_rlds-train.tfrecord-00000-of-00002: shard 0 of split 'train' not found "
+                                          r"\(from filepathTemplate .*\); synthetic_rlds-train.array_record-00000-of-00002 exists, "
+                                          r"but dataset_info.json says fileFormat 'tfrecord'$"):
+        rlds.plan(fs, root, {"fps": 10})

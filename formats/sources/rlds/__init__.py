@@ -264,10 +264,23 @@ def _shard_refs(fs, root: str, info: dict, info_path: str, name: str, splits: li
             found = fs.exists(shard_path) if "/" in file_name else file_name in present
             if not found:
                 raise FormatError(f"{storage.join(root, file_name)}: shard {position} of split {split['name']!r} not found "
-                                  f"(from filepathTemplate {template!r})")
+                                  f"(from filepathTemplate {template!r}){_other_container(fs, root, info, file_name, present)}")
             refs.append(ShardRef(split["name"], position, file_name, lengths[position] if lengths else None,
                                  float(_count(split.get("numBytes", 0))) / count))
     return refs
+
+
+def _other_container(fs, root: str, info: dict, file_name: str, present: set) -> str:
+    """A hint when the missing shard exists in the other container: dataset_info.json's fileFormat
+    (and so the file names) disagree with the files, which are not guessed at."""
+    file_format = info.get("fileFormat", "tfrecord")
+    for other in CONTAINERS:
+        if other == file_format or f".{file_format}" not in file_name:
+            continue
+        candidate = file_name.replace(f".{file_format}", f".{other}", 1)
+        if (fs.exists(storage.join(root, candidate)) if "/" in candidate else candidate in present):
+            return f"; {candidate} exists, but dataset_info.json says fileFormat {file_format!r}"
+    return ""
 
 
 def _columns(features, features_path: str, fps: float, bgr: set) -> tuple[list[ColumnSpec], dict]:
