@@ -249,3 +249,13 @@ def test_shards_of_the_other_container_are_named_not_read(both, tmp_path):
                                           r"\(from filepathTemplate .*\); synthetic_rlds-train.array_record-00000-of-00002 exists, "
                                           r"but dataset_info.json says fileFormat 'tfrecord'$"):
         rlds.plan(fs, root, {"fps": 10})
+
+
+def test_a_footer_claiming_gigabytes_decompressed_is_refused_before_allocating():
+    import zstandard
+
+    frame = zstandard.ZstdCompressor().compress(b"x" * 100)
+    assert arrayrecord._decompress(b"\x64" + frame, ord("z"), "footer") == b"x" * 100  # 100 as a varint
+    claim = bytes([0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01])  # 2**42 as a varint
+    with pytest.raises(FormatError, match=r"^not a readable ArrayRecord file: its footer claims 4398046511104 bytes decompressed"):
+        arrayrecord._decompress(claim + frame, ord("z"), "footer")

@@ -41,7 +41,8 @@ _BLOCK = 1 << 16  # Riegeli block size; a block header (24 bytes) begins every b
 _BLOCK_HEADER = 24
 _CHUNK_HEADER = 40
 _MAGIC = 0x71930E704FDAE05E  # RiegeliPostscript.magic (array_record_reader.cc kMagic)
-# A footer larger than this is a corrupt offset, not an index (1e6 chunks take about 15 MB).
+# A footer larger than this (stored or decompressed) is a corrupt offset or size, not an index
+# (1e6 chunks take about 15 MB).
 MAX_FOOTER_BYTES = 256 << 20
 
 
@@ -239,6 +240,9 @@ def _decompress(block: bytes, compression: int, what: str) -> bytes:
     if compression != ord("z"):
         raise FormatError(f"ArrayRecord {what} compressed with {chr(compression)!r} (not zstd): read from a local disk instead")
     size, position = _varint(block, 0)
+    if size > MAX_FOOTER_BYTES:  # zstandard would allocate what the prefix claims before decoding
+        raise FormatError(f"not a readable ArrayRecord file: its {what} claims {size} bytes decompressed "
+                          f"(more than {MAX_FOOTER_BYTES})")
     import zstandard
 
     try:
