@@ -259,3 +259,25 @@ def test_a_footer_claiming_gigabytes_decompressed_is_refused_before_allocating()
     claim = bytes([0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01])  # 2**42 as a varint
     with pytest.raises(FormatError, match=r"^not a readable ArrayRecord file: its footer claims 4398046511104 bytes decompressed"):
         arrayrecord._decompress(claim + frame, ord("z"), "footer")
+
+
+def test_a_footer_counting_more_records_than_the_file_has_bytes_is_refused(both, tmp_path, monkeypatch):
+    """Riegeli's hashes are checksums a forger can recompute: the count is bounded by the file's size."""
+    path = _copy(both, tmp_path)
+    real_open = arrayrecord._open
+
+    class Forged:
+        def __init__(self, local):
+            self._reader = real_open(local)
+
+        def num_records(self):
+            return 10**12
+
+        def close(self):
+            self._reader.close()
+
+    monkeypatch.setattr(arrayrecord, "_open", Forged)
+    size = (path / VAL).stat().st_size
+    with pytest.raises(FormatError, match=rf"/{VAL}: val shard 0: not a readable ArrayRecord file: its footer counts "
+                                          rf"1000000000000 records in {size} bytes$"):
+        _expand(str(path))

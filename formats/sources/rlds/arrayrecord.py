@@ -72,15 +72,22 @@ def _open(local: str):
 
 
 def count(fs: fsspec.AbstractFileSystem, path: str, cache: dict | None = None) -> int:
-    """How many records the file holds, from its footer (the records are not read)."""
+    """How many records the file holds, from its footer (the records are not read). A Riegeli
+    chunk takes at least a byte a record, so a count past the file's size is a forged footer
+    (its hashes are checksums, not signatures): refused before a ref is made for each."""
     local = storage.local_path(fs, path)
     if local is not None:
         reader = _open(local)
         try:
-            return reader.num_records()
+            records, size = reader.num_records(), fs.size(path)
         finally:
             reader.close()
-    return _remote(fs, path, cache).records
+    else:
+        remote = _remote(fs, path, cache)
+        records, size = remote.records, remote.size
+    if records > size:
+        raise FormatError(f"not a readable ArrayRecord file: its footer counts {records} records in {size} bytes")
+    return records
 
 
 def read_record(fs: fsspec.AbstractFileSystem, path: str, index: int, cache: dict | None = None) -> bytes:
