@@ -18,7 +18,9 @@ fail its hash check (the holes read as zeros) and are never taken for a record.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import itertools
 import struct
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -165,8 +167,9 @@ class _Remote:
         if metadata.get(2) != len(chunks) or any(not isinstance(chunk.get(1), int) for chunk in chunks):
             raise FormatError("not a readable ArrayRecord file: its footer does not list its chunks")
         self.offsets = [chunk[1] for chunk in chunks] + [self.footer_at]
-        self.counts = [chunk.get(3, 1) for chunk in chunks]
-        self.records = sum(self.counts)
+        counts = [chunk.get(3, 1) for chunk in chunks]
+        self.firsts = [0, *itertools.accumulate(counts)]  # the index of each chunk's first record, then the total
+        self.records = self.firsts[-1]
         if metadata.get(3, self.records) != self.records or self.offsets != sorted(self.offsets):
             raise FormatError("not a readable ArrayRecord file: its footer's chunk list is inconsistent")
         with self._sparse() as local:  # array_record checks the postscript's and footer's hashes
@@ -191,10 +194,7 @@ class _Remote:
     def read(self, fs: fsspec.AbstractFileSystem, index: int) -> bytes:
         if not 0 <= index < self.records:
             raise FormatError(f"record {index}: the file holds {self.records} records")
-        chunk, first = 0, 0
-        while first + self.counts[chunk] <= index:
-            first += self.counts[chunk]
-            chunk += 1
+        chunk = bisect.bisect_right(self.firsts, index) - 1
         begin, end = self.offsets[chunk], self.offsets[chunk + 1]
         with self._sparse((begin, fs.cat_file(self.path, begin, end))) as local:
             return _read(_open(local), index)
