@@ -34,6 +34,10 @@ setup(
         "numcodecs>=0.13,<0.17",
         # TFRecord checksums (RLDS) without TensorFlow: the C crc32c gcsfs already uses.
         "google-crc32c>=1.5",
+        # RLDS in ArrayRecord shards (TFDS file_format=array_record): google's reader (tensorflow-datasets pulls it in
+        # on Linux only, with the same marker); zstandard decodes a remote shard's footer (apache-beam needs it too).
+        "array_record>=0.8,<1; platform_system == 'Linux'",
+        "zstandard>=0.18",
     ],
     # polars, duckdb, pandas: the published-layout test reads every output the way users' tools do.
     # torch: only for formats.read.reader's optional Dataset/IterableDataset wrappers.

@@ -218,8 +218,8 @@ def test_malformed_metadata(written, tmp_path):
     (path / "dataset_info.json").write_text("{")
     with pytest.raises(FormatError, match=r"dataset_info.json: malformed JSON"):
         rlds.plan(fs, root, {"fps": 10})
-    (path / "dataset_info.json").write_text(json.dumps({"name": "x", "fileFormat": "array_record", "splits": []}))
-    with pytest.raises(FormatError, match="fileFormat 'array_record' is not supported"):
+    (path / "dataset_info.json").write_text(json.dumps({"name": "x", "fileFormat": "riegeli", "splits": []}))
+    with pytest.raises(FormatError, match=r"fileFormat 'riegeli' is not supported \(only tfrecord and array_record\)$"):
         rlds.plan(fs, root, {"fps": 10})
 
 

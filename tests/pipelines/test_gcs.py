@@ -156,3 +156,23 @@ def test_gs_publish_keeps_names_with_pattern_characters_and_can_be_retried(gcs, 
     assert {name: published[name] for name in staged} == staged
     assert not fs.exists(staging) and json.loads(published["mixtrain.json"]) == {"run": 1}
 
+
+
+def test_gs_rlds_in_array_record_converts_as_from_the_local_disk(gcs):
+    """array_record opens OS paths only: a gs:// shard is read through fsspec (gcsfs, its credentials)
+    into a sparse local file holding the footer and the one episode asked for."""
+    from formats.sources.rlds.sample import SyntheticRLDS, write_dataset
+
+    local = gcs / "rlds_ar" / "synthetic_rlds" / "1.0.0"
+    write_dataset(str(local), SyntheticRLDS(file_format="array_record", splits={"train": (4, 3, 5)}, shards={"train": 2}))
+    src = _upload(local, "gs://bucket/sources/rlds_ar/synthetic_rlds/1.0.0")
+    outputs = {"gs": gcs / "rlds_ar_from_gs", "local": gcs / "rlds_ar_from_local"}
+    for where, root in (("gs", src), ("local", str(local))):
+        assert convert.run([f"--input={root}", f"--output={outputs[where]}", "--fps=10", "--progress=off"]) == 0
+    published = {where: {str(p.relative_to(out)): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+                 for where, out in outputs.items()}
+    assert sorted(published["gs"]) == sorted(published["local"])
+    same = [name for name in published["gs"] if published["gs"][name] == published["local"][name]]
+    assert sorted(set(published["gs"]) - set(same)) == ["_fingerprints.json", "mixtrain.json"]  # the input's URL and signatures
+    assert sum(name.endswith(".mp4") for name in same) == 6 and "stats.json" in same
+    assert json.loads(published["gs"]["mixtrain.json"])["source"]["uri"] == src

@@ -12,7 +12,7 @@ import pytest
 
 from formats import video
 from formats.sources.rlds.sample import SyntheticRLDS, write_dataset
-from pipelines import validate
+from pipelines import convert, validate
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BRIDGE = ROOT.parent / "shared" / "fixtures" / "rlds" / "bridge_dataset" / "1.0.0"
@@ -104,3 +104,113 @@ def test_written_dataset_two_workers_one_split(tmp_path):
         assert len(frames) == length and frames[0].dtype == np.uint16
     findings, _ = validate.deep_check(str(dst))
     assert findings == []
+
+
+# --- ArrayRecord shards (TFDS file_format=array_record) ----------------------------------------------
+
+def _published(dst: pathlib.Path) -> dict[str, bytes]:
+    return {str(path.relative_to(dst)): path.read_bytes() for path in sorted(dst.rglob("*")) if path.is_file()}
+
+
+def assert_same_output_whatever_the_container(tfrecord_out: pathlib.Path, array_record_out: pathlib.Path) -> None:
+    """Byte-identical outputs, but for what names the input: mixtrain.json's `source.uri` (the input
+    folder), `source.file_format` (the container it was read from) and `created_at` (the clock), and
+    _fingerprints.json's unit keys (the shard file names) and fingerprints (they hash each shard
+    file's name and signature, which is their job: a changed source file must reconvert its unit).
+    Its context (options, converter, schema) and unit prefixes are the same."""
+    left, right = _published(tfrecord_out), _published(array_record_out)
+    assert sorted(left) == sorted(right)
+    differing = sorted(name for name in left if left[name] != right[name])
+    assert differing == ["_fingerprints.json", "mixtrain.json"], differing
+    assert any(name.endswith(".mp4") for name in left) and any(name.startswith("data/") for name in left)
+    sidecars = [json.loads(side["mixtrain.json"]) for side in (left, right)]
+    assert [s["source"]["file_format"] for s in sidecars] == ["tfrecord", "array_record"]
+    for sidecar in sidecars:
+        del sidecar["source"]["file_format"], sidecar["source"]["uri"], sidecar["created_at"]
+    assert sidecars[0] == sidecars[1]
+    prints = [json.loads(side["_fingerprints.json"]) for side in (left, right)]
+    assert prints[0]["context"] == prints[1]["context"]
+    assert [(key.replace(".tfrecord-", ".array_record-"), unit["prefix"]) for key, unit in prints[0]["units"].items()] == \
+        [(key, unit["prefix"]) for key, unit in prints[1]["units"].items()]
+
+
+def test_the_same_dataset_in_tfrecord_and_array_record_converts_to_the_same_bytes(tmp_path):
+    outputs = {}
+    for file_format in ("tfrecord", "array_record"):
+        src = tmp_path / file_format / "synthetic_rlds" / "1.0.0"
+        write_dataset(str(src), SyntheticRLDS(file_format=file_format, splits={"train": (5, 4, 3), "val": (3,)},
+                                              shards={"train": 2, "val": 1}, depth_camera=True, width=32, height=24))
+        outputs[file_format] = tmp_path / f"out_{file_format}"
+        if file_format == "array_record":  # and without TensorFlow, array_record's reader included
+            done = _run_without_tensorflow(f"--input={src}", f"--output={outputs[file_format]}", "--fps=10")
+            assert done.returncode == 0 and "NO_TENSORFLOW" in done.stdout, done.stderr[-2000:]
+        else:
+            assert convert.run([f"--input={src}", f"--output={outputs[file_format]}", "--fps=10", "--progress=off"]) == convert.EXIT_OK
+    assert_same_output_whatever_the_container(outputs["tfrecord"], outputs["array_record"])
+    rows = _rows(outputs["array_record"])
+    assert rows.column("length").to_pylist() == [5, 4, 3, 3]
+
+
+def test_bridge_rewritten_as_array_record_converts_to_the_same_bytes(tmp_path):
+    from tests.formats.test_rlds_arrayrecord import bridge_as_array_record
+
+    if not BRIDGE.is_dir():
+        pytest.skip(f"real fixture not found at {BRIDGE} (../shared/fixtures is absent in a plain clone)")
+    src = bridge_as_array_record(tmp_path / "bridge_dataset" / "1.0.0")
+    for name, root in (("tfrecord", BRIDGE), ("array_record", src)):
+        assert convert.run([f"--input={root}", f"--output={tmp_path / name}", "--split=val", "--progress=off"]) == convert.EXIT_OK
+    assert_same_output_whatever_the_container(tmp_path / "tfrecord", tmp_path / "array_record")
+    assert _rows(tmp_path / "array_record").num_rows == 25
+
+
+def _array_record_copy(tmp_path) -> pathlib.Path:
+    src = tmp_path / "synthetic_rlds" / "1.0.0"
+    write_dataset(str(src), SyntheticRLDS(file_format="array_record", splits={"train": (3, 4)}, shards={"train": 1}))
+    return src
+
+
+SHARD = "synthetic_rlds-train.array_record-00000-of-00001"
+
+
+def _lengths(src, value):
+    info = json.loads((src / "dataset_info.json").read_text())
+    info["splits"][0]["shardLengths"] = [value]
+    (src / "dataset_info.json").write_text(json.dumps(info))
+
+
+def _rewrite(change):
+    def edit(src):
+        shard = src / SHARD
+        shard.write_bytes(change(shard.read_bytes()))
+    return edit
+
+
+def _flip(at):
+    def change(data):
+        data = bytearray(data)
+        data[at] ^= 0xFF
+        return bytes(data)
+    return change
+
+
+@pytest.mark.parametrize("corrupt, message", [
+    (lambda src: _lengths(src, "3"), f"{SHARD}: 2 records, dataset_info.json shardLengths says 3"),
+    (_rewrite(lambda data: data[:-10]), f"{SHARD}: train shard 0: not a readable ArrayRecord file: Invalid Riegeli/records file: "
+                                        "chunk boundary is {size} but block header at 65536 implies a different previous chunk "
+                                        "boundary: 65536; at byte 65560; Failed to read RiegeliPostscript"),
+    (_rewrite(_flip(300)), f"{SHARD}: train_00000_000000: record 0: Corrupted Riegeli/records file: chunk data hash mismatch"),
+    (lambda src: (src / SHARD).unlink(), f"{SHARD}: shard 0 of split 'train' not found "
+                                         "(from filepathTemplate '{{DATASET}}-{{SPLIT}}.{{FILEFORMAT}}-{{SHARD_X_OF_Y}}')"),
+], ids=["shard_lengths_disagree", "truncated", "flipped_byte_in_an_episode", "missing_shard"])
+def test_hostile_array_record_shards_end_in_one_error_line(tmp_path, capsys, corrupt, message):
+    src = _array_record_copy(tmp_path)
+    size = (src / SHARD).stat().st_size
+    corrupt(src)
+    status = convert.run([f"--input={src}", f"--output={tmp_path / 'out'}", "--fps=10", "--progress=off"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert status == convert.EXIT_FAILED and len(errors) == 1, lines
+    assert "Traceback" not in "\n".join(lines)
+    # {size}: where array_record looks for the postscript, 64 KiB before the end of the cut file
+    assert errors[0].startswith(f"error: {src}/{message.format(size=size - 10 - 65536)}"), errors[0]
+    assert not (tmp_path / "out").exists()

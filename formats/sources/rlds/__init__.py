@@ -1,17 +1,19 @@
-"""RLDS reader: TFDS-prepared datasets of TFRecord shards, one episode per record, no TensorFlow.
+"""RLDS reader: TFDS-prepared datasets of TFRecord or ArrayRecord shards, one episode per record, no TensorFlow.
 
 Layout (a TFDS version directory, e.g. gs://gresearch/robotics/bridge/0.1.0):
-  dataset_info.json   splits, each with `shardLengths` (records per shard) and `filepathTemplate`
+  dataset_info.json   `fileFormat` ("tfrecord", the default, or "array_record"), splits, each with
+                      `shardLengths` (records per shard) and `filepathTemplate`
                       (default "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}"; never assumed)
   features.json       the TFDS FeaturesDict: `steps` (a Dataset of per-step features) and
                       episode-level features such as `episode_metadata`
-  <files>             TFRecord shards of serialized `tf.train.Example`s
+  <files>             shards of serialized `tf.train.Example`s, in the container `fileFormat` names
 
 The features are rebuilt with tfds' own pure-Python FeatureConnector classes and each record is
 parsed with tfds' `ExampleParserNp` (protobuf + numpy): TensorFlow is never imported. Images are
-kept as their encoded JPEG/PNG bytes and go straight to the video encoder. TFRecord shards are not
-splittable: `plan` yields one ShardRef per shard, the reader's `expand` (on a worker) reads the shard's
-record headers into RecordRefs, and `load` reads one record by its byte range.
+kept as their encoded JPEG/PNG bytes and go straight to the video encoder. `plan` yields one
+ShardRef per shard, the reader's `expand` (on a worker) indexes the shard into RecordRefs (a TFRecord
+shard's record headers; an ArrayRecord shard's footer), and `load` reads one record (by byte range;
+by index) and parses it the same way whatever the container (records.py).
 
 Quirks handled: `tf.train.Example` has no float64 list, so tfds stores float64 tensors as float32
 and the parser casts back (kept float64 here, with float32 precision, exactly as tfds returns
@@ -44,7 +46,7 @@ from formats.sequence import (
     path_component,
 )
 from formats.sources import Source, SourceOption
-from formats.sources.rlds.records import Reader, RecordRef, ShardRef, expand_ref, features_and_parser
+from formats.sources.rlds.records import CONTAINERS, Reader, RecordRef, ShardRef, expand_ref, features_and_parser
 
 __all__ = ["FORMAT", "ShardRef", "RecordRef", "detect", "plan", "expand_ref", "load", "KNOWN_FPS"]
 
@@ -134,8 +136,8 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     _check_info(info, info_path)
     name = info.get("name") or root.rstrip("/").split("/")[-2]
     file_format = info.get("fileFormat", "tfrecord")
-    if file_format != "tfrecord":
-        raise FormatError(f"{info_path}: fileFormat {file_format!r} is not supported (only tfrecord)")
+    if file_format not in CONTAINERS:
+        raise FormatError(f"{info_path}: fileFormat {file_format!r} is not supported (only {' and '.join(CONTAINERS)})"[:300])
     try:
         features, _ = features_and_parser(json.dumps(features_json, sort_keys=True))
     except Exception as error:  # noqa: BLE001 - tfds raises many kinds on a bad features.json
@@ -160,6 +162,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
             "selected_splits": splits,
             "fps": float(fps),
             "fps_source": "--fps" if options.get("fps") else "known Open X-Embodiment control rate",
+            "file_format": file_format,  # the shards' container: the reader picks its Container by it
             "features": features_json,
         },
         private={"layout": layout},  # how `load` fills each column: the reader's, not published
@@ -247,10 +250,12 @@ def _shard_refs(fs, root: str, info: dict, info_path: str, name: str, splits: li
         if not count:
             raise FormatError(f"{info_path}: split {split['name']!r} lists no shards (shardLengths)")
         template = split.get("filepathTemplate") or DEFAULT_TEMPLATE
+        digits = max(5, len(str(count)))  # tfds naming._num_digits_needed
         for position in range(count):
             file_name = template.format(
                 DATASET=name, SPLIT=split["name"], FILEFORMAT=info.get("fileFormat", "tfrecord"),
-                SHARD_INDEX=f"{position:05d}", NUM_SHARDS=f"{count:05d}", SHARD_X_OF_Y=f"{position:05d}-of-{count:05d}",
+                SHARD_INDEX=f"{position:0{digits}d}", NUM_SHARDS=f"{count:0{digits}d}",
+                SHARD_X_OF_Y=f"{position:0{digits}d}-of-{count:0{digits}d}",
             )
             try:
                 shard_path = storage.resolve_inside(root, file_name, what="shard", fs=fs)
@@ -259,10 +264,23 @@ def _shard_refs(fs, root: str, info: dict, info_path: str, name: str, splits: li
             found = fs.exists(shard_path) if "/" in file_name else file_name in present
             if not found:
                 raise FormatError(f"{storage.join(root, file_name)}: shard {position} of split {split['name']!r} not found "
-                                  f"(from filepathTemplate {template!r})")
+                                  f"(from filepathTemplate {template!r}){_other_container(fs, root, info, file_name, present)}")
             refs.append(ShardRef(split["name"], position, file_name, lengths[position] if lengths else None,
                                  float(_count(split.get("numBytes", 0))) / count))
     return refs
+
+
+def _other_container(fs, root: str, info: dict, file_name: str, present: set) -> str:
+    """A hint when the missing shard exists in the other container: dataset_info.json's fileFormat
+    (and so the file names) disagree with the files, which are not guessed at."""
+    file_format = info.get("fileFormat", "tfrecord")
+    for other in CONTAINERS:
+        if other == file_format or f".{file_format}" not in file_name:
+            continue
+        candidate = file_name.replace(f".{file_format}", f".{other}", 1)
+        if (fs.exists(storage.join(root, candidate)) if "/" in candidate else candidate in present):
+            return f"; {candidate} exists, but dataset_info.json says fileFormat {file_format!r}"
+    return ""
 
 
 def _columns(features, features_path: str, fps: float, bgr: set) -> tuple[list[ColumnSpec], dict]:

@@ -1,6 +1,11 @@
 """RLDS episodes read on a worker: a shard's record index (`Reader.expand`), then one record parsed
 into a Sequence. The metadata side (dataset_info.json, features.json, the columns and the layout
 that says how each column is filled) is formats/sources/rlds/__init__.py.
+
+The shard's container is the dataset's `fileFormat`: TFRecord (`tfrecord.py`: records found by
+scanning their headers, read by byte range) or ArrayRecord (`arrayrecord.py`: counted from the
+footer, read by index). A `Container` gives the raw record bytes; everything after them (the
+`tf.train.Example` parse, the columns) is one code path for both.
 """
 
 from __future__ import annotations
@@ -19,14 +24,14 @@ from formats import storage
 from formats.errors import ConversionError, FormatError, in_context
 from formats.sequence import DatasetMeta, ImageFrames, Sequence
 from formats.sources import SourceReader, SourceRef
-from formats.sources.rlds import tfrecord
+from formats.sources.rlds import arrayrecord, tfrecord
 
-__all__ = ["RecordRef", "Reader", "expand_ref", "features_and_parser"]
+__all__ = ["RecordRef", "Reader", "expand_ref", "features_and_parser", "CONTAINERS", "Container"]
 
 
 @dataclasses.dataclass(frozen=True)
 class ShardRef(SourceRef):
-    """One TFRecord shard of a split: expanded into RecordRefs on a worker."""
+    """One shard (a TFRecord or ArrayRecord file) of a split: expanded into RecordRefs on a worker."""
 
     split: str
     position: int  # in the split's shard list
@@ -63,15 +68,49 @@ class ShardRef(SourceRef):
 
 @dataclasses.dataclass(frozen=True)
 class RecordRef(SourceRef):
-    """One episode: a byte range of a shard."""
+    """One episode: a record of a shard, by index (ArrayRecord) or byte range (TFRecord)."""
 
     split: str
     position: int
     index: int  # record index inside the shard
     path: str
-    offset: int
-    nbytes: int
+    offset: int  # TFRecord: the record's data begins here; ArrayRecord: 0 (read by index)
+    nbytes: int  # TFRecord: its length; ArrayRecord: 0
     sequence_id: str
+
+
+class Container:
+    """How a shard holds its records: the only part of reading that differs between fileFormats."""
+
+    def index(self, fs: fsspec.AbstractFileSystem, path: str, cache: dict) -> list[tuple[int, int]]:
+        """(offset, nbytes) for every record of the shard, in order (what RecordRef carries)."""
+        raise NotImplementedError
+
+    def read(self, fs: fsspec.AbstractFileSystem, path: str, ref: RecordRef, cache: dict) -> bytes:
+        """The raw record `ref` addresses (checksums or hashes verified)."""
+        raise NotImplementedError
+
+
+class _TFRecord(Container):
+    def index(self, fs, path, cache):
+        with storage.open_input(fs, path) as handle:
+            return list(tfrecord.scan(handle, fs.size(path)))
+
+    def read(self, fs, path, ref, cache):
+        with storage.open_input(fs, path) as handle:
+            return tfrecord.read_record(handle, ref.offset, ref.nbytes)
+
+
+class _ArrayRecord(Container):
+    def index(self, fs, path, cache):
+        return [(0, 0)] * arrayrecord.count(fs, path, cache)
+
+    def read(self, fs, path, ref, cache):
+        return arrayrecord.read_record(fs, path, ref.index, cache)
+
+
+# dataset_info.json `fileFormat` -> its container (tensorflow_datasets/core/file_adapters.py FileFormat values).
+CONTAINERS: dict[str, Container] = {"tfrecord": _TFRecord(), "array_record": _ArrayRecord()}
 
 
 def features_and_parser(features_json: str):
@@ -83,8 +122,10 @@ def features_and_parser(features_json: str):
     return features, example_parser.ExampleParserNp(features.get_serialized_info())
 
 
-def expand_ref(fs: fsspec.AbstractFileSystem, root: str, ref: ShardRef, meta: DatasetMeta) -> Iterator[RecordRef]:
-    """Index one shard: read its record headers (not the records) into RecordRefs.
+def expand_ref(fs: fsspec.AbstractFileSystem, root: str, ref: ShardRef, meta: DatasetMeta,
+               cache: dict | None = None) -> Iterator[RecordRef]:
+    """Index one shard into RecordRefs without reading its records: a TFRecord shard's record
+    headers, an ArrayRecord shard's footer.
 
     Every error names the shard file (`error.file`): under --on_error=skip the record of a shard
     that cannot be indexed must say which unit failed, or --incremental would keep its fingerprint
@@ -92,9 +133,7 @@ def expand_ref(fs: fsspec.AbstractFileSystem, root: str, ref: ShardRef, meta: Da
     path = storage.join(root, ref.path)
     try:
         path = storage.resolve_inside(root, ref.path, what="shard", fs=fs)
-        size = fs.size(path)
-        with storage.open_input(fs, path) as handle:
-            records = list(tfrecord.scan(handle, size))
+        records = _container(meta).index(fs, path, {} if cache is None else cache)
     except ConversionError as error:
         raise in_context(error, file=path, sequence=f"{ref.split} shard {ref.position}") from error
     except OSError as error:
@@ -115,27 +154,32 @@ def _flatten(values: dict, prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def _container(meta: DatasetMeta) -> Container:
+    return CONTAINERS[meta.source.get("file_format", "tfrecord")]
+
+
 class Reader(SourceReader):
-    """Opened once per worker: the features are rebuilt into one example parser."""
+    """Opened once per worker: the features are rebuilt into one example parser; the container
+    keeps what it found about remote ArrayRecord shards (their footers) in `_shards`."""
 
     def __init__(self, fs: fsspec.AbstractFileSystem, root: str, meta: DatasetMeta):
         super().__init__(fs, root, meta)
         self._parser = None
+        self._shards: dict = {}
 
     def expand(self, ref: ShardRef) -> Iterator[RecordRef]:
-        return expand_ref(self.fs, self.root, ref, self.meta)
+        return expand_ref(self.fs, self.root, ref, self.meta, self._shards)
 
     def load(self, ref: RecordRef) -> Sequence:
         if self._parser is None:
             _, self._parser = features_and_parser(json.dumps(self.meta.source["features"], sort_keys=True))
-        return _load(self.fs, self.root, ref, self.meta, self._parser)
+        return _load(self.fs, self.root, ref, self.meta, self._parser, self._shards)
 
 
-def _load(fs, root: str, ref: RecordRef, meta: DatasetMeta, parser) -> Sequence:
+def _load(fs, root: str, ref: RecordRef, meta: DatasetMeta, parser, cache: dict | None = None) -> Sequence:
     path = storage.resolve_inside(root, ref.path, what="shard", fs=fs)
     try:
-        with storage.open_input(fs, path) as handle:
-            data = tfrecord.read_record(handle, ref.offset, ref.nbytes)
+        data = _container(meta).read(fs, path, ref, {} if cache is None else cache)
         try:
             example = parser.parse_example(data)
         except Exception as error:  # noqa: BLE001 - protobuf/numpy errors on a corrupt record

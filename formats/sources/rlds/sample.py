@@ -2,9 +2,10 @@
 
 The features are real TFDS FeatureConnectors (features.json is what their `save_config` writes), episodes are
 encoded with their `encode_example` and serialized with tfds' own `ExampleSerializer` into
-`tf.train.Example`s, and shards are TFRecord files named by `filepathTemplate` with counts in
-dataset_info.json, as `tfds.core.DatasetBuilder.download_and_prepare` writes them. Images are
-given as already-encoded PNG/JPEG bytes (what TFDS stores), so no image library is needed.
+`tf.train.Example`s, and shards are TFRecord or ArrayRecord files (`file_format`, tfds'
+`file_format=` option) named by `filepathTemplate` with counts in dataset_info.json, as
+`tfds.core.DatasetBuilder.download_and_prepare` writes them. Images are given as already-encoded
+PNG/JPEG bytes (what TFDS stores), so no image library is needed.
 """
 
 from __future__ import annotations
@@ -12,15 +13,19 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
+import tempfile
 from collections.abc import Sequence as Seq
 
 import numpy as np
 
 from formats import samples, storage
 from formats.sources.lerobot_v3.sample import encode_image, synthetic_frames
-from formats.sources.rlds import tfrecord
+from formats.sources.rlds import arrayrecord, tfrecord
 
-__all__ = ["SyntheticRLDS", "write_dataset", "write_episodes"]
+__all__ = ["SyntheticRLDS", "write_dataset", "write_episodes", "write_shard", "FILE_FORMATS"]
+
+FILE_FORMATS = ("tfrecord", "array_record")
 
 
 @dataclasses.dataclass
@@ -36,6 +41,7 @@ class SyntheticRLDS:
     varying_instruction_episodes: Seq[int] = (3,)  # the instruction changes half-way
     depth_camera: bool = False  # a 16-bit PNG depth camera
     seed: int = 0
+    file_format: str = "tfrecord"  # or "array_record" (tfds' file_format=array_record)
 
 
 def _features(spec: SyntheticRLDS):
@@ -138,12 +144,30 @@ def write_dataset(url: str, spec: SyntheticRLDS | None = None) -> dict:
             episode, values = _episode(spec, rng, number, length, camera_offset=len(truth) - 1)
             episodes[split].append(episode)
             truth[split].append(values)
-    write_episodes(url, spec.name, _features(spec), episodes, spec.shards, spec.template)
+    write_episodes(url, spec.name, _features(spec), episodes, spec.shards, spec.template, spec.file_format)
     return truth
 
 
+def write_shard(fs, path: str, records: list[bytes], file_format: str = "tfrecord") -> None:
+    """One shard of serialized records in the given container: TFRecord framing, or ArrayRecord
+    with the writer options tfds uses (written to a local file first: array_record writes OS paths only)."""
+    if file_format == "tfrecord":
+        with fs.open(path, "wb") as handle:
+            tfrecord.write_records(handle, records)
+        return
+    if file_format != "array_record":
+        raise ValueError(f"file_format {file_format!r}: one of {FILE_FORMATS}")
+    local = storage.local_path(fs, path)
+    if local is not None:
+        arrayrecord.write_records(local, records)
+        return
+    with tempfile.TemporaryDirectory(prefix="mixtrain-rlds-sample-") as folder:
+        arrayrecord.write_records(os.path.join(folder, "shard"), records)
+        fs.put_file(os.path.join(folder, "shard"), path)
+
+
 def write_episodes(url: str, name: str, features, episodes: dict, shards: dict | None = None,
-                   template: str = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}") -> None:
+                   template: str = "{DATASET}-{SPLIT}.{FILEFORMAT}-{SHARD_X_OF_Y}", file_format: str = "tfrecord") -> None:
     """Serialize {split: [episode dicts]} with TFDS' encoder into shards laid out as TFDS does."""
     from google.protobuf import json_format
     from tensorflow_datasets.core import example_serializer
@@ -160,15 +184,14 @@ def write_episodes(url: str, name: str, features, episodes: dict, shards: dict |
             records[shard_of[number]].append(serializer.serialize_example(features.encode_example(episode)))
         sizes = 0
         for position, shard in enumerate(records):
-            file_name = template.format(DATASET=name, SPLIT=split, FILEFORMAT="tfrecord", SHARD_INDEX=f"{position:05d}",
+            file_name = template.format(DATASET=name, SPLIT=split, FILEFORMAT=file_format, SHARD_INDEX=f"{position:05d}",
                                         NUM_SHARDS=f"{count:05d}", SHARD_X_OF_Y=f"{position:05d}-of-{count:05d}")
             fs.makedirs(storage.join(root, file_name).rsplit("/", 1)[0], exist_ok=True)
-            with fs.open(storage.join(root, file_name), "wb") as handle:
-                tfrecord.write_records(handle, shard)
+            write_shard(fs, storage.join(root, file_name), shard, file_format)
             sizes += fs.size(storage.join(root, file_name))
         info_splits.append({"name": split, "filepathTemplate": template, "numBytes": str(sizes),
                             "shardLengths": [str(len(shard)) for shard in records]})
-    info = {"name": name, "fileFormat": "tfrecord", "version": "1.0.0", "moduleName": f"{name}.builder",
+    info = {"name": name, "fileFormat": file_format, "version": "1.0.0", "moduleName": f"{name}.builder",
             "description": "synthetic RLDS written by mixtrain-convert's tests", "splits": info_splits}
     fs.pipe_file(storage.join(root, "dataset_info.json"), json.dumps(info, indent=2).encode())
     # What FeatureConnector.save_config writes: the feature proto as JSON.
