@@ -229,8 +229,8 @@ def _load_plugins() -> None:
                                                 type(error).__name__, error)
 
 
-_REGISTRY = Registry(("formats.sources.lerobot_v3", "formats.sources.ortf", "formats.sources.l5kit", "formats.sources.rlds"),
-                     then=_load_plugins)
+_REGISTRY = Registry(("formats.sources.lerobot_v3", "formats.sources.lerobot_v2", "formats.sources.ortf", "formats.sources.l5kit",
+                      "formats.sources.rlds"), then=_load_plugins)
 
 
 def register(source: Source) -> Source:

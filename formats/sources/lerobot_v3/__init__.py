@@ -59,7 +59,7 @@ from formats.sequence import (
 from formats.sources import Source
 from formats.sources.lerobot_v3.rows import EpisodeRef, Reader, episode_images
 
-__all__ = ["FORMAT", "EpisodeRef", "Layout", "detect", "is_v2", "plan", "plan_episodes", "load"]
+__all__ = ["FORMAT", "EpisodeRef", "Layout", "detect", "is_v2", "plan", "plan_episodes", "load", "require"]
 
 FORMAT = "lerobot_v3"
 INFO_PATH = "meta/info.json"
@@ -112,7 +112,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     if version != SUPPORTED_VERSION:
         raise FormatError(f"{info_path}: codebase_version {version!r} is not supported "
                           f"(the lerobot_v3 source reads {SUPPORTED_VERSION}, lerobot_v2 reads v2.0 and v2.1)")
-    layout = Layout(_require(info, "data_path", str, info_path), info.get("video_path"), info_path)
+    layout = Layout(require(info, "data_path", str, info_path), info.get("video_path"), info_path)
     return plan_episodes(fs, root, info, layout, _read_episodes(fs, root), _read_tasks(fs, root), FORMAT,
                          "meta/episodes lists")
 
@@ -128,17 +128,21 @@ class Layout:
     info_path: str
 
     def data_file(self, row: dict, shared: dict) -> str:
-        return _filled(shared, self.data_template, self.info_path, "data_path", chunk_index=row["data/chunk_index"],
-                       file_index=row["data/file_index"])
+        return self.fill(shared, "data_path", chunk_index=row["data/chunk_index"], file_index=row["data/file_index"])
 
     def video(self, row: dict, key: str, length: int, fps: float, shared: dict) -> VideoSegment:
         prefix = f"videos/{key}/"
         missing = [k for k in ("chunk_index", "file_index", "from_timestamp", "to_timestamp") if prefix + k not in row]
         if missing or self.video_template is None:
             raise FormatError(f"{self.info_path}: episode_{int(row['episode_index']):06d}: camera {key!r} has no video location in the episode index")
-        path = _filled(shared, self.video_template, self.info_path, "video_path", video_key=key, chunk_index=row[prefix + "chunk_index"],
-                       file_index=row[prefix + "file_index"])
+        path = self.fill(shared, "video_path", video_key=key, chunk_index=row[prefix + "chunk_index"], file_index=row[prefix + "file_index"])
         return VideoSegment(path, length, float(row[prefix + "from_timestamp"]), float(row[prefix + "to_timestamp"]))
+
+    def fill(self, shared: dict, key: str, **values) -> str:
+        """info.json's `key` template ("data_path" or "video_path") filled with `values` (a bad
+        template is one line naming it), the string shared by every ref that holds it."""
+        template = self.data_template if key == "data_path" else self.video_template
+        return _filled(shared, template, self.info_path, key, **values)
 
 
 def plan_episodes(fs: fsspec.AbstractFileSystem, root: str, info: dict, layout: Layout, episodes: pa.Table,
@@ -150,10 +154,10 @@ def plan_episodes(fs: fsspec.AbstractFileSystem, root: str, info: dict, layout: 
     info_path = layout.info_path
     footers = storage.ParquetFooters(fs)
     version = info.get("codebase_version")
-    fps = _require(info, "fps", (int, float), info_path)
+    fps = require(info, "fps", (int, float), info_path)
     if not math.isfinite(fps) or fps <= 0:
         raise FormatError(f"{info_path}: 'fps' must be a positive number of frames per second, found {fps!r}")
-    features = _require(info, "features", dict, info_path)
+    features = require(info, "features", dict, info_path)
     parsed = _parse_features(features, info_path)
 
     declared = info.get("total_episodes")
@@ -213,7 +217,8 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: Datase
 # --- metadata -----------------------------------------------------------------------------------
 
 
-def _require(info: dict, key: str, types, path: str):
+def require(info: dict, key: str, types, path: str):
+    """info[key], refused in one line when it is missing or of another type (bool is not an int)."""
     if key not in info:
         raise FormatError(f"{path}: required key {key!r} is missing")
     value = info[key]
