@@ -177,9 +177,16 @@ def _read_tasks(fs, root: str) -> dict[int, str]:
 
 def _check_no_unlisted_files(fs, root: str, refs: list) -> None:
     """A data file beside the listed ones is an episode episodes.jsonl forgot: converting without
-    it would drop it silently (lerobot's converter and its 0.3 reader both take every data file)."""
+    it would drop it silently (lerobot's converter and its 0.3 reader both take every data file).
+    Looked for in the folders of the listed files and in their sibling folders (another chunk)."""
     listed = {ref.data_file for ref in refs}
-    for folder in sorted({posixpath.dirname(path) for path in listed}):
+    folders = {posixpath.dirname(path) for path in listed}
+    for parent in {posixpath.dirname(folder) for folder in folders if folder}:
+        if parent:  # data/chunk-XXX: the other chunk folders too (not the root's folders: meta/, videos/)
+            absolute = storage.resolve_inside(root, parent, what="data folder", fs=fs)
+            if fs.isdir(absolute):
+                folders |= {f"{parent}/{path.rstrip('/').rsplit('/', 1)[-1]}" for path in fs.ls(absolute, detail=False) if fs.isdir(path)}
+    for folder in sorted(folders):
         absolute = storage.resolve_inside(root, folder, what="data folder", fs=fs) if folder else root
         if not fs.isdir(absolute):
             continue  # its files are missing: the plan or the load names the first one

@@ -554,7 +554,12 @@ def _filled(shared: dict, template: str, info_path: str, key: str, **values) -> 
     except TypeError:  # a value no template can take (a list): _fill says so
         return _fill(template, info_path, key, **values)
     if memo not in shared:
-        shared[memo] = _one(shared, _fill(template, info_path, key, **values))
+        path = _fill(template, info_path, key, **values)
+        try:  # an absolute path or one through ../ is refused here, naming info.json (the workers check symlinks)
+            storage.resolve_inside("", path, what="data file" if key == "data_path" else "video file")
+        except FormatError as error:
+            raise in_context(error, file=info_path) from None
+        shared[memo] = _one(shared, path)
     return shared[memo]
 
 
