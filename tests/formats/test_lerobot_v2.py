@@ -88,7 +88,9 @@ def test_v20_gives_the_v21_dataset(converted):
     for shard in sorted((base / "out_v21/data").glob("*.parquet")):
         assert (base / "out_v20/data" / shard.name).read_bytes() == shard.read_bytes()
     assert (base / "out_v20/stats.json").read_bytes() == (base / "out_v21/stats.json").read_bytes()
-    assert json.loads((base / "out_v20/mixtrain.json").read_text())["source"]["codebase_version"] == "v2.0"
+    v20, v21 = (json.loads((base / f"out_{name}/mixtrain.json").read_text()) for name in ("v20", "v21"))
+    assert v20["source"]["codebase_version"] == "v2.0" and "video_info" in v20["source"]["features"]["observation.images.front"]
+    assert v20["column_types"] == v21["column_types"] and v21["column_types"]["video_front"]["codec"] == "h264"
 
 
 def test_v21_and_its_v30_conversion_give_the_same_dataset(converted):

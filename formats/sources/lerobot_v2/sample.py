@@ -7,7 +7,7 @@ seed) in the v2 layout lerobot 0.3's LeRobotDataset.save_episode produces: one d
 (`data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet`, `episode_chunk` =
 episode_index // chunks_size), each camera's episode encoded alone into its own MP4
 (`videos/chunk-XXX/<camera>/episode_XXXXXX.mp4`), meta/episodes.jsonl, meta/tasks.jsonl, and
-meta/episodes_stats.jsonl (v2.1) or meta/stats.json (v2.0). The spec's `chunks_size` is the
+meta/episodes_stats.jsonl (v2.1) or meta/stats.json and cameras' `video_info` (v2.0). The spec's `chunks_size` is the
 chunk folder size; its per-file counts (`episodes_per_*_file`) are v3.0 notions and not used.
 
 `convert_v21_to_v30` is lerobot 0.6's scripts/convert_dataset_v21_to_v30.py on a local copy,
@@ -114,8 +114,16 @@ def _info_v2(spec: SyntheticLeRobot, total_frames: int, version: str) -> dict:
         "splits": v3["splits"],
         "data_path": DATA_TEMPLATE,
         "video_path": VIDEO_TEMPLATE if spec.cameras else None,
-        "features": v3["features"],
+        "features": v3["features"] if version == "v2.1" else {key: _v20_feature(feature) for key, feature in v3["features"].items()},
     }
+
+
+def _v20_feature(feature: dict) -> dict:
+    """v2.0 as lerobot 0.3's v1 -> v2.0 converter left it (most v2.0 datasets on the Hub): a
+    camera's stream facts under `video_info`, not `info`."""
+    if feature["dtype"] != "video":
+        return feature
+    return {("video_info" if key == "info" else key): value for key, value in feature.items()}
 
 
 def _jsonl(fs, path: str, rows: list[dict]) -> None:

@@ -311,7 +311,7 @@ def _column_for(feature: _Feature, spec: dict, data_types: dict[str, pa.DataType
     meta: dict[str, Any] = {"source": feature.key}
     if spec.get("names") is not None:
         meta["names"] = spec["names"]
-    info = spec.get("info") or {}
+    info = spec.get("info") or spec.get("video_info") or {}  # `video_info`: what lerobot's v1 -> v2.0 converter wrote
     if feature.kind == VIDEO and feature.dtype == "image":
         width, height = _image_size(feature.shape, spec.get("names"))
         return ColumnSpec(feature.column, VIDEO, pa.string(), {
