@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from formats.sources.lerobot_v2.sample import convert_v21_to_v30, write_dataset
-from formats.sources.lerobot_v3.sample import SyntheticLeRobot
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, camera_frames, encode_camera
 from pipelines import convert
 
 # Five episodes in three chunk folders, two H.264 cameras (B-frames), a PNG camera, and a task
@@ -162,12 +162,19 @@ def _truncate(path: pathlib.Path) -> None:
     path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2])
 
 
+def _two_frames() -> bytes:
+    """Episode 1's front camera (4 rows) encoded with its first 2 frames only."""
+    return encode_camera(VIDEO_SPEC, camera_frames(VIDEO_SPEC, 1, 0, False)[:2], False, continuous=False)
+
+
 E0, E1, E2 = "data/chunk-000/episode_000000.parquet", "data/chunk-000/episode_000001.parquet", "data/chunk-001/episode_000002.parquet"
 FRONT1 = "videos/chunk-000/observation.images.front/episode_000001.mp4"
 
 # case -> (dataset, corruption, the file the line names, what it says after "error: <file>: ")
 CASES = {
     "missing video": ("video", lambda r: (r / FRONT1).unlink(), FRONT1, "episode_000001 (video_front): video file not found"),
+    "video shorter than the episode": ("video", lambda r: (r / FRONT1).write_bytes(_two_frames()), FRONT1,
+                                       "episode_000001 (video_front): segment [0, 0.133333) s holds 2 frames, expected 4"),
     "truncated video": ("video", lambda r: _truncate(r / FRONT1), "",  # PyAV's text names the file
                         "episode_000001 (video_front): cannot open video: [Errno 1094995529] Invalid data found when processing input: "),
     "truncated data file": ("data", lambda r: _truncate(r / E2), E2, "episode_000002: cannot read data: "),
@@ -181,6 +188,10 @@ CASES = {
     "a data file episodes.jsonl does not list": (
         "data", lambda r: (_edit_jsonl(r / "meta/episodes.jsonl", lambda rows: rows[:2]), _edit_json(r / "meta/info.json", total_episodes=2)),
         E2, "a data file that meta/episodes.jsonl does not list (2 episodes listed); add its episode to meta/episodes.jsonl or move the file away"),
+    "another v2 version": ("data", lambda r: _edit_json(r / "meta/info.json", codebase_version="v2.2"), "meta/info.json",
+                           "codebase_version 'v2.2' is not supported (the lerobot_v2 source reads v2.0 and v2.1, lerobot_v3 reads v3.0)"),
+    "chunks_size as text": ("data", lambda r: _edit_json(r / "meta/info.json", chunks_size="2"), "meta/info.json",
+                            "'chunks_size' must be int, found '2'"),
     "total_episodes disagrees": ("data", lambda r: _edit_json(r / "meta/info.json", total_episodes=4), "meta/info.json",
                                  "total_episodes is 4 but meta/episodes.jsonl lists 3 episodes"),
     "video_path escaping the root": (
