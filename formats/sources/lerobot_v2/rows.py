@@ -30,13 +30,13 @@ class Reader(rows.Reader):
     """The v3.0 reader with v2's row lookup: the whole data file of the episode."""
 
     def episode_rows(self, path: str, ref: EpisodeRef) -> pa.Table:
-        metadata, schema, columns = episode_columns(self.fs, path, ref, self.meta, self.footers, "episode_index")
+        metadata, schema, columns = episode_columns(self.fs, path, ref, self.meta, self.footers)
         decoded = parquet_rows.read_row_groups(self.fs, path, metadata, range(metadata.num_row_groups), columns)
         table = parquet_rows.table_or_empty(list(decoded.values()), schema, columns)
         if table.num_rows != ref.length:
             raise FormatError(f"{EPISODES_PATH} gives episode {ref.episode_index} {ref.length} frames, its data file holds {table.num_rows} rows")
-        found = np.unique(table.column("episode_index").to_numpy(zero_copy_only=False)).tolist() if table.num_rows else []
-        if found != [ref.episode_index]:
+        found = np.unique(table.column("episode_index").to_numpy(zero_copy_only=False)).tolist() if "episode_index" in columns else None
+        if found is not None and found != [ref.episode_index]:
             raise FormatError(f"the data file holds rows of episode(s) {found}, not episode {ref.episode_index} "
                               "(a data file under another episode's name)")
         if "timestamp" in table.column_names and any(spec.kind == VIDEO and spec.meta.get("encoded_from") != FROM_IMAGES

@@ -114,10 +114,9 @@ def _changed_since_read(fs, path: str, footers: storage.ParquetFooters) -> bool:
 # --- data ---------------------------------------------------------------------------------------
 
 
-def episode_columns(fs, path: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.ParquetFooters,
-                    key_column: str) -> tuple[Any, pa.Schema, list[str]]:
-    """(footer, schema, columns to read) of an episode's data file: the features the plan
-    declared (each must be there) and the bookkeeping columns the file has."""
+def episode_columns(fs, path: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.ParquetFooters) -> tuple[Any, pa.Schema, list[str]]:
+    """(footer, schema, columns to read) of an episode's data file: the bookkeeping columns the
+    file has and the features the plan declared (each must be there)."""
     if not fs.exists(path):
         raise FormatError(f"data file not found (episode {ref.episode_index})")
     metadata = footers.footer(path)
@@ -129,13 +128,14 @@ def episode_columns(fs, path: str, ref: EpisodeRef, meta: DatasetMeta, footers: 
     if missing:
         raise FormatError(f"columns {missing} declared in meta/info.json are missing from the data file")
     extra = [c for c in ("timestamp", "frame_index", "episode_index", "task_index") if schema.get_field_index(c) >= 0]
-    return metadata, schema, list(dict.fromkeys([key_column, *extra, *wanted]))
+    return metadata, schema, list(dict.fromkeys([*extra, *wanted]))
 
 
 def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.ParquetFooters,
                        decoded: parquet_rows.DecodedRowGroups) -> pa.Table:
-    key_column = "index" if fs.exists(path) and footers.schema(path).get_field_index("index") >= 0 else "episode_index"
-    metadata, schema, columns = episode_columns(fs, path, ref, meta, footers, key_column)
+    metadata, schema, columns = episode_columns(fs, path, ref, meta, footers)
+    key_column = "index" if schema.get_field_index("index") >= 0 else "episode_index"
+    columns = list(dict.fromkeys([key_column, *columns]))
     low, high = (ref.from_index, ref.to_index) if key_column == "index" else (ref.episode_index, ref.episode_index + 1)
     groups = parquet_rows.row_groups_holding(footers, path, key_column, low, high - 1)
     parts = decoded.get(path, metadata, columns, groups, lambda missing: _decode(fs, path, metadata, columns, key_column, missing))
