@@ -126,6 +126,8 @@ def test_an_mp4_holding_more_frames_than_rows_gives_the_rows_frames(tmp_path):
     assert _convert(tmp_path / "src", tmp_path / "out") == convert.EXIT_OK
     written = _frames(tmp_path / "out/files/video_front/episode_000001.mp4")
     assert len(written) == 8 and all(np.array_equal(a, b) for a, b in zip(written, _frames(source)[:8]))
+    assert _convert(tmp_path / "src", tmp_path / "reencoded", "--video=reencode") == convert.EXIT_OK  # the same span in both modes
+    assert len(_frames(tmp_path / "reencoded/files/video_front/episode_000001.mp4")) == 8
 
 
 # --- hostile input ---------------------------------------------------------------------------------
