@@ -22,7 +22,7 @@ DEFAULT_SHARD_MB = 256.0
 DEFAULT_MAX_SKIPPED = "10%"
 DEFAULT_PROGRESS_SECONDS = 10.0
 # Known here without importing the format modules (pyarrow, PyAV): tests check they match them.
-SOURCE_IDS = ("l5kit", "lerobot_v3", "ortf", "rlds")
+SOURCE_IDS = ("l5kit", "lerobot_v2", "lerobot_v3", "ortf", "rlds")
 VIDEO_CODECS = ("av1", "h264", "hevc")
 VIDEO_MODES = ("copy", "reencode")
 ERROR_MODES = ("fail", "skip")

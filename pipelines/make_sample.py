@@ -3,6 +3,8 @@
 Every registered sample writer (formats/samples/) can write one, for example:
 lerobot_v3 (default): written the way lerobot 0.4.4 writes (formats/sources/lerobot_v3/sample.py): AV1
 cameras joined per file by stream copy, several data files, video files and chunk folders.
+lerobot_v2: LeRobot v2.1 as lerobot 0.3.x writes it (formats/sources/lerobot_v2/sample.py): one data file
+and one H.264 MP4 per camera per episode, chunk folders of 5 episodes, jsonl metadata.
 ortf: ORTF v0.2 as the spec lays it out (formats/sources/ortf/sample.py): chunks, two cameras (one at
 half rate), 16-bit depth, audio, annotations.
 l5kit: a zarr v2 group laid out as l5kit writes it (formats/sources/l5kit/sample.py): several chunks per

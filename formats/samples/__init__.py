@@ -35,8 +35,8 @@ class Sample:
 
 # The built-in writers (sources/<format>/sample.py) register themselves when imported, on first
 # use of the registry (ORTF's writer imports LeRobot's frames: no cycle through this package).
-_REGISTRY = Registry(("formats.sources.lerobot_v3.sample", "formats.sources.ortf.sample", "formats.sources.l5kit.sample",
-                      "formats.sources.rlds.sample"))
+_REGISTRY = Registry(("formats.sources.lerobot_v3.sample", "formats.sources.lerobot_v2.sample", "formats.sources.ortf.sample",
+                      "formats.sources.l5kit.sample", "formats.sources.rlds.sample"))
 
 
 def register(sample: Sample) -> Sample:

@@ -1,6 +1,6 @@
 """Sources: the contract every input format implements, and the registry that finds them.
 
-One folder a format beside this file (`lerobot_v3/`, `ortf/`, `rlds/`, `l5kit/`): its `__init__`
+One folder a format beside this file (`lerobot_v3/`, `lerobot_v2/`, `ortf/`, `rlds/`, `l5kit/`): its `__init__`
 holds the `Source` (launcher side) and registers it, `rows.py`/`records.py` the worker-side
 reader, `sample.py` the synthetic writer the tests use. A new format is one such folder.
 
@@ -229,8 +229,8 @@ def _load_plugins() -> None:
                                                 type(error).__name__, error)
 
 
-_REGISTRY = Registry(("formats.sources.lerobot_v3", "formats.sources.ortf", "formats.sources.l5kit", "formats.sources.rlds"),
-                     then=_load_plugins)
+_REGISTRY = Registry(("formats.sources.lerobot_v3", "formats.sources.lerobot_v2", "formats.sources.ortf", "formats.sources.l5kit",
+                      "formats.sources.rlds"), then=_load_plugins)
 
 
 def register(source: Source) -> Source:

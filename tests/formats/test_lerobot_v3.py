@@ -119,16 +119,16 @@ def test_malformed_info_json(writable_so100):
         _plan(writable_so100)
 
 
-def test_v21_names_the_converter(writable_so100):
+def test_v21_is_left_to_lerobot_v2(writable_so100):
     info = _info(writable_so100)
     info["codebase_version"] = "v2.1"
     (writable_so100 / "meta/info.json").write_text(json.dumps(info))
+    fs, root = storage.open_root(str(writable_so100))
+    assert not lerobot_v3.detect(fs, root)
     with pytest.raises(FormatError) as caught:
         _plan(writable_so100)
-    assert "codebase_version 'v2.1' is not supported (only v3.0)" in str(caught.value)
-    assert str(caught.value).endswith("convert it to v3.0 first with lerobot's converter: python -m "
-                                      "lerobot.scripts.convert_dataset_v21_to_v30 --repo-id=local/<name> --root=<this folder> "
-                                      "--output-root=<a new folder> --push-to-hub=false")
+    assert str(caught.value) == (f"{writable_so100 / 'meta/info.json'}: codebase_version 'v2.1' is not supported "
+                                 "(the lerobot_v3 source reads v3.0, lerobot_v2 reads v2.0 and v2.1)")
 
 
 def test_wrong_type_in_metadata(writable_so100):

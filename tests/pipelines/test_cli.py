@@ -130,8 +130,8 @@ def test_a_source_the_input_is_not_says_what_auto_detection_sees(tmp_path, small
     (("--detach",), ["error: --detach has no effect on a local runner (the run is this process); it is for --runner=DataflowRunner"]),
     (("--fps=-10",), ["error: argument --fps: expected a number > 0, found '-10'", "python -m pipelines.convert --help lists every option"]),
     (("--fps=nan",), ["error: argument --fps: expected a number > 0, found 'nan'", "python -m pipelines.convert --help lists every option"]),
-    (("--source=lerobot",), ["error: argument --source: invalid choice: 'lerobot' (choose from 'auto', 'l5kit', 'lerobot_v3', 'ortf', "
-                             "'rlds'); did you mean 'lerobot_v3'?", "python -m pipelines.convert --help lists every option"]),
+    (("--source=lerobot",), ["error: argument --source: invalid choice: 'lerobot' (choose from 'auto', 'l5kit', 'lerobot_v2', "
+                             "'lerobot_v3', 'ortf', 'rlds'); did you mean 'lerobot_v3'?", "python -m pipelines.convert --help lists every option"]),
     (("extra",), ["error: unexpected argument 'extra' (options are written --name=value)",
                   "python -m pipelines.convert --input=SRC --output=DST"]),
     (("--progress=off", "--progress_interval=1"),

@@ -145,7 +145,8 @@ def test_v21_cli(writable_so100, tmp_path, capsys):
     info = json.loads((src / "meta/info.json").read_text())
     info["codebase_version"] = "v2.1"
     (src / "meta/info.json").write_text(json.dumps(info))
-    _expect_failure(src, tmp_path / "out", capsys, "meta/info.json: codebase_version 'v2.1'", "convert_dataset_v21_to_v30")
+    # Read as v2.x now (lerobot_v2): a v3.0 dataset labelled v2.1 has no v2 episode index.
+    _expect_failure(src, tmp_path / "out", capsys, "meta/episodes.jsonl: not found; a LeRobot v2.x dataset needs meta/episodes.jsonl")
 
 
 def test_offsets_past_data_file_cli(writable_so100, tmp_path, capsys):

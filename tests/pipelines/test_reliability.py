@@ -16,6 +16,7 @@ from formats import samples
 from formats.errors import ConversionError
 from formats.sources.l5kit.sample import SyntheticL5Kit
 from formats.sources.l5kit.sample import write_dataset as write_l5kit
+from formats.sources.lerobot_v2.sample import write_dataset as write_lerobot_v2
 from formats.sources.lerobot_v3.sample import SyntheticLeRobot
 from formats.sources.lerobot_v3.sample import write_dataset as write_lerobot
 from formats.sources.ortf.sample import SyntheticORTF
@@ -332,14 +333,17 @@ def test_incremental_without_a_previous_dataset_is_a_full_run_and_refuses_video_
     ("l5kit", "frames/.zarray", "[1,", r"frames/.zarray: malformed JSON"),
     ("ortf", "meta/manifest.json", '{"ortf_version": 0.2', r"meta/manifest.json: malformed JSON"),
     ("ortf", "meta/manifest.json", '["a list"]', r"meta/manifest.json: expected a JSON object"),
-    ("lerobot_v3", "meta/info.json", '{"codebase_version": "v2.1"}', r"codebase_version 'v2.1' is not supported \(only v3.0\); "
-     r"convert it to v3.0 first with lerobot's converter"),
+    ("lerobot_v3", "meta/info.json", '{"codebase_version": "v1.6"}', r"codebase_version 'v1.6' is not supported \(the lerobot_v3 "
+     r"source reads v3.0, lerobot_v2 reads v2.0 and v2.1\)"),
+    ("lerobot_v2", "meta/episodes.jsonl", '{"episode_index": 0, "tasks": [], "length": 3}\n{"episode_index": 1,\n',
+     r"meta/episodes.jsonl: line 2: malformed JSON"),
 ])
 def test_malformed_metadata_is_one_line_naming_the_file(tmp_path, capsys, source, target, text, message):
     writers = {"rlds": lambda p: write_rlds(str(p), SyntheticRLDS(splits={"train": (3,)}, shards={"train": 1})),
                "l5kit": lambda p: write_l5kit(str(p), SyntheticL5Kit(scene_lengths=(4,))),
                "ortf": lambda p: write_ortf(str(p), SyntheticORTF(lengths=(3,))),
-               "lerobot_v3": lambda p: write_lerobot(str(p), SyntheticLeRobot(lengths=(3,), cameras=()))}
+               "lerobot_v3": lambda p: write_lerobot(str(p), SyntheticLeRobot(lengths=(3,), cameras=())),
+               "lerobot_v2": lambda p: write_lerobot_v2(str(p), SyntheticLeRobot(lengths=(3,), cameras=()))}
     src = tmp_path / "src"
     writers[source](src)
     (src / target).write_text(text)

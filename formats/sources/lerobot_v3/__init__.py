@@ -59,7 +59,7 @@ from formats.sequence import (
 from formats.sources import Source
 from formats.sources.lerobot_v3.rows import EpisodeRef, Reader, episode_images
 
-__all__ = ["FORMAT", "EpisodeRef", "detect", "plan", "load"]
+__all__ = ["FORMAT", "EpisodeRef", "Layout", "detect", "is_v2", "plan", "plan_episodes", "load", "require"]
 
 FORMAT = "lerobot_v3"
 INFO_PATH = "meta/info.json"
@@ -67,10 +67,6 @@ TASKS_PATH = "meta/tasks.parquet"
 STATS_PATH = "meta/stats.json"
 EPISODES_DIR = "meta/episodes"
 SUPPORTED_VERSION = "v3.0"
-# lerobot 0.6's converter, on a local copy (without --root it downloads the dataset from the Hub, and
-# without --push-to-hub=false it pushes the result there; --output-root keeps the v2.1 copy as it is).
-V21_CONVERTER = ("python -m lerobot.scripts.convert_dataset_v21_to_v30 --repo-id=local/<name> --root=<this folder> "
-                 "--output-root=<a new folder> --push-to-hub=false")
 
 # Per-frame columns every LeRobot dataset has; derivable, so not repeated per step.
 BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
@@ -91,39 +87,83 @@ class _Feature:
 
 
 def detect(fs: fsspec.AbstractFileSystem, root: str) -> bool:
-    """A LeRobot dataset (any version) has meta/info.json with a codebase_version."""
+    """A LeRobot dataset of any version but v2.x (formats/sources/lerobot_v2 reads those): meta/info.json
+    with a codebase_version (a v1 one is refused by plan with the versions that are read)."""
     path = storage.join(root, INFO_PATH)
     if not fs.exists(path):
         return False
     try:
-        return "codebase_version" in storage.read_json(fs, path)
+        info = storage.read_json(fs, path)
     except FormatError:
         return True  # malformed, but plainly meant as LeRobot: let plan() say what is wrong
+    return "codebase_version" in info and not is_v2(info["codebase_version"])
+
+
+def is_v2(version) -> bool:
+    """Whether an info.json codebase_version is a v2.x one (per-episode files, jsonl metadata)."""
+    return isinstance(version, str) and version.startswith("v2.")
 
 
 def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) -> tuple[DatasetMeta, list[EpisodeRef]]:
     """Read metadata only and return the output schema and one EpisodeRef per episode."""
     info_path = storage.resolve_inside(root, INFO_PATH, what="info.json", fs=fs)
     info = storage.read_json(fs, info_path, missing="not found; a LeRobot v3 dataset needs meta/info.json")
-    footers = storage.ParquetFooters(fs)
     version = info.get("codebase_version")
     if version != SUPPORTED_VERSION:
-        hint = f"; convert it to v3.0 first with lerobot's converter: {V21_CONVERTER}" if str(version).startswith("v2") else ""
-        raise FormatError(f"{info_path}: codebase_version {version!r} is not supported (only {SUPPORTED_VERSION}){hint}")
-    fps = _require(info, "fps", (int, float), info_path)
+        raise FormatError(f"{info_path}: codebase_version {version!r} is not supported "
+                          f"(the lerobot_v3 source reads {SUPPORTED_VERSION}, lerobot_v2 reads v2.0 and v2.1)")
+    layout = Layout(require(info, "data_path", str, info_path), info.get("video_path"), info_path)
+    return plan_episodes(fs, root, info, layout, _read_episodes(fs, root), _read_tasks(fs, root), FORMAT,
+                         "meta/episodes lists")
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where an episode's files are, from its episode-index row: v3.0 fills `data_path` and
+    `video_path` with the row's chunk and file indices, and finds a camera's frames at the row's
+    [from, to) seconds of a shared MP4. formats/sources/lerobot_v2 subclasses it (one file per episode)."""
+
+    data_template: str
+    video_template: str | None
+    info_path: str
+
+    def data_file(self, row: dict, shared: dict) -> str:
+        return self.fill(shared, "data_path", chunk_index=row["data/chunk_index"], file_index=row["data/file_index"])
+
+    def video(self, row: dict, key: str, length: int, fps: float, shared: dict) -> VideoSegment:
+        prefix = f"videos/{key}/"
+        missing = [k for k in ("chunk_index", "file_index", "from_timestamp", "to_timestamp") if prefix + k not in row]
+        if missing or self.video_template is None:
+            raise FormatError(f"{self.info_path}: episode_{int(row['episode_index']):06d}: camera {key!r} has no video location in the episode index")
+        path = self.fill(shared, "video_path", video_key=key, chunk_index=row[prefix + "chunk_index"], file_index=row[prefix + "file_index"])
+        return VideoSegment(path, length, float(row[prefix + "from_timestamp"]), float(row[prefix + "to_timestamp"]))
+
+    def fill(self, shared: dict, key: str, **values) -> str:
+        """info.json's `key` template ("data_path" or "video_path") filled with `values` (a bad
+        template is one line naming it), the string shared by every ref that holds it."""
+        template = self.data_template if key == "data_path" else self.video_template
+        return _filled(shared, template, self.info_path, key, **values)
+
+
+def plan_episodes(fs: fsspec.AbstractFileSystem, root: str, info: dict, layout: Layout, episodes: pa.Table,
+                  task_texts: dict[int, str], format_id: str, index_lists: str) -> tuple[DatasetMeta, list[EpisodeRef]]:
+    """The plan of a LeRobot dataset of any layout, from its info.json, its episode index as one
+    table (one row per episode: `episode_index`, `tasks`, `length`, `dataset_from_index`,
+    `dataset_to_index`, what `layout` reads, and the episode-level fields to keep) and its tasks.
+    `index_lists` names the episode index in the total_episodes message."""
+    info_path = layout.info_path
+    footers = storage.ParquetFooters(fs)
+    version = info.get("codebase_version")
+    fps = require(info, "fps", (int, float), info_path)
     if not math.isfinite(fps) or fps <= 0:
         raise FormatError(f"{info_path}: 'fps' must be a positive number of frames per second, found {fps!r}")
-    features = _require(info, "features", dict, info_path)
-    data_template = _require(info, "data_path", str, info_path)
-    video_template = info.get("video_path")
+    features = require(info, "features", dict, info_path)
     parsed = _parse_features(features, info_path)
 
-    episodes = _read_episodes(fs, root)
     declared = info.get("total_episodes")
     if isinstance(declared, int) and not isinstance(declared, bool) and declared != len(episodes):
-        raise FormatError(f"{info_path}: total_episodes is {declared} but meta/episodes lists {len(episodes)} episodes "
+        raise FormatError(f"{info_path}: total_episodes is {declared} but {index_lists} {len(episodes)} episodes "
                           "(an episode index file missing, unreadable, or left over)")
-    task_texts = _read_tasks(fs, root)
     multi_task = _any_multi_task(episodes.column("tasks")) if "tasks" in episodes.column_names else False
     splits = _parse_splits(info.get("splits"), info_path)
 
@@ -139,20 +179,20 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     ]
     columns += episode_field_columns({name: episodes.schema.field(name).type for name in extra_scalars})
     # The episode index first: an implausible row is refused before any data file is opened.
-    refs = _episode_refs(episodes, parsed, data_template, video_template, splits, extra_scalars, info_path)
-    episodes = episodes.select(["episode_index", "data/chunk_index", "data/file_index"])  # what is read below: the rest freed
-    data_types = _data_types(fs, root, data_template, episodes, [f.key for f in parsed if f.dtype != "video"], footers)
+    refs = _episode_refs(episodes, parsed, layout, float(fps), splits, extra_scalars)
+    del episodes  # what is read below comes from the refs: the table freed
+    data_types = _data_types(fs, root, refs, [f.key for f in parsed if f.dtype != "video"], footers)
     for feature in parsed:
         _check_declared_dtype(feature, data_types, info_path)
         columns.append(_column_for(feature, features[feature.key], data_types, fps))
-    _probe_images(fs, root, data_template, episodes, columns, footers)
+    _probe_images(fs, root, refs, columns, footers)
     if multi_task:
         columns.append(ColumnSpec.steps("task_index", pa.int32(), source="task_index",
                                         description="per-step index into this row's tasks"))
     check_unique_columns(columns, info_path)
 
     meta = DatasetMeta.planned(
-        FORMAT, storage.url_for(fs, root), float(fps), columns,
+        format_id, storage.url_for(fs, root), float(fps), columns,
         {
             "codebase_version": version,
             "robot_type": info.get("robot_type"),
@@ -177,7 +217,8 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: Datase
 # --- metadata -----------------------------------------------------------------------------------
 
 
-def _require(info: dict, key: str, types, path: str):
+def require(info: dict, key: str, types, path: str):
+    """info[key], refused in one line when it is missing or of another type (bool is not an int)."""
     if key not in info:
         raise FormatError(f"{path}: required key {key!r} is missing")
     value = info[key]
@@ -270,7 +311,7 @@ def _column_for(feature: _Feature, spec: dict, data_types: dict[str, pa.DataType
     meta: dict[str, Any] = {"source": feature.key}
     if spec.get("names") is not None:
         meta["names"] = spec["names"]
-    info = spec.get("info") or {}
+    info = spec.get("info") or spec.get("video_info") or {}  # `video_info`: what lerobot's v1 -> v2.0 converter wrote
     if feature.kind == VIDEO and feature.dtype == "image":
         width, height = _image_size(feature.shape, spec.get("names"))
         return ColumnSpec(feature.column, VIDEO, pa.string(), {
@@ -399,28 +440,27 @@ def _image_size(shape: tuple[int, ...], names) -> tuple[int | None, int | None]:
     return width, height
 
 
-def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: list[ColumnSpec], footers: storage.ParquetFooters) -> None:
+def _probe_images(fs, root: str, refs: list[EpisodeRef], columns: list[ColumnSpec], footers: storage.ParquetFooters) -> None:
     """Decode the first image of each image camera: its pixel format decides how the camera is
     encoded (16-bit depth PNGs go lossless), and its size must be the one info.json declares."""
     cameras = [i for i, spec in enumerate(columns) if spec.kind == VIDEO and spec.meta.get("encoded_from") == FROM_IMAGES]
-    first = episodes.slice(0, 1).to_pylist()
-    if not cameras or not first:
+    if not cameras or not refs:
         return
-    relative = template.format(chunk_index=first[0]["data/chunk_index"], file_index=first[0]["data/file_index"])
-    path = storage.resolve_inside(root, relative, what="data file", fs=fs)
+    first = refs[0]
+    path = storage.resolve_inside(root, first.data_file, what="data file", fs=fs)
     with storage.open_input(fs, path) as handle:
         parquet = storage.parquet_file(handle, metadata=footers.footer(path))
         keys = [columns[i].meta["source"] for i in cameras]
         if any(parquet.schema_arrow.get_field_index(key) < 0 for key in keys):
             return  # load() names the missing column with the episode
         table = parquet.read_row_group(0, columns=keys).slice(0, 1)
-    ref = EpisodeRef(int(first[0]["episode_index"]), "", 1, relative, 0, 1, (), (), ())
+    ref = EpisodeRef(first.episode_index, "", 1, first.data_file, 0, 1, (), (), ())
     for position, key in zip(cameras, keys):
         spec = columns[position]
         try:
             frame = video.ImageDecoder().decode(episode_images(fs, root, key, table.column(key), ref).frames[0], 0)
         except ConversionError as error:
-            raise in_context(error, file=path, sequence=f"episode {first[0]['episode_index']} {key!r}") from error
+            raise in_context(error, file=path, sequence=f"episode {first.episode_index} {key!r}") from error
         declared = (spec.meta["resolution"]["width"], spec.meta["resolution"]["height"])
         if None not in declared and declared != (frame.width, frame.height):
             raise FormatError(f"{path}: {key!r} images are {frame.width}x{frame.height}, "
@@ -429,7 +469,7 @@ def _probe_images(fs, root: str, template: str, episodes: pa.Table, columns: lis
                                                             "resolution": {"width": frame.width, "height": frame.height}})
 
 
-def _data_types(fs, root: str, template: str, episodes: pa.Table, keys: list[str], footers: storage.ParquetFooters) -> dict[str, pa.DataType]:
+def _data_types(fs, root: str, refs: list[EpisodeRef], keys: list[str], footers: storage.ParquetFooters) -> dict[str, pa.DataType]:
     """One Arrow type per feature over every data file (footers only), so that one rule decides
     what lerobot's writers leave behind: `list<float>` (files rewritten through pandas by
     modify_tasks / merge_datasets) and `fixed_size_list<float>[D]` are one trajectory; a type
@@ -437,12 +477,11 @@ def _data_types(fs, root: str, template: str, episodes: pa.Table, keys: list[str
     files where it is not; structs inferred from different rows are joined field by field. Real
     conflicts (another dimension or scalar type) are one error naming both files."""
     seen: dict[str, tuple[pa.DataType, str]] = {}
-    files: dict[tuple, Any] = {}  # (chunk, file) -> its first episode, in the index's order
-    for batch in episodes.select(["data/chunk_index", "data/file_index", "episode_index"]).to_batches(max_chunksize=_PLAN_BATCH_ROWS):
-        for chunk, number, episode in zip(*(column.to_pylist() for column in batch.columns)):
-            files.setdefault((chunk, number), episode)
-    for position, ((chunk, number), episode) in enumerate(files.items()):
-        path = storage.resolve_inside(root, template.format(chunk_index=chunk, file_index=number), what="data file", fs=fs)
+    files: dict[str, int] = {}  # data file -> its first episode, in the index's order
+    for ref in refs:
+        files.setdefault(ref.data_file, ref.episode_index)
+    for position, (relative, episode) in enumerate(files.items()):
+        path = storage.resolve_inside(root, relative, what="data file", fs=fs)
         try:
             schema = footers.schema(path)
         except (OSError, pa.ArrowException) as error:
@@ -472,9 +511,10 @@ def _fill(template: str, info_path: str, key: str, **values) -> str:
     try:
         return template.format(**values)
     except (KeyError, IndexError, ValueError, AttributeError) as error:
+        example = ("'data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet'" if "episode_index" in values
+                   else "'data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet'")
         raise FormatError(f"{info_path}: {key} {template!r} cannot be filled with {', '.join(sorted(values))} "
-                          f"({type(error).__name__}: {error}); lerobot writes e.g. "
-                          f"'data/chunk-{{chunk_index:03d}}/file-{{file_index:03d}}.parquet'") from None
+                          f"({type(error).__name__}: {error}); lerobot writes e.g. {example}") from None
 
 
 # Episode index rows made Python objects at a time while planning (a million at once took 0.5 GB).
@@ -489,15 +529,14 @@ def _any_multi_task(tasks: pa.ChunkedArray) -> bool:
                for listed in chunk.slice(start, _PLAN_BATCH_ROWS).to_pylist())
 
 
-def _episode_refs(episodes: pa.Table, features, data_template, video_template, splits, extra_scalars, info_path) -> list[EpisodeRef]:
+def _episode_refs(episodes: pa.Table, features, layout: Layout, fps: float, splits, extra_scalars) -> list[EpisodeRef]:
     """One EpisodeRef per row of the episode index, in its order, made from a batch of rows at a
     time. Values repeated across episodes (a data file's path, a video file's path, a task list,
     a split) are one object shared by every ref that holds them (`shared`), not one per episode."""
     shared: dict = {}
     refs = []
     for batch in episodes.to_batches(max_chunksize=_PLAN_BATCH_ROWS):
-        refs += [_episode_ref(row, features, data_template, video_template, splits, extra_scalars, info_path, shared)
-                 for row in batch.to_pylist()]
+        refs += [_episode_ref(row, features, layout, fps, splits, extra_scalars, shared) for row in batch.to_pylist()]
     return refs
 
 
@@ -515,11 +554,17 @@ def _filled(shared: dict, template: str, info_path: str, key: str, **values) -> 
     except TypeError:  # a value no template can take (a list): _fill says so
         return _fill(template, info_path, key, **values)
     if memo not in shared:
-        shared[memo] = _one(shared, _fill(template, info_path, key, **values))
+        path = _fill(template, info_path, key, **values)
+        try:  # an absolute path or one through ../ is refused here, naming info.json (the workers check symlinks)
+            storage.resolve_inside("", path, what="data file" if key == "data_path" else "video file")
+        except FormatError as error:
+            raise in_context(error, file=info_path) from None
+        shared[memo] = _one(shared, path)
     return shared[memo]
 
 
-def _episode_ref(row: dict, features, data_template, video_template, splits, extra_scalars, info_path, shared: dict) -> EpisodeRef:
+def _episode_ref(row: dict, features, layout: Layout, fps: float, splits, extra_scalars, shared: dict) -> EpisodeRef:
+    info_path = layout.info_path
     index = int(row["episode_index"])
     sequence_id = f"episode_{index:06d}"
     length = int(row["length"])
@@ -531,17 +576,8 @@ def _episode_ref(row: dict, features, data_template, video_template, splits, ext
         check_span(row["dataset_from_index"], row["dataset_to_index"], length, ("dataset_from_index", "dataset_to_index"))
     except FormatError as error:
         raise in_context(error, file=info_path, sequence=sequence_id) from None
-    videos = []
-    for feature in features:
-        if feature.kind != VIDEO or feature.dtype != "video":
-            continue
-        prefix = f"videos/{feature.key}/"
-        missing = [k for k in ("chunk_index", "file_index", "from_timestamp", "to_timestamp") if prefix + k not in row]
-        if missing or video_template is None:
-            raise FormatError(f"{info_path}: {sequence_id}: camera {feature.key!r} has no video location in the episode index")
-        path = _filled(shared, video_template, info_path, "video_path", video_key=feature.key, chunk_index=row[prefix + "chunk_index"],
-                       file_index=row[prefix + "file_index"])
-        videos.append((feature.column, VideoSegment(path, length, float(row[prefix + "from_timestamp"]), float(row[prefix + "to_timestamp"]))))
+    videos = [(feature.column, layout.video(row, feature.key, length, fps, shared))
+              for feature in features if feature.kind == VIDEO and feature.dtype == "video"]
     scalars = [("episode_index", index)]
     tasks = tuple(row.get("tasks") or ())
     if all(type(task) is str for task in tasks):
@@ -558,8 +594,7 @@ def _episode_ref(row: dict, features, data_template, video_template, splits, ext
         episode_index=index,
         sequence_id=sequence_id,
         length=length,
-        data_file=_filled(shared, data_template, info_path, "data_path", chunk_index=row["data/chunk_index"],
-                          file_index=row["data/file_index"]),
+        data_file=layout.data_file(row, shared),
         from_index=int(row["dataset_from_index"]),
         to_index=int(row["dataset_to_index"]),
         tasks=tasks,

@@ -23,7 +23,7 @@ from formats.errors import ConversionError, FormatError, in_context
 from formats.sequence import FROM_IMAGES, VIDEO, ColumnSpec, DatasetMeta, ImageFrames, Sequence, VideoSegment, rebased_timestamps
 from formats.sources import SourceRef, parquet_rows
 
-__all__ = ["Reader", "episode_images"]
+__all__ = ["Reader", "EpisodeRef", "episode_columns", "episode_images"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -61,12 +61,12 @@ class Reader(parquet_rows.ParquetSourceReader):
     row groups decoded for one episode serve the next ones that live in them."""
 
     def load(self, ref: EpisodeRef) -> Sequence:
-        fs, root, meta, footers, decoded = self.fs, self.root, self.meta, self.footers, self.decoded
+        fs, root, meta, footers = self.fs, self.root, self.meta, self.footers
         data_path = self.inside(ref.data_file, "data file")
         try:
             if footers.memo(("changed since plan", data_path), lambda: _changed_since_plan(fs, data_path, footers, meta)):
                 raise FormatError(f"{data_path}: {ref.sequence_id}: changed while it was being converted (rerun the conversion)")
-            table = _read_episode_rows(fs, data_path, ref, meta, footers, decoded)
+            table = self.episode_rows(data_path, ref)
             sequence = _to_sequence(table, ref, meta)
             for spec in meta.columns:
                 if spec.kind == VIDEO and spec.meta.get("encoded_from") == FROM_IMAGES:
@@ -81,6 +81,10 @@ class Reader(parquet_rows.ParquetSourceReader):
             failure = FormatError(f"{data_path}: {ref.sequence_id}: {reason}")
             failure.file, failure.sequence = data_path, ref.sequence_id
             raise failure from error
+
+    def episode_rows(self, path: str, ref: EpisodeRef) -> pa.Table:
+        """The episode's rows (the columns `episode_columns` names), by its `index` range in a shared data file."""
+        return _read_episode_rows(self.fs, path, ref, self.meta, self.footers, self.decoded)
 
 
 def _changed_since_plan(fs, path: str, footers: storage.ParquetFooters, meta: DatasetMeta) -> bool:
@@ -110,8 +114,9 @@ def _changed_since_read(fs, path: str, footers: storage.ParquetFooters) -> bool:
 # --- data ---------------------------------------------------------------------------------------
 
 
-def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.ParquetFooters,
-                       decoded: parquet_rows.DecodedRowGroups) -> pa.Table:
+def episode_columns(fs, path: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.ParquetFooters) -> tuple[Any, pa.Schema, list[str]]:
+    """(footer, schema, columns to read) of an episode's data file: the bookkeeping columns the
+    file has and the features the plan declared (each must be there)."""
     if not footers.memo(("exists", path), lambda: fs.exists(path)):  # once per file while its episodes are read
         raise FormatError(f"data file not found (episode {ref.episode_index})")
     metadata = footers.footer(path)
@@ -122,11 +127,17 @@ def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta, footer
     missing = [key for key in wanted if schema.get_field_index(key) < 0]
     if missing:
         raise FormatError(f"columns {missing} declared in meta/info.json are missing from the data file")
+    extra = [c for c in ("timestamp", "frame_index", "episode_index", "task_index") if schema.get_field_index(c) >= 0]
+    return metadata, schema, list(dict.fromkeys([*extra, *wanted]))
+
+
+def _read_episode_rows(fs, path: str, ref: EpisodeRef, meta: DatasetMeta, footers: storage.ParquetFooters,
+                       decoded: parquet_rows.DecodedRowGroups) -> pa.Table:
+    metadata, schema, columns = episode_columns(fs, path, ref, meta, footers)
     key_column = "index" if schema.get_field_index("index") >= 0 else "episode_index"
+    columns = list(dict.fromkeys([key_column, *columns]))
     low, high = (ref.from_index, ref.to_index) if key_column == "index" else (ref.episode_index, ref.episode_index + 1)
     groups = parquet_rows.row_groups_holding(footers, path, key_column, low, high - 1)
-    extra = [c for c in ("timestamp", "frame_index", "episode_index", "task_index") if schema.get_field_index(c) >= 0]
-    columns = list(dict.fromkeys([key_column, *extra, *wanted]))
     parts = decoded.get(path, metadata, columns, groups,
                         lambda missing: _decode(fs, path, metadata, columns, key_column, missing, decoded))
     table = _cut(parts, low, high, schema, columns, key_column)

@@ -121,62 +121,18 @@ def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
     spec = spec or SyntheticLeRobot()
     fs, root = storage.open_root(url)
     rng = np.random.default_rng(spec.seed)
-    truth: dict = {"state": [], "action": [], "reward": [], "done": [], "sensor": [], "task_index": [],
-                   "frames": {c: [] for c in (*spec.cameras, *spec.image_cameras, *spec.depth_cameras, *spec.depth_image_cameras)},
-                   "images": {c: [] for c in (*spec.image_cameras, *spec.depth_image_cameras)},
-                   "language_persistent": [], "language_events": []}
+    truth = truth_lists(spec)
     episode_rows = []
     global_index = 0
 
     # Data rows, grouped into files of `episodes_per_data_file` episodes.
     data_files: dict[int, list[pa.Table]] = {}
     for episode, length in enumerate(spec.lengths):
-        state = rng.normal(size=(length, spec.state_dim)).astype(np.float32)
-        action = rng.normal(size=(length, spec.action_dim)).astype(np.float32)
-        task = episode % len(spec.tasks)
-        task_index = np.full(length, task, np.int64)
-        if episode in spec.multi_task_episodes:
-            task_index[length // 2:] = (task + 1) % len(spec.tasks)
-        columns = {
-            "observation.state": _fixed(state),
-            "action": _fixed(action),
-        }
-        if spec.extra_step_features:
-            reward = rng.random(length).astype(np.float32)
-            done = np.zeros(length, bool)
-            done[-1] = True
-            sensor = rng.normal(size=(length, 2))
-            columns.update({"next.reward": pa.array(reward), "next.done": pa.array(done), "observation.sensor": _fixed(sensor)})
-            truth["reward"].append(reward)
-            truth["done"].append(done)
-            truth["sensor"].append(sensor)
-        for number, camera in enumerate(spec.image_cameras):
-            frames = synthetic_frames(episode, len(spec.cameras) + number, length, spec.height, spec.width)
-            if spec.image_format == "png16":
-                frames = (frames[..., 0].astype(np.uint16) * 251 + frames[..., 2]).astype(np.uint16)
-            blobs = [encode_image(frame, spec.image_format) for frame in frames]
-            columns[camera] = pa.StructArray.from_arrays(
-                [pa.array(blobs, pa.binary()), pa.array([None] * length, pa.string())], names=["bytes", "path"])
-            truth["frames"][camera].append(frames)
-            truth["images"][camera].append(blobs)
-        for number, camera in enumerate(spec.depth_image_cameras):
-            depth = depth_millimetres(episode, 7 + number, length, spec.height, spec.width)
-            blobs = [encode_image(frame, "tiff16") for frame in depth]
-            columns[camera] = pa.StructArray.from_arrays(
-                [pa.array(blobs, pa.binary()), pa.array([None] * length, pa.string())], names=["bytes", "path"])
-            truth["frames"][camera].append(depth)
-            truth["images"][camera].append(blobs)
+        columns, task_index = episode_columns(spec, rng, episode, global_index, truth)
         if spec.annotated_episodes is not None:
             persistent, events = _annotations(episode, length, episode in spec.annotated_episodes, spec.fps)
             truth["language_persistent"].append(persistent)
             truth["language_events"].append(events)
-        columns.update({
-            "timestamp": pa.array((np.arange(length) / spec.fps).astype(np.float32)),
-            "frame_index": pa.array(np.arange(length, dtype=np.int64)),
-            "episode_index": pa.array(np.full(length, episode, np.int64)),
-            "index": pa.array(np.arange(global_index, global_index + length, dtype=np.int64)),
-            "task_index": pa.array(task_index),
-        })
         file_number = episode // spec.episodes_per_data_file
         data_files.setdefault(file_number, []).append(pa.table(columns))
         tasks = [spec.tasks[int(i)] for i in dict.fromkeys(task_index.tolist())]
@@ -189,12 +145,9 @@ def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
             "dataset_from_index": global_index,
             "dataset_to_index": global_index + length,
         })
-        for name, values in (("observation.state", state), ("action", action)):
-            for stat, value in _episode_stats(values).items():
+        for name, values in (("observation.state", truth["state"][-1]), ("action", truth["action"][-1])):
+            for stat, value in episode_stats(values).items():
                 episode_rows[-1][f"stats/{name}/{stat}"] = value
-        truth["state"].append(state)
-        truth["action"].append(action)
-        truth["task_index"].append(task_index)
         global_index += length
     for file_number, tables in data_files.items():
         path = storage.join(root, DATA_TEMPLATE.format(chunk_index=file_number // spec.chunks_size, file_index=file_number % spec.chunks_size))
@@ -229,9 +182,9 @@ def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
                 chunk_index, file_index = file_number // spec.chunks_size, file_number % spec.chunks_size
                 path = storage.join(root, VIDEO_TEMPLATE.format(video_key=camera, chunk_index=chunk_index, file_index=file_index))
                 fs.makedirs(posixpath.dirname(path), exist_ok=True)
-                clips = [_camera_frames(spec, episode, camera_number, depth) for episode in episodes]
+                clips = [camera_frames(spec, episode, camera_number, depth) for episode in episodes]
                 truth["frames"][camera].extend(clips)
-                fs.pipe_file(path, _encode_camera(spec, np.concatenate(clips), depth, continuous=True))
+                fs.pipe_file(path, encode_camera(spec, np.concatenate(clips), depth, continuous=True))
                 start = 0
                 for episode in episodes:
                     row = episode_rows[episode]
@@ -245,16 +198,16 @@ def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
                 if variant is not None and variant in variants and spec.lengths[variant] == spec.lengths[episode]:
                     encoded.append(variants[variant])
                     continue
-                frames = _camera_frames(spec, episode, camera_number, depth)
+                frames = camera_frames(spec, episode, camera_number, depth)
                 if variant is None:
                     truth["frames"][camera].append(frames)
-                encoded.append(_encode_camera(spec, frames, depth, continuous=False))
+                encoded.append(encode_camera(spec, frames, depth, continuous=False))
                 if variant is not None:
                     variants[variant] = encoded[-1]
             chunk_index, file_index = file_number // spec.chunks_size, file_number % spec.chunks_size
             path = storage.join(root, VIDEO_TEMPLATE.format(video_key=camera, chunk_index=chunk_index, file_index=file_index))
             fs.makedirs(posixpath.dirname(path), exist_ok=True)
-            bounds = _concatenate(encoded, fs, path)
+            bounds = concatenate_videos(encoded, fs, path)
             for episode, (start, end) in zip(episodes, bounds):
                 row = episode_rows[episode]
                 row[f"videos/{camera}/chunk_index"] = chunk_index
@@ -276,9 +229,70 @@ def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
             pq.write_table(pa.Table.from_pylist(rows), handle)
 
     _write_tasks(fs, root, spec)
-    _write_json(fs, storage.join(root, "meta/stats.json"), _dataset_stats(truth, spec))
-    _write_json(fs, storage.join(root, "meta/info.json"), _info(spec, global_index))
+    write_json(fs, storage.join(root, "meta/stats.json"), _dataset_stats(truth, spec))
+    write_json(fs, storage.join(root, "meta/info.json"), info_json(spec, global_index))
     return truth
+
+
+def truth_lists(spec: SyntheticLeRobot) -> dict:
+    """The empty per-episode record `episode_columns` and the writers fill (values as written)."""
+    return {"state": [], "action": [], "reward": [], "done": [], "sensor": [], "task_index": [],
+            "frames": {c: [] for c in (*spec.cameras, *spec.image_cameras, *spec.depth_cameras, *spec.depth_image_cameras)},
+            "images": {c: [] for c in (*spec.image_cameras, *spec.depth_image_cameras)},
+            "language_persistent": [], "language_events": []}
+
+
+def episode_columns(spec: SyntheticLeRobot, rng: np.random.Generator, episode: int, global_index: int, truth: dict) -> tuple[dict, np.ndarray]:
+    """One episode's data columns as lerobot writes them (features, then timestamp, frame_index,
+    episode_index, index, task_index), the values appended to `truth`; and its per-step task_index.
+    Shared by the v3.0 writer and the v2.x one (formats/sources/lerobot_v2/sample.py)."""
+    length = spec.lengths[episode]
+    state = rng.normal(size=(length, spec.state_dim)).astype(np.float32)
+    action = rng.normal(size=(length, spec.action_dim)).astype(np.float32)
+    task = episode % len(spec.tasks)
+    task_index = np.full(length, task, np.int64)
+    if episode in spec.multi_task_episodes:
+        task_index[length // 2:] = (task + 1) % len(spec.tasks)
+    columns = {
+        "observation.state": _fixed(state),
+        "action": _fixed(action),
+    }
+    if spec.extra_step_features:
+        reward = rng.random(length).astype(np.float32)
+        done = np.zeros(length, bool)
+        done[-1] = True
+        sensor = rng.normal(size=(length, 2))
+        columns.update({"next.reward": pa.array(reward), "next.done": pa.array(done), "observation.sensor": _fixed(sensor)})
+        truth["reward"].append(reward)
+        truth["done"].append(done)
+        truth["sensor"].append(sensor)
+    for number, camera in enumerate(spec.image_cameras):
+        frames = synthetic_frames(episode, len(spec.cameras) + number, length, spec.height, spec.width)
+        if spec.image_format == "png16":
+            frames = (frames[..., 0].astype(np.uint16) * 251 + frames[..., 2]).astype(np.uint16)
+        blobs = [encode_image(frame, spec.image_format) for frame in frames]
+        columns[camera] = pa.StructArray.from_arrays(
+            [pa.array(blobs, pa.binary()), pa.array([None] * length, pa.string())], names=["bytes", "path"])
+        truth["frames"][camera].append(frames)
+        truth["images"][camera].append(blobs)
+    for number, camera in enumerate(spec.depth_image_cameras):
+        depth = depth_millimetres(episode, 7 + number, length, spec.height, spec.width)
+        blobs = [encode_image(frame, "tiff16") for frame in depth]
+        columns[camera] = pa.StructArray.from_arrays(
+            [pa.array(blobs, pa.binary()), pa.array([None] * length, pa.string())], names=["bytes", "path"])
+        truth["frames"][camera].append(depth)
+        truth["images"][camera].append(blobs)
+    columns.update({
+        "timestamp": pa.array((np.arange(length) / spec.fps).astype(np.float32)),
+        "frame_index": pa.array(np.arange(length, dtype=np.int64)),
+        "episode_index": pa.array(np.full(length, episode, np.int64)),
+        "index": pa.array(np.arange(global_index, global_index + length, dtype=np.int64)),
+        "task_index": pa.array(task_index),
+    })
+    truth["state"].append(state)
+    truth["action"].append(action)
+    truth["task_index"].append(task_index)
+    return columns, task_index
 
 
 def depth_millimetres(episode: int, camera: int, length: int, height: int, width: int) -> np.ndarray:
@@ -300,14 +314,14 @@ def quantize_depth(millimetres: np.ndarray) -> np.ndarray:
     return np.rint(norm * DEPTH_QMAX).clip(0, DEPTH_QMAX).astype(np.uint16)
 
 
-def _camera_frames(spec: SyntheticLeRobot, episode: int, camera_number: int, depth: bool) -> np.ndarray:
+def camera_frames(spec: SyntheticLeRobot, episode: int, camera_number: int, depth: bool) -> np.ndarray:
     if not depth:
         return synthetic_frames(episode, camera_number, spec.lengths[episode], spec.height, spec.width)
     millimetres = depth_millimetres(episode, camera_number, spec.lengths[episode], spec.height, spec.width)
     return quantize_depth(millimetres) if spec.depth_codec == "hevc" else millimetres
 
 
-def _encode_camera(spec: SyntheticLeRobot, frames: np.ndarray, depth: bool, *, continuous: bool) -> bytes:
+def encode_camera(spec: SyntheticLeRobot, frames: np.ndarray, depth: bool, *, continuous: bool) -> bytes:
     """One MP4 of `frames`: RGB with the spec's codec; depth as FFV1 gray16le (synthetic 0.4.4
     layout) or lerobot 0.6's HEVC gray12le lossless (x265's default GOP and B-frames when
     continuous, as convert_image_to_video_dataset leaves them; keyint = gop per episode)."""
@@ -359,13 +373,13 @@ def _fixed(values: np.ndarray) -> pa.Array:
     return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
 
 
-def _episode_stats(values: np.ndarray) -> dict:
+def episode_stats(values: np.ndarray) -> dict:
     data = values.astype(np.float64)
     return {"min": data.min(0).tolist(), "max": data.max(0).tolist(), "mean": data.mean(0).tolist(),
             "std": data.std(0).tolist(), "count": [len(data)]}
 
 
-def _concatenate(encoded: list[bytes], fs, path: str) -> list[tuple[float, float]]:
+def concatenate_videos(encoded: list[bytes], fs, path: str) -> list[tuple[float, float]]:
     """Join per-episode MP4s by packet copy, shifting timestamps; return [from, to) seconds."""
     bounds = []
     output_buffer = io.BytesIO()
@@ -431,7 +445,7 @@ def _dataset_stats(truth: dict, spec: SyntheticLeRobot) -> dict:
     return stats
 
 
-def _info(spec: SyntheticLeRobot, total_frames: int) -> dict:
+def info_json(spec: SyntheticLeRobot, total_frames: int) -> dict:
     features = {
         "observation.state": {"dtype": "float32", "shape": [spec.state_dim], "names": [f"joint_{i}" for i in range(spec.state_dim)]},
         "action": {"dtype": "float32", "shape": [spec.action_dim], "names": [f"joint_{i}" for i in range(spec.action_dim)]},
@@ -504,7 +518,8 @@ def _video_info(new: bool, depth: bool, info: dict) -> dict:
             if key not in ("video.g", "video.crf", "video.preset", "video.fast_decode")}
 
 
-def _write_json(fs, path: str, value: dict) -> None:
+def write_json(fs, path: str, value: dict) -> None:
+    """JSON as lerobot writes it (indent 4), its folder made first."""
     fs.makedirs(posixpath.dirname(path), exist_ok=True)
     fs.pipe_file(path, (json.dumps(value, indent=4) + "\n").encode())
 
