@@ -69,7 +69,7 @@ def _missing_package(url: str, error: ImportError) -> MissingPackageError:
 
 
 # Filesystem packages this product installs as an extra (setup.py): named by the extra.
-EXTRAS = {"huggingface_hub": "hub"}
+EXTRAS = {"huggingface_hub": "hub", "s3fs": "s3"}
 
 
 def parse_url(url: str) -> tuple[type, str]:

@@ -5,9 +5,11 @@ environment variables (as a user's MinIO or Ceph store is)."""
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import socket
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -31,20 +33,33 @@ def clear_clients() -> None:
 
 @contextlib.contextmanager
 def running(bucket: str = "bucket") -> Iterator[str]:
-    """The server serving while the block runs, `bucket` created; yields its URL (for AWS_ENDPOINT_URL)."""
-    server_module = pytest.importorskip("moto.server", reason="moto[server] is a test dependency (pip install -e .[test])")
-    pytest.importorskip("s3fs", reason="s3fs is a dependency (pip install -e .)")
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # not a log line per request on stderr
+    """The server serving while the block runs, `bucket` created; yields its URL (for AWS_ENDPOINT_URL).
+
+    A process of its own, not moto's in-process ThreadedMotoServer: delta-rs holds the GIL through
+    some calls (`DeltaTable.history`), so a server thread of this interpreter could not answer them
+    and the call waited out its 180 s timeout."""
+    pytest.importorskip("moto.server", reason="moto[server] is a test dependency (pip install -e .[test])")
+    pytest.importorskip("s3fs", reason="s3fs is installed by setup.py's s3 and test extras")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto's S3 server did not start on port {port} (exit status {server.poll()})") from None
+                time.sleep(0.1)
         import s3fs
 
         s3fs.S3FileSystem(endpoint_url=url, key=KEY, secret=KEY, skip_instance_cache=True).mkdir(bucket)
         yield url
     finally:
-        server.stop()
+        server.terminate()
+        server.wait(timeout=30)
