@@ -18,6 +18,7 @@ from formats import samples, storage
 from formats.mixtrain.tables import TableSettings, lake
 from pipelines import conversion, validate
 from tests import s3_server
+from tests.pipelines import test_gcs
 
 
 @pytest.fixture(scope="module")
@@ -108,6 +109,14 @@ def test_s3_output_needs_overwrite_and_an_incremental_rerun_reuses_everything(s3
     assert sorted(fs.ls(root, detail=False)) == [f"{root}/{name}" for name in
                                                  ("_errors.jsonl", "_fingerprints.json", "data", "files", "mixtrain.json", "stats.json")]
     assert validate.validate(dst) == []
+
+
+def test_s3_publish_moves_every_object_in_windows_and_replaces_the_previous_dataset(s3, monkeypatch):
+    test_gcs.check_publish_in_windows("s3://bucket/mixtrain/windows", monkeypatch)
+
+
+def test_s3_publish_keeps_names_with_pattern_characters_and_can_be_retried(s3, monkeypatch):
+    test_gcs.check_publish_of_pattern_names_and_retry("s3://bucket/mixtrain/patterns", monkeypatch)
 
 
 def test_the_reader_on_s3_gives_the_local_values_and_frames(s3):
