@@ -119,9 +119,10 @@ def test_s3_publish_keeps_names_with_pattern_characters_and_can_be_retried(s3, m
     test_gcs.check_publish_of_pattern_names_and_retry("s3://bucket/mixtrain/patterns", monkeypatch)
 
 
-def test_the_reader_on_s3_gives_the_local_values_and_frames(s3):
+def test_the_reader_and_inspect_on_s3_give_what_they_give_locally(s3, capsys):
     from formats.read import reader
     from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
+    from pipelines import inspect
 
     write_dataset(str(s3 / "reader_src"), SyntheticLeRobot(lengths=(12, 9, 15), codec="h264", gop=None, episodes_per_video_file=2))
     assert _run(f"--input={s3 / 'reader_src'}", f"--output={s3 / 'reader_dst'}")[0] == 0
@@ -135,6 +136,12 @@ def test_the_reader_on_s3_gives_the_local_values_and_frames(s3):
     assert frames.shape == (5, 48, 64, 3) and np.array_equal(frames, local.frames(sequence_id, "video_wrist", 2, 7))
     assert remote.video_url(sequence_id, "video_wrist") == f"{url}/files/video_wrist/{sequence_id}.mp4"
     assert remote.stats() == local.stats()
+    capsys.readouterr()
+    assert inspect.main([url]) == 0
+    remote_summary = capsys.readouterr().out
+    assert inspect.main([str(s3 / "reader_dst")]) == 0
+    local_summary = capsys.readouterr().out
+    assert "sequences   3\n" in remote_summary and remote_summary.replace(url, "DST") == local_summary.replace(f"file://{s3 / 'reader_dst'}", "DST")
 
 
 @pytest.fixture
