@@ -13,6 +13,10 @@ BEAM_VERSION = Path(__file__).with_name("BEAM_VERSION").read_text().strip()
 
 LAKE = ["pyiceberg[sql-sqlite,pyarrow]>=0.12,<0.13", "deltalake>=1.6,<2"]
 LANCE = ["pylance>=14.0.2,<15"]
+# s3fs pins fsspec to its own release and, through aiobotocore, botocore to a few patch releases:
+# an extra, so that a user's boto3 is not held to that window unless s3:// is wanted. 2026.9.0 is
+# verified beside fsspec 2026.9.0 and gcsfs 2026.10.1 (pip check clean).
+S3 = ["s3fs>=2026.9.0,<2027"]
 DUCKDB = "1.5.5"
 
 setup(
@@ -46,11 +50,14 @@ setup(
     # test: duckdb pinned to the version of the duckdb-extension-* wheels, which carry the iceberg/avro/delta
     # extension binaries (DuckDB's own INSTALL downloads them, which fails offline).
     # hub: --input=hf://datasets/<owner>/<name> through huggingface_hub's fsspec filesystem.
+    # s3: s3:// (AWS S3, MinIO, Ceph) through s3fs. test: moto's S3 server (server mode) for the s3:// tests.
     extras_require={"torch": ["torch>=2.1"],
                     "hub": ["huggingface_hub>=0.24"],
                     "lake": LAKE,
                     "lance": LANCE,
+                    "s3": S3,
                     "test": ["pytest>=8", "ruff>=0.6", "pillow>=10", "gcp-storage-emulator>=2024.8", "polars>=1.0", "pandas>=2.0", *LAKE, *LANCE,
+                             *S3, "moto[server]>=5.1,<6",
                              f"duckdb=={DUCKDB}", *(f"duckdb-extension-{name}=={DUCKDB}" for name in ("iceberg", "avro", "delta"))]},
     entry_points={"console_scripts": ["mixtrain-convert=pipelines.convert:main", "mixtrain-validate=pipelines.validate:entry",
                                       "mixtrain-inspect=pipelines.inspect:entry"]},

@@ -1,12 +1,15 @@
-"""Storage edge: turn what a user passes (path, file://, gs://, memory://) into (fs, root) once.
+"""Storage edge: turn what a user passes (path, file://, gs://, s3://, memory://) into (fs, root) once.
 
 Inner code only ever sees an fsspec filesystem and a root path inside it (zarr's
-`normalize_store_arg` idea), and opens files with `fs.open(join(root, rel))`.
+`normalize_store_arg` idea), and opens files with `fs.open(join(root, rel))`. What this product
+knows of each object store (how to advise on credentials, how the lake libraries that do not go
+through fsspec reach it) is in the protocol table `STORES`, one entry per protocol.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import json
 import os
@@ -23,8 +26,9 @@ from fsspec.implementations.local import LocalFileSystem
 
 from formats.errors import FormatError, MissingPackageError
 
-__all__ = ["open_root", "join", "url_for", "resolve_inside", "check_regular", "local_path", "is_local", "open_input", "read_json",
-           "ParquetFooters", "footer_signature", "parquet_file", "read_parquet", "check_parquet_footer", "MAX_PARQUET_FOOTER_BYTES"]
+__all__ = ["open_root", "STORES", "object_store_options", "s3_endpoint", "s3_region", "open_reachable", "join", "url_for",
+           "resolve_inside", "check_regular", "local_path", "is_local", "open_input", "read_json", "ParquetFooters", "footer_signature",
+           "parquet_file", "read_parquet", "check_parquet_footer", "MAX_PARQUET_FOOTER_BYTES"]
 
 # The largest Parquet footer read: a footer of 500 row groups is about 1.5 MB (`ParquetFooters`), and
 # pyarrow reads the length the file's last 8 bytes claim into memory before parsing it (a 4 GB claim
@@ -65,7 +69,7 @@ def _missing_package(url: str, error: ImportError) -> MissingPackageError:
 
 
 # Filesystem packages this product installs as an extra (setup.py): named by the extra.
-EXTRAS = {"huggingface_hub": "hub"}
+EXTRAS = {"huggingface_hub": "hub", "s3fs": "s3"}
 
 
 def parse_url(url: str) -> tuple[type, str]:
@@ -159,25 +163,98 @@ def _allowed_roots(root: str) -> tuple[str, ...]:
     return tuple(allowed)
 
 
+def _s3_bucket_missing(fs: fsspec.AbstractFileSystem, bucket: str) -> bool:
+    """Whether the S3 store says `bucket` does not exist (404). Any other answer, a 403 among them
+    (a key allowed objects under a prefix but not the bucket itself), proves nothing: False."""
+    try:
+        fs.call_s3("head_bucket", Bucket=bucket)
+    except FileNotFoundError:
+        return True
+    except Exception:  # noqa: BLE001 - not a proof of absence; a real failure shows on the first read or write
+        return False
+    return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Store:
+    """What this product knows of one object store protocol.
+
+    advice: what the user should check when the store cannot be reached (ends an `error:` line).
+    bucket_missing: (fs, bucket) -> whether the store says the bucket does not exist, asked when a
+      URL's root is absent, so that an output in a missing bucket is refused before any work.
+    """
+
+    advice: str
+    bucket_missing: Callable[[fsspec.AbstractFileSystem, str], bool] | None = None
+
+
+# Object store protocols by fsspec name. s3:// is AWS S3 and every S3-compatible store (MinIO,
+# Ceph): an endpoint other than AWS's comes from AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL, which s3fs
+# (botocore) reads itself and `object_store_options` hands to the libraries that do not.
+STORES = {
+    "gs": Store("the credentials (gcloud auth application-default login)"),
+    "s3": Store("the endpoint (AWS_ENDPOINT_URL for MinIO or Ceph) and the credentials (AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)", bucket_missing=_s3_bucket_missing),
+    "hf": Store("the token (huggingface-cli login) for a private repository"),
+}
+_DEFAULT_STORE = Store("the credentials")
+
+
+def s3_endpoint() -> str | None:
+    """The S3 endpoint the standard AWS variables name (the S3-specific one first, as botocore
+    reads them), or None for AWS itself."""
+    return os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL") or None
+
+
+def s3_region() -> str | None:
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or None
+
+
+def object_store_options(url: str) -> dict[str, str]:
+    """`storage_options` for the libraries that reach object stores through Rust's object_store
+    rather than fsspec (delta-rs, Lance): for s3:// the endpoint and region the standard AWS
+    variables give (object_store reads AWS_ENDPOINT_URL but not AWS_ENDPOINT_URL_S3) and, for an
+    http:// endpoint (a MinIO on the local network), leave to use it, which object_store refuses
+    by default. Keys and secrets they read from the environment themselves. {} elsewhere."""
+    if not url.startswith("s3://"):
+        return {}
+    options = {}
+    endpoint, region = s3_endpoint(), s3_region()
+    if endpoint:
+        options["aws_endpoint"] = endpoint
+        if endpoint.startswith("http://"):
+            options["aws_allow_http"] = "true"
+    if region:
+        options["aws_region"] = region
+    return options
+
+
 REACH_SECONDS = 5.0  # a store that has not answered by then is unreachable (offline, gcsfs looks for credentials and retries for ~50 s)
 
 
 def open_reachable(url: str) -> tuple[fsspec.AbstractFileSystem, str, bool]:
     """`open_root(url)` and whether its root exists, but a store that cannot be reached (no
-    network, a name that does not resolve, credentials missing or refused) is one FormatError
-    naming the URL and what to do within REACH_SECONDS, instead of the client's credential
-    probing and retries (a minute offline) and their traceback. An unknown protocol (ValueError)
-    or a missing package (ImportError) is raised as it is, before anything is contacted."""
+    network, a name that does not resolve, credentials missing or refused, a bucket that does not
+    exist) is one FormatError naming the URL and what to do within REACH_SECONDS, instead of the
+    client's credential probing and retries (a minute offline) and their traceback. An unknown
+    protocol (ValueError) or a missing package (ImportError) is raised as it is, before anything
+    is contacted."""
     if "://" not in url or url.startswith(("file://", "memory://")):
         fs, root = open_root(url)
         return fs, root, fs.exists(root)
     parse_url(url)
+    store = STORES.get(url.split("://", 1)[0], _DEFAULT_STORE)
     outcome: list = []
 
     def attempt() -> None:
         try:
             fs, root = open_root(url)
-            outcome.append((fs, root, fs.exists(root)))
+            exists = fs.exists(root)
+            bucket = root.split("/", 1)[0]
+            if not exists and store.bucket_missing is not None and bucket != root and store.bucket_missing(fs, bucket):
+                raise FormatError(f"{url}: the bucket {bucket} does not exist, or these credentials cannot see it; check the URL "
+                                  f"and {store.advice}")
+            outcome.append((fs, root, exists))
         except Exception as error:  # noqa: BLE001 - handed to the caller's thread below
             outcome.append(error)
 
@@ -185,16 +262,15 @@ def open_reachable(url: str) -> tuple[fsspec.AbstractFileSystem, str, bool]:
     worker = threading.Thread(target=attempt, name="reach", daemon=True)
     worker.start()
     worker.join(REACH_SECONDS)
-    protocol = url.split("://", 1)[0]
-    advice = {"gs": "the credentials (gcloud auth application-default login)", "s3": "the credentials (AWS_PROFILE, ~/.aws)",
-              "hf": "the token (huggingface-cli login) for a private repository"}.get(protocol, "the credentials")
     if not outcome:
         raise FormatError(f"{url}: the store did not answer in {REACH_SECONDS:g} s; check the network (a proxy or a firewall) "
-                          f"and {advice}, then retry")
+                          f"and {store.advice}, then retry")
+    if isinstance(outcome[0], FormatError):
+        raise outcome[0]
     if isinstance(outcome[0], Exception):
         error = outcome[0]
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise FormatError(f"{url}: cannot reach the store ({reason}); check the network, the URL and {advice}") from None
+        raise FormatError(f"{url}: cannot reach the store ({reason}); check the network, the URL and {store.advice}") from None
     return outcome[0]
 
 

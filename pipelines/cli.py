@@ -133,7 +133,8 @@ def _flag(parser, name: str, help: str) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register every option of the product (used by our parser and by Beam's)."""
     group = parser.add_argument_group("conversion")
-    group.add_argument("--input", metavar="SRC", help="source dataset root: a path or an fsspec URL (gs://, file://, memory://); required")
+    group.add_argument("--input", metavar="SRC",
+                       help="source dataset root: a path or an fsspec URL (gs://, s3://, file://, memory://; docs/storage.md); required")
     group.add_argument("--output", metavar="DST", help="Mixtrain dataset root to write; required; must be empty, or a Mixtrain "
                                                        "dataset with --overwrite or --incremental")
     group.add_argument("--source", default="auto", type=source_id, metavar="{auto," + ",".join(SOURCE_IDS) + "}",

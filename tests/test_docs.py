@@ -8,7 +8,8 @@ The only way to skip a block is a marker on the line before its fence, saying wh
 the README, `run_local.sh`), with `python` the repository's virtualenv and the repository first on
 PYTHONPATH; `~` is a home folder inside it with `~/data/my_lerobot_ds` (a copy of the sample).
 A page's Python blocks share one namespace, in order (tests/docs_runner.py); gs:// blocks run
-against the GCS emulator (gcp-storage-emulator) as `gs://bucket`.
+against the GCS emulator (gcp-storage-emulator) as `gs://bucket`, and a page with s3:// in a block
+runs against moto's S3 server (tests/s3_server.py) as `s3://bucket`.
 
 Blocks per page (run / marked), 2026-11-26:
 
@@ -23,10 +24,12 @@ Blocks per page (run / marked), 2026-11-26:
 | docs/output.md | 0 | 1 | the output tree |
 | docs/reading.md | 0 | 1 | needs torch (not a dependency) |
 | docs/rlds.md | 0 | 1 | Google Cloud (a public bucket, Dataflow) |
+| docs/storage.md | 2 | 1 | the variables naming a store of the reader's own |
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -41,7 +44,7 @@ import time
 
 import pytest
 
-from tests import gcs_emulator
+from tests import gcs_emulator, s3_server
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGES = ["README.md", *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "docs").glob("*.md"))]
@@ -55,6 +58,7 @@ COUNTS = {  # page: (blocks run, blocks marked); pages without a code block are 
     "docs/output.md": (0, 1),
     "docs/reading.md": (0, 1),
     "docs/rlds.md": (0, 1),
+    "docs/storage.md": (2, 1),
 }
 MARKER = re.compile(r"^\s*<!-- docs-test: (not run|illustration): (?P<reason>.+?) -->\s*$")
 OPEN = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")
@@ -108,6 +112,12 @@ EXPECTED = {
         6: [r"^12\n0 WRITE \d{8}T\d{6}-\w+\n12 12 12\n$"],
         7: [r"'current': False\}\n.*'current': True\}\n\[True, False\]\n$"],
         9: [r"converted 12 sequences.*-> gs://bucket/lake: Iceberg table default\.dataset"],
+    },
+    "docs/storage.md": {
+        1: [r"converted 12 sequences.*-> s3://bucket/mixtrain/so100\n", r"ok: s3://bucket/mixtrain/so100 is a valid Mixtrain dataset",
+            r"-> s3://bucket/lake/so100: Delta table, version 0 \(deltalake: DeltaTable\('s3://bucket/lake/so100', "
+            r"storage_options=\{'aws_endpoint': 'http://127\.0\.0\.1:\d+', 'aws_allow_http': 'true', 'aws_region': 'us-east-1'\}\)\)"],
+        2: [r"^12 s3://bucket/mixtrain/so100/files/video_front/episode_000000\.mp4\n$"],
     },
     "docs/lance.md": {
         1: [r"^\(\d+, 6\) b'ftyp'\n$"],
@@ -177,11 +187,17 @@ def _env(base: pathlib.Path, cwd: pathlib.Path) -> dict:
 
 
 @pytest.fixture
-def emulator_env():
-    """The GCS emulator on a free loopback port, with a bucket `bucket` (as tests/pipelines/test_gcs.py)."""
-    with gcs_emulator.running() as url:
-        yield {"STORAGE_EMULATOR_HOST": url, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
+def emulator_env(request):
+    """The GCS emulator on a free loopback port, with a bucket `bucket` (as tests/pipelines/test_gcs.py);
+    for a page naming s3:// in a block run, moto's S3 server too (as tests/pipelines/test_s3.py)."""
+    page = request.node.callspec.params["page"]
+    with contextlib.ExitStack() as stores:
+        url = stores.enter_context(gcs_emulator.running())
+        env = {"STORAGE_EMULATOR_HOST": url, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false",
                "PYICEBERG_CATALOG__LAKE__GCS__OAUTH2__TOKEN": "anon"}
+        if any(b.marker is None and "s3://" in b.code for b in blocks(page)):
+            env |= s3_server.environment(stores.enter_context(s3_server.running()))
+        yield env
 
 
 @pytest.mark.parametrize("page", [page for page in COUNTS if any(b.marker is None and b.lang != "json" for b in blocks(page))])

@@ -4,7 +4,6 @@ read with Lance's scanner (filters pushed down), blob videos read with `take_blo
 from __future__ import annotations
 
 import json
-import os
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -13,7 +12,7 @@ import pyarrow.parquet as pq
 from formats import storage
 from formats.errors import FormatError
 from formats.mixtrain.schema import check_sidecar, check_stats
-from formats.mixtrain.tables.lance import lance_uri, read_metadata
+from formats.mixtrain.tables.lance import open_dataset, read_metadata
 from formats.read.dataset import Dataset
 
 __all__ = ["open_rows", "BLOB_CELL"]
@@ -23,10 +22,8 @@ BLOB_CELL = "lance-blob://"  # what a blob video cell reads as: lance-blob://<co
 
 def open_rows(fs, root: str, version: int | None = None):
     """The reader's Dataset over the Lance dataset at `root` (see `LanceRows`)."""
-    os.environ.setdefault("LANCE_LOG", "error")
-    import lance
     try:
-        dataset = lance.dataset(lance_uri(fs, root), version=version)
+        dataset = open_dataset(fs, root, version)
     except (ValueError, OSError) as error:
         raise FormatError(f"{storage.url_for(fs, root)}: {str(error).splitlines()[0]}") from error
     class LanceRows(Dataset):

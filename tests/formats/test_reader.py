@@ -462,7 +462,7 @@ def test_12_bit_depth_frames_are_the_codes_themselves(converted):
 
 @pytest.fixture
 def without_s3fs(monkeypatch):
-    """s3fs as if it were not installed (it is no dependency; CI may still have it from elsewhere)."""
+    """s3fs as if it were not installed (the `s3` extra, not a dependency of its own)."""
     import importlib
     import sys
 
@@ -479,7 +479,7 @@ def test_an_s3_url_without_s3fs_is_one_error_naming_the_package(without_s3fs, ur
     with pytest.raises(FormatError) as caught:
         reader.open_dataset(url)
     assert isinstance(caught.value, MissingPackageError) and isinstance(caught.value, ImportError)
-    assert str(caught.value) == f"{url}: this protocol needs a package that is not installed: pip install s3fs"
+    assert str(caught.value) == f"{url}: this protocol needs a package that is not installed: pip install 'mixtrain-convert[s3]'"
 
 
 @pytest.mark.parametrize("command", ["convert --input", "convert --output", "validate", "inspect"])
@@ -488,7 +488,7 @@ def test_every_command_says_which_package_an_s3_url_needs(without_s3fs, tmp_path
     from pipelines import validate as validate_command
 
     url = "s3://bucket/datasets/so100"
-    expected = f"{url}: this protocol needs a package that is not installed: pip install s3fs"
+    expected = f"{url}: this protocol needs a package that is not installed: pip install 'mixtrain-convert[s3]'"
     if command.startswith("convert"):
         src = tmp_path / "src"
         write_lerobot(str(src), SyntheticLeRobot(lengths=(3,), cameras=()))

@@ -99,14 +99,18 @@ def test_dataflow_dry_run_prints_the_job_and_never_touches_the_output(gcs):
 
 
 def test_gs_publish_moves_every_object_in_windows_and_replaces_the_previous_dataset(gcs, monkeypatch):
+    check_publish_in_windows("gs://bucket/mixtrain/windows", monkeypatch)
+
+
+def check_publish_in_windows(url: str, monkeypatch) -> None:
     """More objects than one window of requests (shrunk here): every staged object lands under
     its name, the previous dataset's objects that the new one lacks are gone, staging is removed,
-    and mixtrain.json is the new one."""
+    and mixtrain.json is the new one. (Every object store: test_s3.py runs it too.)"""
     from formats.mixtrain import publish
 
     monkeypatch.setattr(publish, "IN_FLIGHT", 2)
     monkeypatch.setattr(publish, "_DELETES_PER_REQUEST", 10)  # windows of 20 deletes
-    fs, output = storage.open_root("gs://bucket/mixtrain/windows")
+    fs, output = storage.open_root(url)
     fs.pipe({f"{output}/files/cam/old_{i}.mp4": b"old" for i in range(5)} | {f"{output}/mixtrain.json": b"{}",
                                                                            f"{output}/data/part-00000.parquet": b"old"})
     staging = f"{output}/_staging/run1"
@@ -123,12 +127,17 @@ def test_gs_publish_moves_every_object_in_windows_and_replaces_the_previous_data
 
 
 def test_gs_publish_keeps_names_with_pattern_characters_and_can_be_retried(gcs, monkeypatch):
+    check_publish_of_pattern_names_and_retry("gs://bucket/mixtrain/patterns", monkeypatch)
+
+
+def check_publish_of_pattern_names_and_retry(url: str, monkeypatch) -> None:
     """`mesh[1].stl` is a name, not a pattern (beside `mesh1.stl`), in the previous dataset and the
     new one; and a publish step that failed after moving some entries, run again (as Dataflow
-    retries a bundle), publishes the complete dataset from the staging, which it still finds whole."""
+    retries a bundle), publishes the complete dataset from the staging, which it still finds whole.
+    (Every object store: test_s3.py runs it too.)"""
     from formats.mixtrain import publish
 
-    fs, output = storage.open_root("gs://bucket/mixtrain/patterns")
+    fs, output = storage.open_root(url)
     fs.pipe({f"{output}/files/_dataset/robot/mesh[1].stl": b"old", f"{output}/mixtrain.json": b"{}"})
     staging = f"{output}/_staging/run1"
     staged = {"files/_dataset/robot/mesh[1].stl": b"bracket", "files/_dataset/robot/mesh1.stl": b"plain",

@@ -54,7 +54,7 @@ def _load(output_url: str, version: int | None = None):
     from deltalake.exceptions import DeltaError
 
     try:
-        return DeltaTable(output_url, version=version)
+        return DeltaTable(output_url, version=version, storage_options=storage.object_store_options(output_url) or None)
     except (DeltaError, OSError) as error:
         fs, root = storage.open_root(output_url)
         reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
@@ -101,7 +101,9 @@ def current_property(output_url: str, settings: TableSettings) -> dict | None:
 
 def describe(output_url: str, settings: TableSettings) -> str:
     found = open_table(output_url)
-    return f"Delta table, version {found.version() if found is not None else None} (deltalake: DeltaTable({output_url!r}))"
+    options = storage.object_store_options(output_url)  # what the reader must pass too (an S3-compatible store's endpoint)
+    how = f"DeltaTable({output_url!r}" + (f", storage_options={options!r})" if options else ")")
+    return f"Delta table, version {found.version() if found is not None else None} (deltalake: {how})"
 
 
 def committed_files(table) -> list[str]:

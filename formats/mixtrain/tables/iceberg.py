@@ -55,9 +55,22 @@ def _catalog(catalog: str, output_url: str):
 
     name, properties = catalog_properties(catalog, output_url)
     try:
-        return load_catalog(name, **properties)
+        loaded = load_catalog(name, **properties)
     except Exception as error:  # noqa: BLE001 - pyiceberg raises many kinds for a bad configuration
         raise ConversionError(f"{catalog or output_url}: cannot open the Iceberg catalog: {type(error).__name__}: {error}") from error
+    for key, value in store_properties(output_url).items():  # defaults: what the catalog's own configuration names wins
+        loaded.properties.setdefault(key, value)
+    return loaded
+
+
+def store_properties(output_url: str) -> dict[str, str]:
+    """FileIO properties of a table on an S3-compatible store, from the standard AWS variables:
+    pyiceberg's default FileIO (PyArrowFileIO) reads neither the endpoint nor the region from the
+    environment; without them it writes to AWS itself, after asking AWS for the bucket's region."""
+    if not output_url.startswith("s3://"):
+        return {}
+    found = {"s3.endpoint": storage.s3_endpoint(), "s3.region": storage.s3_region()}
+    return {key: value for key, value in found.items() if value}
 
 
 def open_table(output_url: str, catalog: str = "", table: str = ""):

@@ -35,7 +35,7 @@ from formats.mixtrain import publish as standalone  # this module's own `publish
 
 __all__ = ["reusable", "reused_rows", "FRAGMENT_PART",
            "BLOB", "REFERENCE", "VIDEO_STORAGE", "SIDECAR_KEY", "STATS_KEY", "ERRORS_KEY", "is_dataset", "publish", "publish_table",
-           "read_metadata", "read_sidecar", "lance_schema", "lance_uri"]
+           "read_metadata", "read_sidecar", "lance_schema", "lance_uri", "open_dataset", "storage_options"]
 
 BLOB, REFERENCE = "blob", "reference"
 VIDEO_STORAGE = (BLOB, REFERENCE)
@@ -101,10 +101,6 @@ def _batches(fs, staging: str, shard: str, schema: pa.Schema, blobs: list[str]) 
             yield pa.RecordBatch.from_arrays(arrays, schema=schema)
 
 
-def _uri(fs, path: str) -> str:
-    return os.path.realpath(path) if storage.is_local(fs) else storage.url_for(fs, path)
-
-
 def _staged(staging: str, shard: str, *parts: str) -> str:
     """Where a shard's Lance fragments (and, with ".json", their metadata) wait for publication."""
     stem = shard.rsplit("/", 1)[-1].rsplit(".", 1)[0]
@@ -128,8 +124,9 @@ def _write_fragments(fs, staging: str, shard: str, blobs: list[str]) -> None:
         return
     schema = lance_schema(parquet_schema, blobs)
     reader = pa.RecordBatchReader.from_batches(schema, _batches(fs, staging, shard, schema, blobs))
-    written = lance.fragment.write_fragments(reader, _uri(fs, _staged(staging, shard)), schema, mode="overwrite",
-                                             return_transaction=True, data_storage_version=FILE_VERSION)
+    uri = lance_uri(fs, _staged(staging, shard))
+    written = lance.fragment.write_fragments(reader, uri, schema, mode="overwrite", return_transaction=True,
+                                             data_storage_version=FILE_VERSION, storage_options=storage_options(uri))
     record = {"fragments": [fragment.to_json() for fragment in written.operation.fragments],
               # Lance's own schema (blob columns as Lance stores them): the one the commit must name.
               "schema": base64.b64encode(written.operation.new_schema.to_pyarrow().serialize().to_pybytes()).decode()}
@@ -184,10 +181,10 @@ def publish(fs, staging: str, output: str, sidecar: dict, *, videos: str = BLOB)
     staged_files, published_files = storage.join(staging, mixtrain.FILES_DIR), storage.join(output, mixtrain.FILES_DIR)
     placed = standalone.move_files(fs, staged_files, published_files, skip=set(blobs)) if fs.exists(staged_files) else set()
     standalone.stop_point("lance", "files-placed")
-    uri = _uri(fs, output)
-    previous = lance.dataset(uri).version if is_dataset(fs, output) else None
+    uri = lance_uri(fs, output)
+    previous = open_dataset(fs, output).version if is_dataset(fs, output) else None
     lance.LanceDataset.commit(uri, LanceOperation.Overwrite(schema.with_metadata(metadata), fragments), read_version=previous,
-                              commit_message=f"mixtrain-convert {sidecar.get('created_at', '')}")
+                              commit_message=f"mixtrain-convert {sidecar.get('created_at', '')}", storage_options=storage_options(uri))
     standalone.stop_point("lance", "committed")
     if fs.exists(storage.join(output, mixtrain.SIDECAR)):  # a standalone dataset replaced by a Lance one: its mixtrain.json first
         fs.rm(storage.join(output, mixtrain.SIDECAR))
@@ -227,9 +224,7 @@ def _text(fs, root: str, name: str) -> str:
 
 def read_sidecar(fs, root: str) -> dict:
     """The Mixtrain JSON of the Lance dataset at `root`."""
-    os.environ.setdefault("LANCE_LOG", "error")
-    import lance
-    return read_metadata(lance.dataset(storage.url_for(fs, root) if not storage.is_local(fs) else os.path.realpath(root)))[0]
+    return read_metadata(open_dataset(fs, root))[0]
 
 
 def read_metadata(dataset) -> tuple[dict, dict, str]:
@@ -251,15 +246,22 @@ def lance_uri(fs, root: str) -> str:
     return os.path.realpath(root) if storage.is_local(fs) else storage.url_for(fs, root)
 
 
-def _open(fs, root: str, version: int | None = None):
-    return _lance().dataset(lance_uri(fs, root), version=version)
+def storage_options(uri: str) -> dict[str, str] | None:
+    """What Lance needs beside the URI to reach its store (an S3-compatible endpoint), None for nothing."""
+    return storage.object_store_options(uri) or None
+
+
+def open_dataset(fs, root: str, version: int | None = None):
+    """The Lance dataset at `root` (`version`, default the latest): every opening goes through here."""
+    uri = lance_uri(fs, root)
+    return _lance().dataset(uri, version=version, storage_options=storage_options(uri))
 
 
 def reusable(fs, root: str, units: list, current: dict, context: str | None = None) -> dict | None:
     """formats.mixtrain.fingerprint.reusable on a Lance dataset: the units whose fingerprint (kept in the
     latest version's metadata) did not change, the ids of their sequences, and that version's
     fragments as the parts to read them from (`reused_rows`). None when nothing was recorded."""
-    dataset = _open(fs, root)
+    dataset = open_dataset(fs, root)
     sidecar = read_metadata(dataset)[0]
     text = (dataset.schema.metadata or {}).get(FINGERPRINTS_KEY.encode(), b"").decode()
     if not text:
@@ -277,7 +279,7 @@ def reused_rows(fs, root: str, part: str, keep: frozenset, out_fs, staging: str)
     path under `staging` (files/<column>/<id>.mp4) and the cell that relative path, so the shard
     writer puts the same bytes back into the new version."""
     version, fragment_id = (int(value) for value in part[len(FRAGMENT_PART):].split(":"))
-    dataset = _open(fs, root, version)
+    dataset = open_dataset(fs, root, version)
     sidecar = read_metadata(dataset)[0]
     blobs = [name for name, entry in sidecar["column_types"].items() if entry.get("stored_as") == "blob"]
     plain = [field.name for field in dataset.schema if field.name not in blobs]

@@ -1,0 +1,65 @@
+"""A local S3 server (moto's server mode, a test dependency) on a free loopback port, with a bucket
+`bucket`: what the s3:// tests and the docs test run against, reached through the standard AWS
+environment variables (as a user's MinIO or Ceph store is)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import pytest
+
+KEY = "testing"  # moto accepts any key; the variables must be set, as for a real store
+
+
+def environment(url: str) -> dict[str, str]:
+    """The variables a user sets for an S3-compatible store at `url` (docs/options.md, Storage)."""
+    return {"AWS_ENDPOINT_URL": url, "AWS_ACCESS_KEY_ID": KEY, "AWS_SECRET_ACCESS_KEY": KEY, "AWS_REGION": "us-east-1",
+            # Nothing of this machine's own AWS set-up (profiles, ~/.aws, the EC2 metadata service) takes part.
+            "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull, "AWS_EC2_METADATA_DISABLED": "true"}
+
+
+def clear_clients() -> None:
+    """Forget cached s3fs instances (they keep the endpoint and keys they were made with)."""
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+
+
+@contextlib.contextmanager
+def running(bucket: str = "bucket") -> Iterator[str]:
+    """The server serving while the block runs, `bucket` created; yields its URL (for AWS_ENDPOINT_URL).
+
+    A process of its own, not moto's in-process ThreadedMotoServer: delta-rs holds the GIL through
+    some calls (`DeltaTable.history`), so a server thread of this interpreter could not answer them
+    and the call waited out its 180 s timeout."""
+    pytest.importorskip("moto.server", reason="moto[server] is a test dependency (pip install -e .[test])")
+    pytest.importorskip("s3fs", reason="s3fs is installed by setup.py's s3 and test extras")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"moto's S3 server did not start on port {port} (exit status {server.poll()})") from None
+                time.sleep(0.1)
+        import s3fs
+
+        s3fs.S3FileSystem(endpoint_url=url, key=KEY, secret=KEY, skip_instance_cache=True).mkdir(bucket)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
