@@ -2,8 +2,8 @@
 
 The refs do not travel in the job graph: the launcher batches them (`ref_batches`) and writes
 the batches to files under the plan folder (`stage_refs`); the graph creates only the file
-numbers, the workers spread (file, position) pairs of the batches, and each loads a batch's refs
-out of its plan file, one after another.
+numbers, the workers read the files and spread the batches (each packed into one bytes value),
+and each loads a batch's refs one after another.
 """
 
 from __future__ import annotations
@@ -80,56 +80,24 @@ def stage_refs(refs: list[SourceRef], plan_folder: staged_plan.PlanFolder) -> in
     return files
 
 
-class _PlanBatches:
-    """Batches of refs out of the plan files, the file read last kept (a worker's batches mostly
-    come from few files)."""
+class _ReadRefBatchesFn(beam.DoFn):
+    """A plan file's number -> its batches of refs, each packed into one bytes value: Beam's coders
+    pickled every ref of a batch on its own, 6.5 times on the way through the shuffle that spreads
+    the batches (13,000 pickles for 2,000 episodes); bytes cross it as they are, and the loading
+    worker unpacks the batch once."""
 
     def __init__(self, plan_folder: staged_plan.PlanFolder):
         self._plan_folder = plan_folder
-        self._number, self._batches = -1, []
-
-    def batches(self, number: int) -> list:
-        if number != self._number:
-            name = refs_file(number)
-            try:
-                self._batches = staged_plan.read_value(self._plan_folder, name)
-            except FileNotFoundError as error:  # not worth retrying: say which plan is gone
-                raise ConversionError(f"{storage.join(self._plan_folder.url, name)}: the run's plan file is missing (its folder "
-                                      "was removed or overwritten while the job ran); rerun the conversion") from error
-            self._number = number
-        return self._batches
-
-    def batch(self, where: tuple[int, int]) -> list:
-        number, position = where
-        return self.batches(number)[position]
-
-
-class _BatchPositionsFn(beam.DoFn):
-    """A plan file's number -> (number, position) of each of its batches: only these two integers
-    cross the shuffle that spreads the batches, not the refs (pickled six times each on the way)."""
-
-    def __init__(self, plan_folder: staged_plan.PlanFolder):
-        self._plan_folder = plan_folder
-
-    def setup(self):
-        self._plan = _PlanBatches(self._plan_folder)
 
     def process(self, number: int):
-        for position in range(len(self._plan.batches(number))):
-            yield number, position
-
-
-class _ResolveBatchFn(beam.DoFn):
-    """(file number, position) -> that batch's refs."""
-
-    def __init__(self, plan_folder: staged_plan.PlanFolder):
-        self._plan_folder = plan_folder
-
-    def setup(self):
-        self._plan = _PlanBatches(self._plan_folder)
-
-    def process(self, where: tuple[int, int]):
-        yield self._plan.batch(where)
+        name = refs_file(number)
+        try:
+            batches = staged_plan.read_value(self._plan_folder, name)
+        except FileNotFoundError as error:  # not worth retrying: say which plan is gone
+            raise ConversionError(f"{storage.join(self._plan_folder.url, name)}: the run's plan file is missing (its folder was "
+                                  "removed or overwritten while the job ran); rerun the conversion") from error
+        for batch in batches:
+            yield staged_plan.pack(batch)
 
 
 class _SourceFn(beam.DoFn):
@@ -149,20 +117,11 @@ class _SourceFn(beam.DoFn):
 class _LoadSequenceFn(_SourceFn):
     """Loads a batch of refs, one sequence per ref, one after another (a read group's shared data
     is then decoded once by the reader); each ref fails or is skipped on its own. The batch comes
-    as its refs, or as (plan file number, position) with `plan_folder` given."""
-
-    def __init__(self, source: Source, root_url: str, meta: DatasetMeta, on_error: str = FAIL,
-                 plan_folder: staged_plan.PlanFolder | None = None):
-        super().__init__(source, root_url, meta, on_error)
-        self._plan_folder = plan_folder
-
-    def setup(self):
-        super().setup()
-        self._plan = _PlanBatches(self._plan_folder) if self._plan_folder is not None else None
+    packed (`staged_plan.pack`) or as a list of refs."""
 
     def process(self, batch):
-        if self._plan is not None:
-            batch = self._plan.batch(batch)
+        if isinstance(batch, bytes):
+            batch = staged_plan.unpack(batch)
         for ref in batch:
             try:
                 yield self._reader.load(ref)
@@ -184,10 +143,6 @@ def _numbers(count: int):
     return range(count)
 
 
-def _each(batch: list):
-    return batch
-
-
 def _alone(ref):
     return [ref]
 
@@ -195,8 +150,8 @@ def _alone(ref):
 class ReadSequences(beam.PTransform):
     """Read the staged refs, spread their batches over workers, load each sequence.
 
-    Only plan file numbers are in the graph and only (plan file, batch position) pairs cross the
-    Reshuffle that spreads the batches; sequence data is produced after it. A source with `expands_refs` (a unit of many sequences -> its refs)
+    Only plan file numbers are in the graph and only the small refs, packed by batch, cross the
+    Reshuffle that spreads them; sequence data is produced after it. A source with `expands_refs` (a unit of many sequences -> its refs)
     gets a second fan-out on the workers, one ref per element as before. Returns
     {"sequences": PCollection, "errors": [PCollections of error records]} (records only under
     on_error=skip; under fail the first bad sequence stops the run).
@@ -225,22 +180,19 @@ class ReadSequences(beam.PTransform):
         self._on_error = on_error
 
     def expand(self, pbegin):
-        positions = (pbegin
-                     | "CountPlanFiles" >> beam.Create([self._files], reshuffle=False)
-                     | "PlanFiles" >> beam.FlatMap(_numbers)
-                     | "SpreadPlanFiles" >> beam.Reshuffle()
-                     | "BatchPositions" >> beam.ParDo(_BatchPositionsFn(self._plan_folder))
-                     | "SpreadRefs" >> beam.Reshuffle())
+        batches = (pbegin
+                   | "CountPlanFiles" >> beam.Create([self._files], reshuffle=False)
+                   | "PlanFiles" >> beam.FlatMap(_numbers)
+                   | "SpreadPlanFiles" >> beam.Reshuffle()
+                   | "ReadRefBatches" >> beam.ParDo(_ReadRefBatchesFn(self._plan_folder))
+                   | "SpreadRefs" >> beam.Reshuffle())
         errors = []
         if self._source.expands_refs:
-            expanded = (positions | "ResolveBatches" >> beam.ParDo(_ResolveBatchFn(self._plan_folder))
-                        | "Refs" >> beam.FlatMap(_each) | "ExpandRefs" >> beam.ParDo(
-                            _ExpandRefFn(self._source, self._root_url, self._meta, self._on_error)).with_outputs(ERRORS, main="refs"))
+            expanded = batches | "Refs" >> beam.FlatMap(staged_plan.unpack) | "ExpandRefs" >> beam.ParDo(
+                _ExpandRefFn(self._source, self._root_url, self._meta, self._on_error)).with_outputs(ERRORS, main="refs")
             batches = expanded.refs | "SpreadExpandedRefs" >> beam.Reshuffle() | "Alone" >> beam.Map(_alone)
             errors.append(expanded[ERRORS])
-            load = _LoadSequenceFn(self._source, self._root_url, self._meta, self._on_error)
-        else:
-            batches, load = positions, _LoadSequenceFn(self._source, self._root_url, self._meta, self._on_error, self._plan_folder)
-        loaded = batches | "LoadSequences" >> beam.ParDo(load).with_outputs(ERRORS, main="sequences")
+        loaded = batches | "LoadSequences" >> beam.ParDo(
+            _LoadSequenceFn(self._source, self._root_url, self._meta, self._on_error)).with_outputs(ERRORS, main="sequences")
         errors.append(loaded[ERRORS])
         return {"sequences": loaded.sequences, ERRORS: errors}

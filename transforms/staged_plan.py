@@ -35,7 +35,7 @@ from apache_beam.internal.cloudpickle import cloudpickle
 from formats import storage
 from formats.errors import ConversionError
 
-__all__ = ["PLAN_DIR", "PlanFolder", "write_value", "read_value", "write_pieces", "read_pieces", "exists"]
+__all__ = ["PLAN_DIR", "PlanFolder", "write_value", "read_value", "write_pieces", "read_pieces", "exists", "pack", "unpack"]
 
 PLAN_DIR = "_plan"  # inside the run's staging folder
 
@@ -114,6 +114,17 @@ def read_pieces(plan: PlanFolder, name: str) -> Iterator[Any]:
                                   "read it")
         yield pickle.loads(piece)  # noqa: S301 - signed by this run's key, checked above
         offset, position = offset + _HEADER.size + length, position + 1
+
+
+def pack(value: Any) -> bytes:
+    """`value` as one pickled bytes value, for a shuffle inside the job (Beam's coders copy bytes
+    as they are, where they pickle each element of a list of objects on its own)."""
+    return _dumps(value)
+
+
+def unpack(data: bytes) -> Any:
+    """What `pack` made, on a worker of the same job."""
+    return pickle.loads(data)  # noqa: S301 - bytes this job's own workers packed, never read from storage
 
 
 def write_value(plan: PlanFolder, name: str, value: Any) -> None:

@@ -56,9 +56,9 @@ def test_plan_files_hold_whole_batches(tmp_path, monkeypatch):
     assert [[len(batch) for batch in batches] for batches in files] == [[3, 3]] * 5 + [[1, 1, 1]]
 
 
-def test_batches_are_spread_as_positions_and_loaded_from_their_plan_file(tmp_path, monkeypatch):
-    """Only (plan file, position) pairs cross the shuffle; a worker reads each file once for its
-    batches in a row, and a plan file removed mid-run is one line naming it."""
+def test_batches_cross_the_shuffle_packed_and_a_missing_plan_file_is_one_line(tmp_path, monkeypatch):
+    """Each batch leaves its plan file as one bytes value (Beam's coders copy bytes, where they
+    pickled every ref of a list on its own), unpacked once by the loading worker."""
     import pytest
 
     from formats.errors import ConversionError
@@ -68,19 +68,11 @@ def test_batches_are_spread_as_positions_and_loaded_from_their_plan_file(tmp_pat
     refs = [Ref(f"e{i}", "g" if i < 30 else None) for i in range(33)]
     plan_folder = staged_plan.PlanFolder.create(str(tmp_path))
     files = stage_refs(refs, plan_folder)
-    positions = read._BatchPositionsFn(plan_folder)
-    positions.setup()
-    pairs = [pair for number in range(files) for pair in positions.process(number)]
-    assert pairs == [(n, p) for n in range(5) for p in range(2)] + [(5, 0), (5, 1), (5, 2)]
-    resolve = read._ResolveBatchFn(plan_folder)
-    resolve.setup()
-    reads = []
-    original = staged_plan.read_value
-    monkeypatch.setattr(staged_plan, "read_value", lambda folder, name: reads.append(name) or original(folder, name))
-    loaded = [ref for pair in pairs for batch in resolve.process(pair) for ref in batch]
-    assert loaded == refs and len(reads) == files  # each file read once for its consecutive batches
+    batches = read._ReadRefBatchesFn(plan_folder)
+    packed = [value for number in range(files) for value in batches.process(number)]
+    assert all(isinstance(value, bytes) for value in packed) and len(packed) == 13
+    assert [ref for value in packed for ref in staged_plan.unpack(value)] == refs
+    assert [len(staged_plan.unpack(value)) for value in packed] == [3] * 10 + [1, 1, 1]
     (tmp_path / read.refs_file(5)).unlink()
-    another = read._ResolveBatchFn(plan_folder)  # on another worker, which has not read it yet
-    another.setup()
     with pytest.raises(ConversionError, match=r"refs-000005\.pkl: the run's plan file is missing"):
-        list(another.process((5, 0)))
+        list(batches.process(5))
