@@ -226,3 +226,23 @@ def test_hostile_input_is_one_error_line(originals, tmp_path, capsys, case):
     prefix = f"error: {root / named}: " if named else "error: "
     assert lines[0].startswith(prefix + message) and str(root) in lines[0], lines[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_the_plan_metadata_does_not_grow_with_the_episodes(tmp_path):
+    """The metadata travels in the job graph (every DoFn holds it): a v2 dataset, a data file per
+    episode, must not carry a footer signature per episode in it (issue 20's graph size), and its
+    data files' footers are read in parallel while planning."""
+    import pickle
+
+    from formats import storage
+    from formats.sources import lerobot_v2
+
+    sizes = {}
+    for count in (4, 40):
+        spec = SyntheticLeRobot(lengths=[5] * count, cameras=(), chunks_size=16)
+        write_dataset(str(tmp_path / f"d{count}"), spec, version="v2.1")
+        fs, root = storage.open_root(str(tmp_path / f"d{count}"))
+        meta, refs = lerobot_v2.plan(fs, root)
+        assert len(refs) == count and meta.private == {}
+        sizes[count] = len(pickle.dumps(meta))
+    assert sizes[40] - sizes[4] < 2_000, sizes  # the task table and counts, not 36 more footers

@@ -28,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import posixpath
+from typing import ClassVar
 
 import fsspec
 import pyarrow as pa
@@ -67,6 +68,7 @@ class V2Layout(Layout):
     get_data_file_path / get_video_file_path)."""
 
     chunks_size: int = 1000
+    shared_data_files: ClassVar[bool] = False
 
     def data_file(self, row: dict, shared: dict) -> str:
         index = row["episode_index"]

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import fsspec
 import numpy as np
@@ -126,6 +126,7 @@ class Layout:
     data_template: str
     video_template: str | None
     info_path: str
+    shared_data_files: ClassVar[bool] = True  # many episodes per data file (v3.0); v2.x has one per episode
 
     def data_file(self, row: dict, shared: dict) -> str:
         return self.fill(shared, "data_path", chunk_index=row["data/chunk_index"], file_index=row["data/file_index"])
@@ -204,7 +205,9 @@ def plan_episodes(fs: fsspec.AbstractFileSystem, root: str, info: dict, layout: 
             "tasks": task_texts,
             **({"tools": info["tools"]} if info.get("tools") is not None else {}),
         },
-        private={"footers": dict(footers.signatures)},  # for the reader, never published: every data file's footer read here
+        # For the reader, never published: every data file's footer read here. Not for a file per
+        # episode (v2.x): the metadata travels in the job graph, which would grow with the episodes.
+        private={"footers": dict(footers.signatures)} if layout.shared_data_files else {},
     )
     return meta, refs
 
@@ -480,11 +483,10 @@ def _data_types(fs, root: str, refs: list[EpisodeRef], keys: list[str], footers:
     files: dict[str, int] = {}  # data file -> its first episode, in the index's order
     for ref in refs:
         files.setdefault(ref.data_file, ref.episode_index)
-    for position, (relative, episode) in enumerate(files.items()):
-        path = storage.resolve_inside(root, relative, what="data file", fs=fs)
-        try:
-            schema = footers.schema(path)
-        except (OSError, pa.ArrowException) as error:
+    paths = [storage.resolve_inside(root, relative, what="data file", fs=fs) for relative in files]
+    for position, ((path, schema), episode) in enumerate(zip(footers.schemas(paths), files.values(), strict=True)):
+        if isinstance(schema, Exception):
+            error = schema
             if position > 0:
                 continue  # load() reports it with the episode; the first file must be readable to plan
             if isinstance(error, FileNotFoundError):
