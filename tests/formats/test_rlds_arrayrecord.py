@@ -281,3 +281,30 @@ def test_a_footer_counting_more_records_than_the_file_has_bytes_is_refused(both,
     with pytest.raises(FormatError, match=rf"/{VAL}: val shard 0: not a readable ArrayRecord file: its footer counts "
                                           rf"1000000000000 records in {size} bytes$"):
         _expand(str(path))
+
+
+def test_a_local_shard_stays_open_for_its_records_and_a_remote_footer_is_read_once(tmp_path, monkeypatch):
+    """Opening a shard reads its footer: with a reader's cache, one open per shard for its records
+    (one open per record made a shard's cost grow with the square of its records)."""
+    paths = [tmp_path / f"s{i}.array_record" for i in range(2)]
+    for i, path in enumerate(paths):
+        arrayrecord.write_records(str(path), (f"{i}:{n}".encode() * 40 for n in range(50)))
+    opened = []
+    original = arrayrecord._open
+    monkeypatch.setattr(arrayrecord, "_open", lambda local: opened.append(local) or original(local))
+    fs, _ = storage.open_root(str(tmp_path))
+    cache: dict = {}
+    got = [arrayrecord.read_record(fs, str(path), n, cache) for path in paths for n in range(50)]
+    assert got == [f"{i}:{n}".encode() * 40 for i in range(2) for n in range(50)]
+    assert opened == [str(paths[0]), str(paths[1])]  # the second shard closed the first
+    with pytest.raises(FormatError, match="record 50: the file holds 50 records"):
+        arrayrecord.read_record(fs, str(paths[1]), 50, cache)
+    assert arrayrecord.read_record(fs, str(paths[1]), 3, cache) == b"1:3" * 40 and len(opened) == 2
+    memory = fsspec.filesystem("memory")
+    memory.pipe("/ar/s0.array_record", paths[0].read_bytes())
+    sizes = []
+    monkeypatch.setattr(type(memory), "size", lambda self, path: sizes.append(path) or len(paths[0].read_bytes()))
+    remote: dict = {}
+    assert [arrayrecord.read_record(memory, "/ar/s0.array_record", n, remote) for n in (0, 7, 49)] == \
+        [f"0:{n}".encode() * 40 for n in (0, 7, 49)]
+    assert len(sizes) == 1  # the footer (and the size) fetched once for the shard's records
