@@ -74,7 +74,8 @@ def sampled(command: list[str]) -> dict:
     marks_file = tempfile.NamedTemporaryFile(suffix=".json", delete=False).name
     started = time.time()
     env = dict(os.environ, MIXTRAIN_MARKS=marks_file, MIXTRAIN_T0=repr(started), SVT_LOG="1")
-    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    errors = tempfile.TemporaryFile(mode="w+")  # not a pipe: read only at the end, it could fill and stall the run
+    process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=errors, text=True)
     cpu: dict[int, list[tuple[float, float]]] = {}
     parent_of: dict[int, int] = {}
     while process.poll() is None:
@@ -86,7 +87,9 @@ def sampled(command: list[str]) -> dict:
                 parent_of.setdefault(pid, parent)
         time.sleep(PERIOD)
     wall = time.time() - started
-    error = process.stderr.read()
+    errors.seek(0)
+    error = errors.read()
+    errors.close()
     marks = json.loads(pathlib.Path(marks_file).read_text() or "{}") if os.path.getsize(marks_file) else {}
     os.unlink(marks_file)
     if process.returncode:

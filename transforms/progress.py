@@ -17,7 +17,7 @@ import time
 
 from apache_beam.metrics import Metrics
 
-__all__ = ["ENV", "FIELDS", "NAMESPACE", "report"]
+__all__ = ["ENV", "FIELDS", "NAMESPACE", "report", "flush"]
 
 ENV = "MIXTRAIN_PROGRESS_SOCKET"
 NAMESPACE = "mixtrain"
@@ -31,10 +31,11 @@ FIELDS = {
 }
 
 # Reports are sent at most every SEND_SECONDS per worker, summed in between (a datagram per
-# sequence cost 0.17 ms of the worker's time at 20,000 short episodes); a thread sends what is left.
+# sequence cost 0.17 ms of the worker's time at 20,000 short episodes); a thread sends what is
+# left, and the DoFns that report call `flush` when a bundle ends.
 SEND_SECONDS = 0.1
 _sender: tuple[int, socket.socket] | None = None  # (pid, socket): a forked worker opens its own
-_pending: dict[str, int] = {}
+_pending: dict[str, dict[str, int]] = {}  # socket name (one per run) -> counts not sent yet
 _last_sent = 0.0
 _flushing = False
 _lock = threading.Lock()
@@ -51,7 +52,7 @@ os.register_at_fork(after_in_child=_after_fork)
 
 def report(**counts: int) -> None:
     """Add `counts` (keys of FIELDS) to the run's totals."""
-    global _last_sent, _flushing
+    global _flushing
     for key, value in counts.items():
         if value:
             Metrics.counter(NAMESPACE, FIELDS[key]).inc(int(value))
@@ -59,47 +60,56 @@ def report(**counts: int) -> None:
     if not name:
         return
     with _lock:
+        pending = _pending.setdefault(name, {})
         for key, value in counts.items():
             if value:
-                _pending[key] = _pending.get(key, 0) + int(value)
+                pending[key] = pending.get(key, 0) + int(value)
         if time.monotonic() - _last_sent < SEND_SECONDS:
             if not _flushing:
                 _flushing = True
-                threading.Thread(target=_flush_later, args=(name,), daemon=True, name="mixtrain-progress-send").start()
+                threading.Thread(target=_flush_later, daemon=True, name="mixtrain-progress-send").start()
             return
-        batch = _take()
-    _send(name, batch)
+        batches = _take()
+    _send(batches)
 
 
-def _take() -> dict[str, int]:
+def flush() -> None:
+    """Send what is pending now (the end of a bundle: the worker may be stopped soon after)."""
+    with _lock:
+        batches = _take()
+    _send(batches)
+
+
+def _take() -> dict[str, dict[str, int]]:
     global _last_sent
-    batch = dict(_pending)
+    batches = {name: counts for name, counts in _pending.items() if counts}
     _pending.clear()
     _last_sent = time.monotonic()
-    return batch
+    return batches
 
 
-def _flush_later(name: str) -> None:
+def _flush_later() -> None:
     global _flushing
     while True:
         time.sleep(SEND_SECONDS)
         with _lock:
-            batch = _take()
-            if not batch:
+            batches = _take()
+            if not batches:
                 _flushing = False
                 return
-        _send(name, batch)
+        _send(batches)
 
 
-def _send(name: str, counts: dict[str, int]) -> None:
+def _send(batches: dict[str, dict[str, int]]) -> None:
     global _sender
-    if not counts:
+    if not batches:
         return
     if _sender is None or _sender[0] != os.getpid():
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         sock.settimeout(1.0)
         _sender = (os.getpid(), sock)
-    try:
-        _sender[1].sendto(json.dumps(counts).encode(), "\0" + name)
-    except OSError:  # the launcher is gone or slow: progress is best effort, the work is not
-        pass
+    for name, counts in batches.items():
+        try:
+            _sender[1].sendto(json.dumps(counts).encode(), "\0" + name)
+        except OSError:  # the launcher is gone or slow: progress is best effort, the work is not
+            pass

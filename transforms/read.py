@@ -16,7 +16,7 @@ from formats import storage
 from formats.errors import ConversionError
 from formats.sequence import DatasetMeta
 from formats.sources import Source, SourceRef
-from transforms import staged_plan
+from transforms import progress, staged_plan
 from transforms.errors import ERRORS, FAIL, skip_or_raise
 
 __all__ = ["ReadSequences", "ref_batches", "stage_refs", "MIN_BATCHES", "MAX_BATCH_REFS", "REFS_PER_FILE"]
@@ -112,6 +112,12 @@ class _SourceFn(beam.DoFn):
     def setup(self):
         fs, root = storage.open_root(self._root_url)
         self._reader = self._source.open(fs, root, self._meta)  # once per worker: it keeps its caches
+
+    def finish_bundle(self):
+        progress.flush()  # skipped sequences' counts
+
+    def teardown(self):
+        self._reader.close()
 
 
 class _LoadSequenceFn(_SourceFn):

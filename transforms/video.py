@@ -22,6 +22,7 @@ from formats.errors import ConversionError, FormatError, in_context
 from formats.mixtrain.stats import ImageStats
 from formats.sequence import FileRef, ImageFrames, Sequence, VideoSegment
 from formats.video import policy, stream_copy
+from transforms import progress
 from transforms.errors import ERRORS, FAIL, skip_or_raise
 from transforms.progress import report
 
@@ -52,6 +53,9 @@ class _WriteVideosFn(beam.DoFn):
     def setup(self):
         self._source_fs, self._source_root = storage.open_root(self._source_url)
         self._out_fs, self._out_root = storage.open_root(self._staging_url)
+
+    def finish_bundle(self):
+        progress.flush()
 
     def process(self, sequence: Sequence):
         self._written_bytes = 0

@@ -37,7 +37,7 @@ from formats.mixtrain.stats import ColumnStats, non_finite_counts, table_stats
 from formats.sequence import VIDEO, ColumnSpec, DatasetMeta, Sequence
 from transforms import staged_plan
 from transforms.errors import ERRORS, FAIL, SKIP
-from transforms.progress import report
+from transforms.progress import flush, report
 from transforms.stats import MergeShardStatsFn
 
 __all__ = ["WriteMixtrain", "ShardResult", "stage_fingerprints", "staged_fingerprints"]
@@ -243,6 +243,7 @@ class _WriteShardFn(beam.DoFn):
             tables.stage_shard(self._fs, self._root, mixtrain.shard_path(index), [c.name for c in self._columns if c.kind == VIDEO],
                                self._table)
         report(shards=1, bytes=result.bytes)
+        flush()  # the last shards end the run: their counts now, not a tick later
         yield result
 
     def _write_group(self, writer, group: list, result: ShardResult, pool: concurrent.futures.Executor) -> concurrent.futures.Future:

@@ -124,6 +124,9 @@ class SourceReader:
     def load(self, ref: SourceRef) -> Sequence:
         raise NotImplementedError
 
+    def close(self) -> None:
+        """Release what the reader keeps open (the worker is done with it)."""
+
 
 class Source:
     """One source format. Subclasses set the class attributes and implement detect, plan, open."""

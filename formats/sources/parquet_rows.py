@@ -40,6 +40,9 @@ class ParquetSourceReader(SourceReader):
         self.footers = storage.ParquetFooters(fs)
         self.decoded = DecodedRowGroups()
 
+    def close(self) -> None:
+        self.decoded.close()
+
     def inside(self, relative: str, what: str) -> str:
         """`storage.resolve_inside` of a path the plan names, once per file while its episodes are
         read (a resolve checks every symlink on the way: 0.1 ms an episode)."""

@@ -31,3 +31,26 @@ def test_reports_are_summed_into_few_datagrams_and_the_last_ones_still_arrive(mo
         assert time.monotonic() - started < 1.0
     finally:
         receiver.close()
+
+
+def test_two_runs_in_one_process_each_get_their_own_counts(monkeypatch):
+    """Counts pending for one run's socket never go to another's (two conversions 0.1 s apart in
+    one process), and flush sends them at once."""
+    receivers = {}
+    for run in ("a", "b"):
+        name = f"mixtrain-progress-test-{run}-{os.getpid()}-{uuid.uuid4().hex}"
+        receivers[run] = (name, socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM))
+        receivers[run][1].bind("\0" + name)
+        receivers[run][1].settimeout(2.0)
+    try:
+        monkeypatch.setattr(progress, "_last_sent", time.monotonic())  # the next reports wait for the thread
+        monkeypatch.setenv(progress.ENV, receivers["a"][0])
+        progress.report(sequences=3)
+        monkeypatch.setenv(progress.ENV, receivers["b"][0])
+        progress.report(sequences=5)
+        progress.flush()
+        assert json.loads(receivers["a"][1].recv(4096)) == {"sequences": 3}
+        assert json.loads(receivers["b"][1].recv(4096)) == {"sequences": 5}
+    finally:
+        for _, receiver in receivers.values():
+            receiver.close()
