@@ -32,16 +32,17 @@ from formats.mixtrain import publish, tables
 from formats.mixtrain.tables import lake, lance
 from formats.text import for_terminal
 from pipelines import cli, failures, local_workers, preflight
+from pipelines.beam_flags import DASK_FLAGS
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
 from pipelines.plan import ConversionPlan, blame, make_plan, requested_encoding, without_cycle_collection
 from pipelines.progress import Progress
 from pipelines.session import Interrupted
 from transforms import staged_plan
 from transforms.errors import ERRORS
-from transforms.read import ReadSequences, stage_refs
+from transforms.read import TALLIES, ReadSequences, stage_refs
 from transforms.reuse import KEPT_IDS, ReusePrevious
 from transforms.video import WriteVideos
-from transforms.write import WriteMixtrain, stage_fingerprints
+from transforms.write import Planned, WriteMixtrain, stage_fingerprints
 
 __all__ = ["ConvertOptions", "build_pipeline", "run"]
 
@@ -65,6 +66,10 @@ def _runner(options: PipelineOptions, zygote: local_workers.Zygote | None):
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
         return local_workers.runner(zygote) if zygote is not None else FnApiRunner()
+    if name == preflight.DASK:
+        from pipelines.dask_runner import DaskRunner
+
+        return DaskRunner()
     return name
 
 
@@ -168,9 +173,12 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
                                                    link_files=not lake.is_lake(settings.format))
         sequences = (sequences, kept) | "AllSequences" >> beam.Flatten()
     bad = read[ERRORS] + videos[ERRORS] | "BadSequences" >> beam.Flatten()
-    _ = {"sequences": sequences, ERRORS: bad} | "Write" >> WriteMixtrain(
-        staging_url, output_url, meta, plan.num_shards, plan.sidecar_extra, options.on_error, plan_folder,
-        tuple(options.max_skipped), settings)
+    inputs = {"sequences": sequences, ERRORS: bad}
+    if read[TALLIES]:
+        inputs[TALLIES] = read[TALLIES] | "Tallies" >> beam.Flatten()
+    planned = Planned.of(plan.to_convert, len(reused["ids"]) if reused is not None else 0)
+    _ = inputs | "Write" >> WriteMixtrain(staging_url, output_url, meta, plan.num_shards, plan.sidecar_extra, options.on_error,
+                                          plan_folder, tuple(options.max_skipped), settings, planned)
     return plan
 
 
@@ -208,9 +216,9 @@ def beam_unknown(argv: list[str]) -> list[str]:
 
 
 def known_options() -> list[str]:
-    """Every option name a command line may use: ours and Beam's (for "did you mean")."""
+    """Every option name a command line may use: ours, Beam's and its DaskRunner's (for "did you mean")."""
     parser = _add_beam_options(cli.build_parser(), ours=False)
-    return [option for action in parser._actions for option in action.option_strings]
+    return sorted({option for action in parser._actions for option in action.option_strings} | DASK_FLAGS)
 
 
 def print_beam_help(out: TextIO) -> None:
@@ -285,6 +293,11 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         argv = preflight.as_meant(argv)
         args, rest = cli.parse(argv)
         preflight.check(args, argv, rest)
+        if preflight.uses_dask(argv):  # Beam's DaskOptions registered before the command line is checked against Beam's options
+            if importlib.util.find_spec("dask") is None or importlib.util.find_spec("distributed") is None:
+                raise UsageError("--runner=DaskRunner needs dask.distributed, which is not installed: pip install "
+                                 "'mixtrain-convert[dask]' (on the launcher and on every worker)")
+            import pipelines.dask_runner  # noqa: F401
         all_options = PipelineOptions(argv)
         options = all_options.view_as(ConvertOptions)
         _check_command_line(argv, options, all_options)
