@@ -14,6 +14,9 @@ BEAM_VERSION = Path(__file__).with_name("BEAM_VERSION").read_text().strip()
 LAKE = ["pyiceberg[sql-sqlite,pyarrow]>=0.12,<0.13", "deltalake>=1.6,<2"]
 LANCE = ["pylance>=14.0.2,<15"]
 DUCKDB = "1.5.5"
+# --runner=DaskRunner (pipelines/dask_runner.py): Beam's [dask] extra asks dask and distributed >= 2024.4.2;
+# 2026.8 verified beside apache-beam 2.77 (pip check clean). The launcher and every worker need it.
+DASK = ["dask[distributed]>=2024.4.2,<2027", "distributed>=2024.4.2,<2027"]
 
 setup(
     name="mixtrain-convert",
@@ -46,8 +49,9 @@ setup(
                     "hub": ["huggingface_hub>=0.24"],
                     "lake": LAKE,
                     "lance": LANCE,
+                    "dask": DASK,
                     "test": ["pytest>=8", "ruff>=0.6", "pillow>=10", "gcp-storage-emulator>=2024.8", "polars>=1.0", "pandas>=2.0", *LAKE, *LANCE,
-                             f"duckdb=={DUCKDB}", *(f"duckdb-extension-{name}=={DUCKDB}" for name in ("iceberg", "avro", "delta"))]},
+                             *DASK, f"duckdb=={DUCKDB}", *(f"duckdb-extension-{name}=={DUCKDB}" for name in ("iceberg", "avro", "delta"))]},
     entry_points={"console_scripts": ["mixtrain-convert=pipelines.convert:main", "mixtrain-validate=pipelines.validate:entry",
                                       "mixtrain-inspect=pipelines.inspect:entry"]},
 )

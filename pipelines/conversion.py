@@ -320,6 +320,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         print(f"error: {for_terminal(error)}", file=console, flush=True)
         return EXIT_FAILED
     staging = staging_root(out_fs, out_root, run_id, options)
+    result = None
     try:
         try:
             if not launch_only:
@@ -352,6 +353,8 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                     result.wait_until_finish()
         except (Exception, Interrupted):
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+            if result is not None and runner == preflight.DASK:  # the cluster's tasks stop before the staging goes
+                _cancel(result)
             if lake.is_lake(options.table_format) and lake.is_committed(out_fs, staging, table_settings(options, run_id)):
                 pass  # the table references this run's files (a commit landed before the failure): keep them
             else:
@@ -384,6 +387,14 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         summary, skipped = _summary(out_fs, out_root, options.output, time.monotonic() - started)
     print(for_terminal(summary), file=out, flush=True)
     return EXIT_SKIPPED if skipped else EXIT_OK
+
+
+def _cancel(result) -> None:
+    """Best effort: a failed or interrupted run's remaining work on a cluster cancelled."""
+    try:
+        result.cancel()
+    except Exception:  # noqa: BLE001 - the run already failed; its own error is the one to report
+        _LOG.warning("could not cancel the run's remaining work", exc_info=True)
 
 
 def _first_missing(fs, out_root: str) -> str | None:
