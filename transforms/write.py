@@ -323,6 +323,10 @@ def _check_arrived(output: str, planned: Planned, shards: list[ShardResult], ups
     twice; else nothing is published. `upstream`: the error records of the steps before the writer
     (the writer's own, for duplicate ids, stand for rows that arrived); `missing()` names the lost
     sequences (only asked when some are lost: it reads the plan back)."""
+    strays = [record for record in upstream if not isinstance(record, dict)]
+    if strays:  # a runner that hands one output's elements to another's consumers (Beam 2.77's DaskRunner did)
+        raise ConversionError(f"{output}: the publish step received {len(strays)} {type(strays[0]).__name__} element(s) among the "
+                              "error records: the runner mixed the pipeline's outputs; nothing was published")
     known = [record.get("sequences", 1) for record in upstream]
     reported = len(tallies) + known.count(None)  # a unit whose count was unknown reports one or the other
     expected = planned.sequences + sum(count for _, count in tallies)

@@ -177,3 +177,40 @@ def test_bad_input_fails_with_the_local_runners_one_line(cluster, sample_inputs,
         lines[runner] = capsys.readouterr().err.replace(str(tmp_path / f"out{runner}"), "OUT")
         assert not (tmp_path / f"out{runner}").exists()
     assert lines[True] == lines[False] and lines[True].startswith("error: ") and lines[True].count("\n") == 1
+
+
+def test_beams_own_dask_runner_now_fails_instead_of_publishing_a_short_dataset(cluster, sample_inputs, tmp_path, capsys, monkeypatch):
+    """What an earlier check saw (Beam's DaskRunner published 0 sequences without an error) is now
+    one line: the publish step checks what arrived (here the loaded and the video-written sequences,
+    3 each, handed to the error records' consumer as well) before it publishes."""
+    from pipelines import dask_runner
+
+    monkeypatch.setattr(dask_runner, "DaskRunner", BeamDaskRunner)
+    src, extra = sample_inputs["lerobot_v3"]
+    assert _convert(cluster, src, tmp_path / "out", *extra) == convert.EXIT_FAILED
+    assert capsys.readouterr().err == (f"error: {tmp_path / 'out'}: the publish step received 6 Sequence element(s) among the error "
+                                       "records: the runner mixed the pipeline's outputs; nothing was published\n")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    (["--dask_npartitions=4"], "error: --dask_npartitions has no effect without --runner=DaskRunner"),
+    (["--runner=DaskRunner", "--output=memory://x/out"],
+     "error: --output=memory://x/out is this process's memory, which DaskRunner workers cannot read; use a path on storage the "
+     "workers share, or an object store URL"),
+])
+def test_the_command_line_refuses_what_cannot_work_on_dask(sample_inputs, tmp_path, capsys, extra, expected):
+    src, _ = sample_inputs["lerobot_v3"]
+    assert convert.run([f"--input={src}", f"--output={tmp_path / 'out'}", "--progress=off", *extra]) == convert.EXIT_USAGE
+    assert capsys.readouterr().err.splitlines()[0] == expected
+
+
+def test_without_dask_installed_one_line_says_what_to_install(sample_inputs, tmp_path, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None if name in ("dask", "distributed") else real(name, *args))
+    src, _ = sample_inputs["lerobot_v3"]
+    assert convert.run([f"--input={src}", f"--output={tmp_path / 'out'}", "--runner=DaskRunner"]) == convert.EXIT_USAGE
+    assert capsys.readouterr().err == ("error: --runner=DaskRunner needs dask.distributed, which is not installed: pip install "
+                                       "'mixtrain-convert[dask]' (on the launcher and on every worker)\n")
