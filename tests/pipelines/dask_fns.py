@@ -1,6 +1,7 @@
 """DoFns for the DaskRunner tests, in a module the cluster's worker processes import."""
 
 import os
+import time
 import uuid
 
 import apache_beam as beam
@@ -52,3 +53,22 @@ def seen(folder: str) -> list:
 
 def bundles(folder: str) -> int:
     return len(os.listdir(os.path.join(folder, "bundles")))
+
+
+def slow_loads(seconds: float) -> None:
+    """Run on every worker (Client.run): each batch of refs waits `seconds` before it loads (0: as it was)."""
+    from transforms import read
+
+    original = getattr(read._LoadSequenceFn, "_original_process", read._LoadSequenceFn.process)
+    read._LoadSequenceFn._original_process = original
+
+    def slow(self, batch):
+        time.sleep(seconds)
+        return original(self, batch)
+
+    read._LoadSequenceFn.process = slow if seconds else original
+
+
+def scheduled(dask_scheduler) -> int:
+    """How many tasks the scheduler holds (Client.run_on_scheduler)."""
+    return len(dask_scheduler.tasks)

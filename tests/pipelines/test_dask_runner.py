@@ -214,3 +214,34 @@ def test_without_dask_installed_one_line_says_what_to_install(sample_inputs, tmp
     assert convert.run([f"--input={src}", f"--output={tmp_path / 'out'}", "--runner=DaskRunner"]) == convert.EXIT_USAGE
     assert capsys.readouterr().err == ("error: --runner=DaskRunner needs dask.distributed, which is not installed: pip install "
                                        "'mixtrain-convert[dask]' (on the launcher and on every worker)\n")
+
+
+def test_an_interrupt_cancels_the_clusters_tasks_and_leaves_the_output(cluster, sample_inputs, tmp_path, capsys, monkeypatch):
+    """Ctrl-C while the launcher waits (the session turns SIGINT into Interrupted) and the workers
+    load slowly: exit 130, the run's tasks gone from the cluster at once (cancelled), and nothing
+    appears at the output afterwards (a task left running would write into the removed staging)."""
+    import signal
+    import time
+
+    from pipelines import dask_runner
+    from pipelines.session import Interrupted
+
+    def interrupted(self, duration=None):
+        time.sleep(1.0)  # the loads are running
+        raise Interrupted(signal.SIGINT)
+
+    monkeypatch.setattr(dask_runner.DaskRunnerResult, "wait_until_finish", interrupted)
+    src, extra = sample_inputs["lerobot_v3"]
+    with distributed.Client(cluster) as client:
+        client.run(dask_fns.slow_loads, 2.0)
+        try:
+            assert _convert(cluster, src, tmp_path / "out", *extra) == 130
+            assert capsys.readouterr().err == "error: interrupted (SIGINT): the output was left as it was\n"
+            deadline = time.monotonic() + 2
+            while client.run_on_scheduler(dask_fns.scheduled) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert client.run_on_scheduler(dask_fns.scheduled) == 0
+            time.sleep(3)  # longer than a load left running would take to finish and write
+            assert list(tmp_path.iterdir()) == []
+        finally:
+            client.run(dask_fns.slow_loads, 0.0)
