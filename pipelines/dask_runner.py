@@ -2,30 +2,33 @@
 translation of the primitives corrected, so that a pipeline gives on a Dask cluster what it gives
 on the local runner.
 
-What Beam's translation does wrong, each seen in its source and shown by a test that fails on it
-(tests/pipelines/test_dask_runner.py):
+What Beam's translation does wrong, each seen in its source (line numbers of Beam 2.77) and shown
+by a minimal pipeline that fails on it (tests/pipelines/test_dask_runner.py, strict xfail):
 
-- outputs a DoFn emits in `finish_bundle` are dropped: `apply_dofn_to_bundle`
-  (transform_evaluator.py) takes the bundle's results before it calls `invoke_finish_bundle`;
+- outputs a DoFn emits in `finish_bundle` are dropped: `apply_dofn_to_bundle` takes the bundle's
+  results (transform_evaluator.py:198) before it calls `invoke_finish_bundle` (:200);
 - every tagged output reaches every consumer, untagged: the ParDo's one bag is registered for the
-  transform, not per output PCollection (`DaskBagVisitor.visit_transform`, `self.bags[transform_node]`),
-  and `TaggingReceiver` values are unwrapped without their tag;
-- only the last leaf is computed: `run_pipeline` computes `list(dask_visitor.bags.values())[-1]`,
-  so a branch that ends elsewhere (a second write, a side output nobody reads) never runs;
+  transform, not per output PCollection (dask_runner.py:217, `self.bags[transform_node]`), and
+  `TaggingReceiver` values are unwrapped without their tag (transform_evaluator.py:198);
+- only the last leaf is computed: `run_pipeline` computes `list(dask_visitor.bags.values())[-1]`
+  (dask_runner.py:251), so a branch that ends elsewhere (a second write) never runs;
 - a side input's upstream is computed again for every bundle that reads it:
-  `DaskBagWindowedIterator.__iter__` calls `list(self.bag)` inside each task;
-- a primitive it does not know becomes an identity (`TRANSLATIONS.get(..., NoOp)`): `Impulse`
-  gives nothing, a `Read` passes None on;
-- `Reshuffle` is an identity, so everything a `Create` of fewer than 128 values fans out to stays in
-  one partition, on one worker.
+  `DaskBagWindowedIterator.__iter__` calls `list(self.bag)` inside each task (transform_evaluator.py:95);
+- a primitive it does not know becomes an identity (`TRANSLATIONS.get(..., NoOp)`, dask_runner.py:181):
+  `Impulse` gives nothing, a `Read` passes None on;
+- `Reshuffle` is replaced by an identity (overrides.py:117-123), so everything a `Create` of fewer
+  than 128 values fans out to stays in one partition, on one worker;
+- its result never closes the `Client` it opened (a launcher then waits out its reconnections).
 
 This runner keeps Beam's option parsing (`DaskOptions`: --dask_client_address, ...), Beam's
-overrides and its Create and GroupByKey translations, and replaces the rest: one bag per output
-PCollection (a bundle returns (tag, value) pairs, finish_bundle's included, split by tag), each
-side input gathered once as a dask Item every bundle receives, every leaf computed (as counts, so
-no data travels to the launcher), Reshuffle as a round-robin split over the cluster's threads, and
-any other primitive refused by name. Like Beam's, it runs batch pipelines in the global window
-(elements travel without window or timestamp); other windowing is refused.
+overrides and its Create translation, and replaces the rest: one bag per output PCollection (a
+bundle returns (tag, value) pairs, finish_bundle's included, split by tag), each side input
+gathered once into a value every bundle receives, every leaf computed (as counts, so no data
+travels to the launcher), Reshuffle as a round-robin split over the cluster's threads, GroupByKey
+as Beam's op does it but always on the cluster's task shuffle (dask picks an on-disk shuffle, local
+to one machine, when no default client is set), and any other primitive refused by name. Like
+Beam's, it runs batch pipelines in the global window (elements travel without window or
+timestamp); other windowing is refused.
 """
 
 from __future__ import annotations

@@ -335,16 +335,17 @@ def _check_arrived(output: str, planned: Planned, shards: list[ShardResult], ups
         return
     converted, skipped = sum(shard.rows for shard in shards), sum(count for count in known if count is not None)
     units = planned.counted_on_workers - reported
+    fault = "lost work"
     if units > 0:
         what = f"{units} of {planned.counted_on_workers} source units never reported how many sequences they hold"
     elif units < 0 or arrived > expected:
-        what = f"{arrived} sequences reached the publish step, {expected} were planned (some were delivered twice)"
+        what, fault = f"{arrived} sequences reached the publish step, {expected} were planned", "delivered work twice"
     else:
         what = f"{arrived} of {expected} planned sequences reached the publish step"
         names = missing()
         if names:
             what += f" (lost: {names[0]}{f' and {len(names) - 1} more' if len(names) > 1 else ''})"
-    raise ConversionError(f"{output}: {what}; {converted} converted, {skipped} skipped: the runner lost work; nothing was published")
+    raise ConversionError(f"{output}: {what}; {converted} converted, {skipped} skipped: the runner {fault}; nothing was published")
 
 
 class _PublishFn(beam.DoFn):

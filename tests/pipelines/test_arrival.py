@@ -90,3 +90,21 @@ def test_a_unit_that_never_reports_its_count_is_caught(tmp_path, capsys, monkeyp
     assert capsys.readouterr().err == (f"error: {dst}: 1 of 2 source units never reported how many sequences they hold; 5 converted, "
                                        "0 skipped: the runner lost work; nothing was published\n")
     assert not dst.exists()
+
+
+def test_a_batch_delivered_twice_fails_too(multi_file_dataset, tmp_path, capsys, monkeypatch):
+    """Under --on_error=skip a duplicated sequence id is skipped as bad input; a runner that
+    delivered a batch twice is not bad input and publishes nothing."""
+    src, _ = multi_file_dataset
+    process = read._LoadSequenceFn.process
+
+    def twice(self, batch):
+        loaded = list(process(self, batch))
+        return loaded * 2 if any(ref.sequence_id == "episode_000004" for ref in batch) else loaded
+
+    monkeypatch.setattr(read._LoadSequenceFn, "process", twice)
+    dst = tmp_path / "out"
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--on_error=skip", "--max_skipped=100%"]) == convert.EXIT_FAILED
+    assert capsys.readouterr().err == (f"error: {dst}: 8 sequences reached the publish step, 7 were planned; 6 converted, "
+                                       "0 skipped: the runner delivered work twice; nothing was published\n")
+    assert not dst.exists()
