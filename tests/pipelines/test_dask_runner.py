@@ -177,6 +177,12 @@ def test_bad_input_fails_with_the_local_runners_one_line(cluster, sample_inputs,
         lines[runner] = capsys.readouterr().err.replace(str(tmp_path / f"out{runner}"), "OUT")
         assert not (tmp_path / f"out{runner}").exists()
     assert lines[True] == lines[False] and lines[True].startswith("error: ") and lines[True].count("\n") == 1
+    # --on_error=skip: the bad sequence's record travels as a tagged output, to _errors.jsonl only.
+    for runner in (True, False):
+        assert _convert(cluster, broken, tmp_path / f"skip{runner}", "--on_error=skip", "--max_skipped=100%", *extra,
+                        runner=runner) == convert.EXIT_SKIPPED
+    on_dask, here = _published(tmp_path / "skipTrue"), _published(tmp_path / "skipFalse")
+    assert on_dask == here and len(on_dask["_errors.jsonl"].splitlines()) == 2  # the two episodes of the cut video file
 
 
 def test_beams_own_dask_runner_now_fails_instead_of_publishing_a_short_dataset(cluster, sample_inputs, tmp_path, capsys, monkeypatch):
