@@ -224,6 +224,8 @@ def known_options() -> list[str]:
 def print_beam_help(out: TextIO) -> None:
     from apache_beam.options.pipeline_options import _BeamArgumentParser
 
+    if importlib.util.find_spec("dask") is not None and importlib.util.find_spec("distributed") is not None:
+        import pipelines.dask_runner  # noqa: F401 - Beam's DaskOptions listed too
     parser = _BeamArgumentParser(prog="python -m pipelines.convert", allow_abbrev=False, add_help=False)
     _add_beam_options(parser, ours=False).print_help(out)
 
