@@ -346,7 +346,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                       "converter version; every sequence is converted again", file=out, flush=True)
             print(f"[mixtrain-convert] {plan.meta.format}: {what}{f' ({reused} reused)' if reused else ''} -> {options.output} "
                   f"({plan.num_shards} shard{'s' if plan.num_shards != 1 else ''})", file=out, flush=True)
-            mode = options.progress if local else "off"
+            mode = options.progress if local or runner == preflight.DASK else "off"  # Dask workers send it as events
             if mode == "auto":
                 mode = "bar" if out.isatty() else "lines"
             with Progress(out, mode, options.progress_interval or cli.DEFAULT_PROGRESS_SECONDS, total, plan.num_shards):

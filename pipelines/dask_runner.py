@@ -33,7 +33,12 @@ timestamp); other windowing is refused.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import json
 import math
+import os
+import socket
 from typing import Any
 
 import apache_beam as beam
@@ -44,6 +49,8 @@ from apache_beam.runners.dask import dask_runner as beam_dask  # imports dask: a
 from apache_beam.runners.dask import overrides, transform_evaluator
 from apache_beam.transforms import window
 from apache_beam.transforms.sideinputs import SideInputMap
+
+from transforms import progress as progress_feed
 
 __all__ = ["DaskRunner", "DaskOptions"]
 
@@ -124,6 +131,13 @@ def _grouped(group):
 
 def _count(partition) -> int:
     return sum(1 for _ in partition)
+
+
+def _forward_progress(name: str, event) -> None:
+    """A worker's progress event (timestamp, counts) -> one datagram on the launcher's progress socket."""
+    _, counts = event
+    with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+        sender.sendto(json.dumps(counts).encode(), "\0" + name)
 
 
 def _global_window_only(windowing, what: str) -> None:
@@ -219,6 +233,9 @@ class DaskRunner(beam_dask.DaskRunner):
         bag_kwargs = DaskOptions._extract_bag_kwargs(dask_options)
         client = ddist.Client(**dask_options)
         try:
+            progress = os.environ.get(progress_feed.ENV)
+            if progress:  # the launcher draws progress from datagrams on this socket: the workers' events become them
+                client.subscribe_topic(progress_feed.DASK_TOPIC, functools.partial(_forward_progress, progress))
             pipeline.replace_all(overrides.dask_overrides())
             threads = sum(client.nthreads().values()) or 1
             translator = _Translator(bag_kwargs, bag_kwargs.get("npartitions") or PARTITIONS_PER_THREAD * threads)

@@ -251,3 +251,18 @@ def test_an_interrupt_cancels_the_clusters_tasks_and_leaves_the_output(cluster, 
             assert list(tmp_path.iterdir()) == []
         finally:
             client.run(dask_fns.slow_loads, 0.0)
+
+
+def test_progress_comes_from_the_workers(cluster, sample_inputs, tmp_path, capsys):
+    """The workers' reports travel as Dask events to the launcher, which draws them as on the local runner."""
+    import re
+
+    src, extra = sample_inputs["lerobot_v3"]
+    with distributed.Client(cluster) as client:
+        client.run(dask_fns.slow_loads, 1.0)  # a run long enough to draw a few lines
+        try:
+            assert _convert(cluster, src, tmp_path / "out", "--progress=lines", "--progress_interval=0.1", *extra) == convert.EXIT_OK
+        finally:
+            client.run(dask_fns.slow_loads, 0.0)
+    progress = re.findall(r"^\[mixtrain-convert\] (\d)/3 sequences \(\d+%\), (\d+) timesteps", capsys.readouterr().out, re.MULTILINE)
+    assert progress and max(int(done) for done, _ in progress) >= 1, progress
