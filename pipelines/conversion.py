@@ -258,6 +258,15 @@ def _check_command_line(argv: list[str], options: ConvertOptions, all_options: P
     if lake.missing_library(options.table_format):
         raise UsageError(f"--table_format={options.table_format} needs {lake.missing_library(options.table_format)}, which is not "
                          "installed: pip install 'mixtrain-convert[lake]' (or -e '.[lake]' in a clone)")
+    if all_options.view_as(StandardOptions).runner == preflight.DASK:
+        for flag, value in (("--dry_run", all_options.view_as(TestOptions).dry_run),
+                            ("--template_location", all_options.view_as(GoogleCloudOptions).template_location)):
+            if value:
+                raise UsageError(f"{flag} has no effect with --runner=DaskRunner (it runs the conversion); it is for "
+                                 "--runner=DataflowRunner")
+        if options.detach:
+            raise UsageError("--detach cannot work with --runner=DaskRunner: the run's tasks belong to this process's Dask "
+                             "client, and its exit cancels them; run the launcher where it can wait (a batch job, tmux)")
     if options.detach and all_options.view_as(StandardOptions).runner in preflight.LOCAL_RUNNERS:
         raise UsageError("--detach has no effect on a local runner (the run is this process); it is for --runner=DataflowRunner")
     roots = {}

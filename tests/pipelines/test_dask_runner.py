@@ -201,6 +201,11 @@ def test_beams_own_dask_runner_now_fails_instead_of_publishing_a_short_dataset(c
 
 @pytest.mark.parametrize(("extra", "expected"), [
     (["--dask_npartitions=4"], "error: --dask_npartitions has no effect without --runner=DaskRunner"),
+    (["--runner=DaskRunner", "--detach"],
+     "error: --detach cannot work with --runner=DaskRunner: the run's tasks belong to this process's Dask client, and its exit "
+     "cancels them; run the launcher where it can wait (a batch job, tmux)"),
+    (["--runner=DaskRunner", "--dry_run=True"],
+     "error: --dry_run has no effect with --runner=DaskRunner (it runs the conversion); it is for --runner=DataflowRunner"),
     (["--runner=DaskRunner", "--output=memory://x/out"],
      "error: --output=memory://x/out is this process's memory, which DaskRunner workers cannot read; use a path on storage the "
      "workers share, or an object store URL"),
