@@ -24,7 +24,7 @@ This runner keeps Beam's option parsing (`DaskOptions`: --dask_client_address, .
 overrides and its Create translation, and replaces the rest: one bag per output PCollection (a
 bundle returns (tag, value) pairs, finish_bundle's included, split by tag), each side input
 gathered once into a value every bundle receives, every leaf computed (as counts, so no data
-travels to the launcher), Reshuffle as a round-robin split over the cluster's threads, GroupByKey
+travels to the launcher), Reshuffle as a round-robin deal over 2 partitions per thread of the cluster, GroupByKey
 as Beam's op does it but always on the cluster's task shuffle (dask picks an on-disk shuffle, local
 to one machine, when no default client is set), and any other primitive refused by name. Like
 Beam's, it runs batch pipelines in the global window (elements travel without window or
@@ -36,7 +36,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import math
+import operator
 import os
 import socket
 from typing import Any
@@ -57,6 +57,7 @@ __all__ = ["DaskRunner", "DaskOptions"]
 DaskOptions = beam_dask.DaskOptions  # --dask_client_address, ...: registered with Beam's parsers by this import
 
 PARTITIONS_PER_THREAD = 2  # a Reshuffle spreads its elements over this many partitions per worker thread
+MAX_RESHUFFLE_PIECES = 100_000  # input partitions x output partitions of one Reshuffle (tasks of the scheduler)
 
 
 class _Collect(Receiver):
@@ -111,8 +112,17 @@ def _tagged(pairs, tag):
     return [value for pair_tag, value in pairs if pair_tag == tag]
 
 
-def _every(partition, start: int, step: int) -> list:
-    return list(partition)[start::step]
+def _deal(partition, parts: int, offset: int) -> list[list]:
+    """A partition's elements dealt over `parts` lists, starting at list `offset` (so that the
+    first elements of many small partitions do not all land in the same new partition)."""
+    dealt: list[list] = [[] for _ in range(parts)]
+    for index, element in enumerate(partition):
+        dealt[(index + offset) % parts].append(element)
+    return dealt
+
+
+def _gather(pieces) -> list:
+    return [element for piece in pieces for element in piece]
 
 
 def _concat(partitions) -> list:
@@ -209,18 +219,24 @@ class _Translator(PipelineVisitor):
             self.bags[output] = pairs.map_partitions(_tagged, tag)
 
     def _reshuffle(self, bag):
-        """Round-robin: each partition's elements spread over at least `spread` partitions in all."""
+        """Elements dealt round-robin from every partition over `spread` new ones: each input
+        partition is cut into `spread` pieces (one task, the pieces picked out where it ran) and
+        new partition j gathers the j-th piece of each. At most MAX_RESHUFFLE_PIECES pieces in all."""
         import dask.bag as db
         from dask.base import tokenize
         from dask.highlevelgraph import HighLevelGraph
 
-        step = max(1, math.ceil(self.spread / bag.npartitions))
-        if step == 1:
-            return bag
-        name = f"reshuffle-{tokenize(bag, step)}"
-        graph = {(name, part * step + start): (_every, (bag.name, part), start, step)
-                 for part in range(bag.npartitions) for start in range(step)}
-        return db.Bag(HighLevelGraph.from_collections(name, graph, dependencies=[bag]), name, bag.npartitions * step)
+        parts = max(1, min(self.spread, MAX_RESHUFFLE_PIECES // bag.npartitions))
+        token = tokenize(bag, parts)
+        dealt, piece, name = f"reshuffle-deal-{token}", f"reshuffle-piece-{token}", f"reshuffle-{token}"
+        graph: dict = {}
+        for part in range(bag.npartitions):
+            graph[(dealt, part)] = (_deal, (bag.name, part), parts, part)
+            for target in range(parts):
+                graph[(piece, part, target)] = (operator.getitem, (dealt, part), target)
+        for target in range(parts):
+            graph[(name, target)] = (_gather, [(piece, part, target) for part in range(bag.npartitions)])
+        return db.Bag(HighLevelGraph.from_collections(name, graph, dependencies=[bag]), name, parts)
 
 
 class DaskRunner(beam_dask.DaskRunner):

@@ -89,13 +89,15 @@ def test_side_inputs_are_computed_once(runner, cluster, tmp_path):
 
 @pytest.mark.parametrize("runner", RUNNERS)
 def test_a_reshuffle_spreads_elements_over_bundles(runner, cluster, tmp_path):
-    """What a Create of one value fans out to (the converter's plan files -> ref batches) must not stay one bundle on one worker."""
+    """What a Create of one value fans out to must not stay one bundle on one worker: the
+    converter's shape, one plan file -> Reshuffle -> its ref batches -> Reshuffle -> loads."""
     def build(pipeline):
-        _ = (pipeline | beam.Create([8]) | beam.FlatMap(lambda n: list(range(n))) | beam.Reshuffle()
+        _ = (pipeline | beam.Create([1]) | "Files" >> beam.FlatMap(lambda n: list(range(n))) | "SpreadFiles" >> beam.Reshuffle()
+             | "Batches" >> beam.FlatMap(lambda _: list(range(8))) | "SpreadBatches" >> beam.Reshuffle()
              | beam.ParDo(dask_fns.RecordFn(str(tmp_path))))
 
     _run(runner, cluster, build)
-    assert dask_fns.seen(str(tmp_path)) == list(range(8)) and dask_fns.bundles(str(tmp_path)) > 1
+    assert dask_fns.seen(str(tmp_path)) == list(range(8)) and dask_fns.bundles(str(tmp_path)) == 4  # 2 per worker thread
 
 
 @pytest.mark.parametrize("runner", RUNNERS)
