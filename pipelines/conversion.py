@@ -122,7 +122,8 @@ def staging_root(fs, root: str, run_id: str, options: ConvertOptions) -> str:
 
 def codec_threads(options: PipelineOptions) -> int | None:
     """Local runs share the cores among the workers' codecs; a Dataflow worker has its own cores
-    and the codecs' own choice (None) stands."""
+    and the codecs' own choice (None) stands; a Dask worker learns its share from the runner
+    (transforms.video.CODEC_THREADS_ENV)."""
     if options.view_as(StandardOptions).runner not in preflight.LOCAL_RUNNERS:
         return None
     return local_workers.codec_threads(options.view_as(DirectOptions).direct_num_workers)

@@ -51,6 +51,7 @@ from apache_beam.transforms import window
 from apache_beam.transforms.sideinputs import SideInputMap
 
 from transforms import progress as progress_feed
+from transforms.video import CODEC_THREADS_ENV
 
 __all__ = ["DaskRunner", "DaskOptions"]
 
@@ -148,6 +149,29 @@ def _forward_progress(name: str, event) -> None:
     _, counts = event
     with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
         sender.sendto(json.dumps(counts).encode(), "\0" + name)
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _set_codec_threads(threads: int) -> None:
+    os.environ[CODEC_THREADS_ENV] = str(threads)
+
+
+def _share_cores(client) -> None:
+    """Each worker's codecs get its machine's cores divided by the worker threads on that machine,
+    as the local runner's workers do (2 processes of 2 threads each decoding on 2 cores cost up
+    to a quarter more, bench/bench_dask.py). Workers that join later keep the codecs' own choice."""
+    workers = client.scheduler_info()["workers"]
+    if not workers:
+        return
+    cores = client.run(_cores)
+    on_host: dict[str, int] = {}
+    for info in workers.values():
+        on_host[info["host"]] = on_host.get(info["host"], 0) + info["nthreads"]
+    for address, info in workers.items():
+        client.run(_set_codec_threads, max(1, cores.get(address, 1) // max(1, on_host[info["host"]])), workers=[address])
 
 
 def _global_window_only(windowing, what: str) -> None:
@@ -252,6 +276,7 @@ class DaskRunner(beam_dask.DaskRunner):
             progress = os.environ.get(progress_feed.ENV)
             if progress:  # the launcher draws progress from datagrams on this socket: the workers' events become them
                 client.subscribe_topic(progress_feed.DASK_TOPIC, functools.partial(_forward_progress, progress))
+            _share_cores(client)
             pipeline.replace_all(overrides.dask_overrides())
             threads = sum(client.nthreads().values()) or 1
             translator = _Translator(bag_kwargs, bag_kwargs.get("npartitions") or PARTITIONS_PER_THREAD * threads)

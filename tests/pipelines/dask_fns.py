@@ -72,3 +72,10 @@ def slow_loads(seconds: float) -> None:
 def scheduled(dask_scheduler) -> int:
     """How many tasks the scheduler holds (Client.run_on_scheduler)."""
     return len(dask_scheduler.tasks)
+
+
+def codec_threads() -> str | None:
+    """A worker's share of codec threads, as the DaskRunner set it (Client.run)."""
+    from transforms.video import CODEC_THREADS_ENV
+
+    return os.environ.get(CODEC_THREADS_ENV)

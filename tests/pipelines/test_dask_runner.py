@@ -17,7 +17,7 @@ from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from apache_beam.runners.dask.dask_runner import DaskRunner as BeamDaskRunner  # noqa: E402
 
 from formats import samples  # noqa: E402
-from pipelines import convert  # noqa: E402
+from pipelines import convert, local_workers  # noqa: E402
 from pipelines.dask_runner import DaskRunner  # noqa: E402
 from tests.pipelines import dask_fns  # noqa: E402
 
@@ -152,6 +152,10 @@ def test_reencode_and_incremental_on_the_cluster(cluster, sample_inputs, tmp_pat
     assert _convert(cluster, src, on_dask, "--video=reencode", *extra) == convert.EXIT_OK
     assert _convert(cluster, src, here, "--video=reencode", *extra, runner=False) == convert.EXIT_OK
     assert _published(on_dask) == _published(here)
+    # The codecs of the 2 single-thread workers on this machine got half its cores each, as 2 local workers do.
+    with distributed.Client(cluster) as client:
+        shares = set(client.run(dask_fns.codec_threads).values())
+    assert shares == {str(local_workers.codec_threads(2))}
     assert _convert(cluster, src, on_dask, "--video=reencode", "--incremental", *extra) == convert.EXIT_OK
     sidecar = json.loads((on_dask / "mixtrain.json").read_text())
     assert sidecar["incremental"]["reused_sequences"] == sidecar["num_sequences"] == 3
