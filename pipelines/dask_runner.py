@@ -290,17 +290,27 @@ class DaskRunner(beam_dask.DaskRunner):
 
 
 class DaskRunnerResult(beam_dask.DaskRunnerResult):
-    """Beam's result, which also closes the client when the run ends (Beam's leaves it open: a
-    launcher that exits then waits out the client's reconnection attempts)."""
+    """Beam's result, which also stops the run's other tasks when one fails or the wait is
+    interrupted, and closes the client when the run ends (Beam's leaves it open: a launcher that
+    exits then waits out the client's reconnection attempts)."""
 
     def wait_until_finish(self, duration=None) -> str:
         try:
-            return super().wait_until_finish(duration)
-        finally:
-            if self._state in (beam.runners.runner.PipelineState.DONE, beam.runners.runner.PipelineState.FAILED):
+            state = super().wait_until_finish(duration)
+        except TimeoutError:  # still running: the caller decides
+            raise
+        except BaseException:  # FAILED (Beam's wait sets it): the rest of the run's tasks stop too
+            try:
+                self.client.cancel(self.futures)
+            finally:
                 self.client.close()
+            raise
+        self.client.close()
+        return state
 
     def cancel(self) -> str:
+        if self.client.status in ("closing", "closed"):
+            return self._state
         try:
             return super().cancel()
         finally:
