@@ -18,6 +18,9 @@ LANCE = ["pylance>=14.0.2,<15"]
 # verified beside fsspec 2026.9.0 and gcsfs 2026.10.1 (pip check clean).
 S3 = ["s3fs>=2026.9.0,<2027"]
 DUCKDB = "1.5.5"
+# --runner=DaskRunner (pipelines/dask_runner.py): Beam's [dask] extra asks dask and distributed >= 2024.4.2;
+# 2026.8 verified beside apache-beam 2.77 (pip check clean). The launcher and every worker need it.
+DASK = ["dask[distributed]>=2024.4.2,<2027", "distributed>=2024.4.2,<2027"]
 
 setup(
     name="mixtrain-convert",
@@ -56,8 +59,9 @@ setup(
                     "lake": LAKE,
                     "lance": LANCE,
                     "s3": S3,
+                    "dask": DASK,
                     "test": ["pytest>=8", "ruff>=0.6", "pillow>=10", "gcp-storage-emulator>=2024.8", "polars>=1.0", "pandas>=2.0", *LAKE, *LANCE,
-                             *S3, "moto[server]>=5.1,<6",
+                             *S3, "moto[server]>=5.1,<6", *DASK,
                              f"duckdb=={DUCKDB}", *(f"duckdb-extension-{name}=={DUCKDB}" for name in ("iceberg", "avro", "delta"))]},
     entry_points={"console_scripts": ["mixtrain-convert=pipelines.convert:main", "mixtrain-validate=pipelines.validate:entry",
                                       "mixtrain-inspect=pipelines.inspect:entry"]},

@@ -74,7 +74,7 @@ CACHE = pathlib.Path(os.environ.get("MIXTRAIN_BENCH_CACHE", pathlib.Path.home() 
 
 def workload(name: str, spec: SyntheticLeRobot) -> pathlib.Path:
     """The dataset for `spec`, written once and kept in CACHE: generating (a) takes minutes, converting it seconds."""
-    key = hashlib.sha256(repr((spec, (ROOT / "formats" / "samples" / "lerobot_v3.py").read_bytes())).encode()).hexdigest()[:12]
+    key = hashlib.sha256(repr((spec, (ROOT / "formats" / "sources" / "lerobot_v3" / "sample.py").read_bytes())).encode()).hexdigest()[:12]
     path = CACHE / f"{name}-{key}"
     if not (path / "meta" / "info.json").exists():
         print(f"writing {name} into {path} ...", file=sys.stderr)

@@ -37,3 +37,12 @@ BEAM_FLAGS = frozenset("""
 --use_transform_service --user_agent --wait_until_finish_duration --worker_disk_type --worker_harness_container_image --worker_machine_type
 --worker_region --worker_zone --zone
 """.split())
+
+# The options of Beam's DaskRunner (apache_beam/runners/dask/dask_runner.py DaskOptions), registered
+# with Beam only when that module is imported (it needs dask): pipelines/dask_runner.py imports it
+# for a run that names the DaskRunner.
+DASK_FLAGS = frozenset("""
+--dask_client_address --dask_client_name --dask_connection_limit --dask_connection_timeout --dask_npartitions --dask_partition_size
+--dask_scheduler_file
+""".split())
+

@@ -46,7 +46,8 @@ EPILOG = """\
 Beam options:
   Every Apache Beam pipeline option is passed to Beam, for example --runner=DataflowRunner
   --project=P --region=R --temp_location=gs://B/tmp --setup_file=./setup.py (docs/dataflow.md),
-  and for local runs --direct_num_workers=2 --direct_running_mode=multi_processing.
+  for local runs --direct_num_workers=2 --direct_running_mode=multi_processing, and on a Dask
+  cluster --runner=DaskRunner --dask_client_address=tcp://HOST:8786 (docs/dask.md).
   `python -m pipelines.convert --help_beam` lists them all (slower: it imports Beam).
 
 exit status:

@@ -32,16 +32,17 @@ from formats.mixtrain import publish, tables
 from formats.mixtrain.tables import lake, lance
 from formats.text import for_terminal
 from pipelines import cli, failures, local_workers, preflight
+from pipelines.beam_flags import DASK_FLAGS
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
 from pipelines.plan import ConversionPlan, blame, make_plan, requested_encoding, without_cycle_collection
 from pipelines.progress import Progress
 from pipelines.session import Interrupted
 from transforms import staged_plan
 from transforms.errors import ERRORS
-from transforms.read import ReadSequences, stage_refs
+from transforms.read import TALLIES, ReadSequences, stage_refs
 from transforms.reuse import KEPT_IDS, ReusePrevious
 from transforms.video import WriteVideos
-from transforms.write import WriteMixtrain, stage_fingerprints
+from transforms.write import Planned, WriteMixtrain, stage_fingerprints
 
 __all__ = ["ConvertOptions", "build_pipeline", "run"]
 
@@ -65,6 +66,10 @@ def _runner(options: PipelineOptions, zygote: local_workers.Zygote | None):
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
         return local_workers.runner(zygote) if zygote is not None else FnApiRunner()
+    if name == preflight.DASK:
+        from pipelines.dask_runner import DaskRunner
+
+        return DaskRunner()
     return name
 
 
@@ -117,7 +122,8 @@ def staging_root(fs, root: str, run_id: str, options: ConvertOptions) -> str:
 
 def codec_threads(options: PipelineOptions) -> int | None:
     """Local runs share the cores among the workers' codecs; a Dataflow worker has its own cores
-    and the codecs' own choice (None) stands."""
+    and the codecs' own choice (None) stands; a Dask worker learns its share from the runner
+    (transforms.video.CODEC_THREADS_ENV)."""
     if options.view_as(StandardOptions).runner not in preflight.LOCAL_RUNNERS:
         return None
     return local_workers.codec_threads(options.view_as(DirectOptions).direct_num_workers)
@@ -168,9 +174,12 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
                                                    link_files=not lake.is_lake(settings.format))
         sequences = (sequences, kept) | "AllSequences" >> beam.Flatten()
     bad = read[ERRORS] + videos[ERRORS] | "BadSequences" >> beam.Flatten()
-    _ = {"sequences": sequences, ERRORS: bad} | "Write" >> WriteMixtrain(
-        staging_url, output_url, meta, plan.num_shards, plan.sidecar_extra, options.on_error, plan_folder,
-        tuple(options.max_skipped), settings)
+    inputs = {"sequences": sequences, ERRORS: bad}
+    if read[TALLIES]:
+        inputs[TALLIES] = read[TALLIES] | "Tallies" >> beam.Flatten()
+    planned = Planned.of(plan.to_convert, len(reused["ids"]) if reused is not None else 0)
+    _ = inputs | "Write" >> WriteMixtrain(staging_url, output_url, meta, plan.num_shards, plan.sidecar_extra, options.on_error,
+                                          plan_folder, tuple(options.max_skipped), settings, planned)
     return plan
 
 
@@ -208,14 +217,16 @@ def beam_unknown(argv: list[str]) -> list[str]:
 
 
 def known_options() -> list[str]:
-    """Every option name a command line may use: ours and Beam's (for "did you mean")."""
+    """Every option name a command line may use: ours, Beam's and its DaskRunner's (for "did you mean")."""
     parser = _add_beam_options(cli.build_parser(), ours=False)
-    return [option for action in parser._actions for option in action.option_strings]
+    return sorted({option for action in parser._actions for option in action.option_strings} | DASK_FLAGS)
 
 
 def print_beam_help(out: TextIO) -> None:
     from apache_beam.options.pipeline_options import _BeamArgumentParser
 
+    if importlib.util.find_spec("dask") is not None and importlib.util.find_spec("distributed") is not None:
+        import pipelines.dask_runner  # noqa: F401 - Beam's DaskOptions listed too
     parser = _BeamArgumentParser(prog="python -m pipelines.convert", allow_abbrev=False, add_help=False)
     _add_beam_options(parser, ours=False).print_help(out)
 
@@ -248,6 +259,15 @@ def _check_command_line(argv: list[str], options: ConvertOptions, all_options: P
     if lake.missing_library(options.table_format):
         raise UsageError(f"--table_format={options.table_format} needs {lake.missing_library(options.table_format)}, which is not "
                          "installed: pip install 'mixtrain-convert[lake]' (or -e '.[lake]' in a clone)")
+    if all_options.view_as(StandardOptions).runner == preflight.DASK:
+        for flag, value in (("--dry_run", all_options.view_as(TestOptions).dry_run),
+                            ("--template_location", all_options.view_as(GoogleCloudOptions).template_location)):
+            if value:
+                raise UsageError(f"{flag} has no effect with --runner=DaskRunner (it runs the conversion); it is for "
+                                 "--runner=DataflowRunner")
+        if options.detach:
+            raise UsageError("--detach cannot work with --runner=DaskRunner: the run's tasks belong to this process's Dask "
+                             "client, and its exit cancels them; run the launcher where it can wait (a batch job, tmux)")
     if options.detach and all_options.view_as(StandardOptions).runner in preflight.LOCAL_RUNNERS:
         raise UsageError("--detach has no effect on a local runner (the run is this process); it is for --runner=DataflowRunner")
     roots = {}
@@ -285,6 +305,11 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         argv = preflight.as_meant(argv)
         args, rest = cli.parse(argv)
         preflight.check(args, argv, rest)
+        if preflight.uses_dask(argv):  # Beam's DaskOptions registered before the command line is checked against Beam's options
+            if importlib.util.find_spec("dask") is None or importlib.util.find_spec("distributed") is None:
+                raise UsageError("--runner=DaskRunner needs dask.distributed, which is not installed: pip install "
+                                 "'mixtrain-convert[dask]' (on the launcher and on every worker)")
+            import pipelines.dask_runner  # noqa: F401
         all_options = PipelineOptions(argv)
         options = all_options.view_as(ConvertOptions)
         _check_command_line(argv, options, all_options)
@@ -307,6 +332,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         print(f"error: {for_terminal(error)}", file=console, flush=True)
         return EXIT_FAILED
     staging = staging_root(out_fs, out_root, run_id, options)
+    result = None
     try:
         try:
             if not launch_only:
@@ -330,7 +356,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                       "converter version; every sequence is converted again", file=out, flush=True)
             print(f"[mixtrain-convert] {plan.meta.format}: {what}{f' ({reused} reused)' if reused else ''} -> {options.output} "
                   f"({plan.num_shards} shard{'s' if plan.num_shards != 1 else ''})", file=out, flush=True)
-            mode = options.progress if local else "off"
+            mode = options.progress if local or runner == preflight.DASK else "off"  # Dask workers send it as events
             if mode == "auto":
                 mode = "bar" if out.isatty() else "lines"
             with Progress(out, mode, options.progress_interval or cli.DEFAULT_PROGRESS_SECONDS, total, plan.num_shards):
@@ -339,6 +365,8 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                     result.wait_until_finish()
         except (Exception, Interrupted):
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+            if result is not None and runner == preflight.DASK:  # the cluster's tasks stop before the staging goes
+                _cancel(result)
             if lake.is_lake(options.table_format) and lake.is_committed(out_fs, staging, table_settings(options, run_id)):
                 pass  # the table references this run's files (a commit landed before the failure): keep them
             else:
@@ -371,6 +399,14 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         summary, skipped = _summary(out_fs, out_root, options.output, time.monotonic() - started)
     print(for_terminal(summary), file=out, flush=True)
     return EXIT_SKIPPED if skipped else EXIT_OK
+
+
+def _cancel(result) -> None:
+    """Best effort: a failed or interrupted run's remaining work on a cluster cancelled."""
+    try:
+        result.cancel()
+    except Exception:  # noqa: BLE001 - the run already failed; its own error is the one to report
+        _LOG.warning("could not cancel the run's remaining work", exc_info=True)
 
 
 def _first_missing(fs, out_root: str) -> str | None:

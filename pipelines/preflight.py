@@ -13,11 +13,11 @@ import difflib
 import os
 
 from pipelines import cli
-from pipelines.beam_flags import BEAM_FLAGS
+from pipelines.beam_flags import BEAM_FLAGS, DASK_FLAGS
 from pipelines.cli import UsageError
 
-__all__ = ["LOCAL_RUNNERS", "KNOWN_RUNNERS", "PATH_OPTIONS", "as_meant", "runner_of", "check", "Refusal", "is_local_path",
-           "inside", "output_holds_dataset", "already_published"]
+__all__ = ["LOCAL_RUNNERS", "KNOWN_RUNNERS", "RUNNERS", "DASK", "uses_dask", "PATH_OPTIONS", "as_meant", "runner_of", "check", "Refusal",
+           "is_local_path", "inside", "output_holds_dataset", "already_published"]
 
 # Runner names that mean "run here": served by Beam's FnApiRunner directly (pipelines.conversion).
 # The DirectRunner's variants (switching, test) are the same here: this process, FnApiRunner.
@@ -32,6 +32,10 @@ UNSERVED_LOCAL = {"PrismRunner": "it downloads its runner binary at start and ig
 KNOWN_RUNNERS = ("DataflowRunner", "BundleBasedDirectRunner", "DirectRunner", "SwitchingDirectRunner", "InteractiveRunner",
                  "FlinkRunner", "FnApiRunner", "KafkaStreamsRunner", "PortableRunner", "PrismRunner", "SparkRunner",
                  "TestDirectRunner", "TestDataflowRunner")
+# Runners that Beam ships outside that list: the DaskRunner (apache_beam.runners.dask), which this
+# converter runs through its own corrected translation (pipelines/dask_runner.py).
+DASK = "DaskRunner"
+RUNNERS = (*KNOWN_RUNNERS, DASK)
 # Options whose value is a path of this machine's or a URL: `~` is expanded in them as a shell
 # would have, had the user not written `--name=~/...` (bash expands `~` only at a word's start).
 PATH_OPTIONS = ("input", "output", "log_file")
@@ -83,14 +87,14 @@ def as_meant(argv: list[str]) -> list[str]:
 
 
 def _runner_name(value: str) -> str:
-    names = {name.lower(): name for name in KNOWN_RUNNERS}
+    names = {name.lower(): name for name in RUNNERS}
     if "." in value:  # a runner class given by its module path: Beam's own by its name
         module, _, name = value.rpartition(".")
-        return name if module.startswith("apache_beam.runners.") and name in KNOWN_RUNNERS else value
+        return name if module.startswith("apache_beam.runners.") and name in RUNNERS else value
     known = names.get(value.lower()) or names.get(value.lower() + "runner")
     if known is None:
-        match = difflib.get_close_matches(value, KNOWN_RUNNERS, n=1, cutoff=0.5)
-        raise UsageError(f"unknown runner {value!r} (Beam's runners: {', '.join(KNOWN_RUNNERS)})",
+        match = difflib.get_close_matches(value, RUNNERS, n=1, cutoff=0.5)
+        raise UsageError(f"unknown runner {value!r} (Beam's runners: {', '.join(RUNNERS)})",
                          hint=f"did you mean --runner={match[0]}?" if match else None)
     return known
 
@@ -108,6 +112,11 @@ def _option(argv: list[str], name: str) -> str | None:
 
 def runner_of(argv: list[str]) -> str | None:
     return _option(argv, "runner")
+
+
+def uses_dask(argv: list[str]) -> bool:
+    """Whether the command line names the DaskRunner or one of its options (`argv` as_meant)."""
+    return runner_of(argv) == DASK or any(arg.split("=", 1)[0] in DASK_FLAGS for arg in argv)
 
 
 def inside(path: str, folder: str) -> bool:
@@ -137,15 +146,23 @@ def check(args, argv: list[str], rest: list[str]) -> None:
     """Every check of the command line (`argv` as_meant; `rest`: what our parser left for Beam)
     against Beam's option names and this machine's disk; raises UsageError (exit 2) for a command
     line that cannot work, Refusal (exit 1) for an input or output that cannot."""
-    unknown = [arg for arg in rest if arg.startswith("-") and arg.split("=", 1)[0] not in BEAM_FLAGS]
+    unknown = [arg for arg in rest if arg.startswith("-") and arg.split("=", 1)[0] not in BEAM_FLAGS | DASK_FLAGS]
     if unknown:
         ours = [option for action in cli.build_parser()._actions for option in action.option_strings]
-        cli.check_unknown(unknown, ours + sorted(BEAM_FLAGS))
+        cli.check_unknown(unknown, ours + sorted(BEAM_FLAGS | DASK_FLAGS))
     runner = runner_of(argv)
+    dask_flags = sorted({arg.split("=", 1)[0] for arg in rest if arg.split("=", 1)[0] in DASK_FLAGS})
+    if dask_flags and runner != DASK:
+        raise UsageError(f"{dask_flags[0]} has no effect without --runner=DaskRunner")
+    if runner == DASK:  # workers in other processes or on other machines: a POSIX path must be on storage they share
+        for flag, value in (("--input", args.input), ("--output", args.output)):
+            if value.startswith("memory://"):
+                raise UsageError(f"{flag}={value} is this process's memory, which DaskRunner workers cannot read; use a path on "
+                                 "storage the workers share, or an object store URL")
     if runner in UNSERVED_LOCAL:
         raise UsageError(f"--runner={runner} is not one this converter runs on ({UNSERVED_LOCAL[runner]}); use --runner=DirectRunner "
                          "here (Beam's FnApiRunner, --direct_num_workers for parallelism) or DataflowRunner")
-    if runner not in LOCAL_RUNNERS:
+    if runner not in LOCAL_RUNNERS and runner != DASK:  # a Dask cluster's workers may share a file system (docs/dask.md)
         for flag, value in (("--input", args.input), ("--output", args.output)):
             if is_local_path(value):
                 raise UsageError(f"{flag}={value} is on this machine's disk, which {runner} workers cannot read; use a gs:// "

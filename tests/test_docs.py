@@ -17,6 +17,7 @@ Blocks per page (run / marked), 2026-11-26:
 | --- | --- | --- | --- |
 | README.md | 3 | 1 | `./run_local.sh test` is the whole suite, this test included (`./run_local.sh` runs in the worked example) |
 | docs/architecture.md | 0 | 2 | illustrations (the package tree, the source contract) |
+| docs/dask.md | 1 | 4 | installs packages, starts long-lived Dask services, needs SLURM or Kubernetes |
 | docs/dataflow.md | 0 | 5 | Google Cloud: Dataflow, gcloud, Docker, Cloud Scheduler |
 | docs/format.md | 1 | 1 | the files tree; the mixtrain.json example is parsed and checked against the sample's |
 | docs/lake.md | 9 | 1 | the table layout tree |
@@ -51,6 +52,7 @@ PAGES = ["README.md", *sorted(str(path.relative_to(ROOT)) for path in (ROOT / "d
 COUNTS = {  # page: (blocks run, blocks marked); pages without a code block are left out
     "README.md": (3, 1),
     "docs/architecture.md": (0, 2),
+    "docs/dask.md": (1, 4),
     "docs/dataflow.md": (0, 5),
     "docs/format.md": (1, 1),
     "docs/lake.md": (9, 1),
@@ -118,6 +120,9 @@ EXPECTED = {
             r"-> s3://bucket/lake/so100: Delta table, version 0 \(deltalake: DeltaTable\('s3://bucket/lake/so100', "
             r"storage_options=\{'aws_endpoint': 'http://127\.0\.0\.1:\d+', 'aws_allow_http': 'true', 'aws_region': 'us-east-1'\}\)\)"],
         2: [r"^12 s3://bucket/mixtrain/so100/files/video_front/episode_000000\.mp4\n$"],
+    },
+    "docs/dask.md": {
+        1: [r"converted 12 sequences.*-> sample/dask\n\[True, True, True\]\n$"],
     },
     "docs/lance.md": {
         1: [r"^\(\d+, 6\) b'ftyp'\n$"],

@@ -19,7 +19,12 @@ from formats.sources import Source, SourceRef
 from transforms import progress, staged_plan
 from transforms.errors import ERRORS, FAIL, skip_or_raise
 
-__all__ = ["ReadSequences", "ref_batches", "stage_refs", "MIN_BATCHES", "MAX_BATCH_REFS", "REFS_PER_FILE"]
+__all__ = ["ReadSequences", "ref_batches", "stage_refs", "staged_refs", "MIN_BATCHES", "MAX_BATCH_REFS", "REFS_PER_FILE", "TALLIES"]
+
+# The output of ReadSequences that says, for each planned unit whose sequences are counted only
+# when a worker indexes it (Source.expands_refs, sequence_count None), how many it found: the
+# publish step compares what arrived with the plan completed by these (transforms/write.py).
+TALLIES = "tallies"
 
 # A read group larger than its share is cut into consecutive pieces, so that a dataset of a few
 # large groups still gives the workers at least MIN_BATCHES batches (2 x 8 workers) and no batch
@@ -63,6 +68,16 @@ def ref_batches(refs: list[SourceRef]) -> list[list[SourceRef]]:
 
 def refs_file(number: int) -> str:
     return f"refs-{number:06d}.pkl"
+
+
+def staged_refs(plan_folder: staged_plan.PlanFolder):
+    """Every ref `stage_refs` wrote to `plan_folder`, in plan order (read back by the publish step
+    only when what arrived differs from the plan, to name what is missing)."""
+    number = 0
+    while staged_plan.exists(plan_folder, refs_file(number)):
+        for batch in staged_plan.read_value(plan_folder, refs_file(number)):
+            yield from batch
+        number += 1
 
 
 def stage_refs(refs: list[SourceRef], plan_folder: staged_plan.PlanFolder) -> int:
@@ -140,9 +155,13 @@ class _ExpandRefFn(_SourceFn):
 
     def process(self, ref):
         try:
-            yield from list(self._reader.expand(ref))
+            refs = list(self._reader.expand(ref))
         except ConversionError as error:  # a unit that cannot be indexed: all its sequences, as many as planned (None: unknown)
             yield skip_or_raise(error, self._on_error, None, "index", ref.sequence_count)
+            return
+        if ref.sequence_count is None:  # the plan could not count them: this is its count
+            yield beam.pvalue.TaggedOutput(TALLIES, (ref.unit_key, len(refs)))
+        yield from refs
 
 
 def _numbers(count: int):
@@ -157,10 +176,11 @@ class ReadSequences(beam.PTransform):
     """Read the staged refs, spread their batches over workers, load each sequence.
 
     Only plan file numbers are in the graph and only the small refs, packed by batch, cross the
-    Reshuffle that spreads them; sequence data is produced after it. A source with `expands_refs` (a unit of many sequences -> its refs)
-    gets a second fan-out on the workers, one ref per element as before. Returns
-    {"sequences": PCollection, "errors": [PCollections of error records]} (records only under
-    on_error=skip; under fail the first bad sequence stops the run).
+    Reshuffle that spreads them; sequence data is produced after it. A source with `expands_refs`
+    (a unit of many sequences -> its refs) gets a second fan-out on the workers, one ref per element. Returns
+    {"sequences": PCollection, "errors": [PCollections of error records], "tallies":
+    [PCollections of (unit key, sequences) for each unit the plan could not count]} (records only
+    under on_error=skip; under fail the first bad sequence stops the run).
 
     Args:
       source: the Source (`formats.sources.get`); pickled to the workers, so a source
@@ -192,13 +212,14 @@ class ReadSequences(beam.PTransform):
                    | "SpreadPlanFiles" >> beam.Reshuffle()
                    | "ReadRefBatches" >> beam.ParDo(_ReadRefBatchesFn(self._plan_folder))
                    | "SpreadRefs" >> beam.Reshuffle())
-        errors = []
+        errors, tallies = [], []
         if self._source.expands_refs:
             expanded = batches | "Refs" >> beam.FlatMap(staged_plan.unpack) | "ExpandRefs" >> beam.ParDo(
-                _ExpandRefFn(self._source, self._root_url, self._meta, self._on_error)).with_outputs(ERRORS, main="refs")
+                _ExpandRefFn(self._source, self._root_url, self._meta, self._on_error)).with_outputs(ERRORS, TALLIES, main="refs")
             batches = expanded.refs | "SpreadExpandedRefs" >> beam.Reshuffle() | "Alone" >> beam.Map(_alone)
             errors.append(expanded[ERRORS])
+            tallies.append(expanded[TALLIES])
         loaded = batches | "LoadSequences" >> beam.ParDo(
             _LoadSequenceFn(self._source, self._root_url, self._meta, self._on_error)).with_outputs(ERRORS, main="sequences")
         errors.append(loaded[ERRORS])
-        return {"sequences": loaded.sequences, ERRORS: errors}
+        return {"sequences": loaded.sequences, ERRORS: errors, TALLIES: tallies}

@@ -26,7 +26,13 @@ from transforms import progress
 from transforms.errors import ERRORS, FAIL, skip_or_raise
 from transforms.progress import report
 
-__all__ = ["WriteVideos"]
+__all__ = ["WriteVideos", "CODEC_THREADS_ENV"]
+
+# Set in a cluster worker's environment by a runner that knows how many worker threads share its
+# machine (pipelines/dask_runner.py): the codec threads of a WriteVideos given None, as the local
+# runner's workers get theirs (pipelines/local_workers.py codec_threads). Threads never change the
+# bytes written (formats/video: exact decoders, x264/x265 on a fixed count).
+CODEC_THREADS_ENV = "MIXTRAIN_CODEC_THREADS"
 
 
 class _WriteVideosFn(beam.DoFn):
@@ -53,6 +59,8 @@ class _WriteVideosFn(beam.DoFn):
     def setup(self):
         self._source_fs, self._source_root = storage.open_root(self._source_url)
         self._out_fs, self._out_root = storage.open_root(self._staging_url)
+        if self._codec_threads is None and os.environ.get(CODEC_THREADS_ENV, "").isdigit():
+            self._codec_threads = int(os.environ[CODEC_THREADS_ENV]) or None
 
     def finish_bundle(self):
         progress.flush()

@@ -24,9 +24,11 @@ import itertools
 import json
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 
 import apache_beam as beam
 import pyarrow as pa
+import pyarrow.parquet as pq
 from apache_beam.transforms.window import GlobalWindows
 
 from formats import mixtrain, storage
@@ -38,9 +40,11 @@ from formats.sequence import VIDEO, ColumnSpec, DatasetMeta, Sequence
 from transforms import staged_plan
 from transforms.errors import ERRORS, FAIL, SKIP
 from transforms.progress import flush, report
+from transforms.read import TALLIES, staged_refs
+from transforms.reuse import KEPT_IDS
 from transforms.stats import MergeShardStatsFn
 
-__all__ = ["WriteMixtrain", "ShardResult", "stage_fingerprints", "staged_fingerprints"]
+__all__ = ["WriteMixtrain", "ShardResult", "Planned", "stage_fingerprints", "staged_fingerprints"]
 
 
 @dataclasses.dataclass
@@ -53,6 +57,24 @@ class ShardResult:
     errors: list = dataclasses.field(default_factory=list)
     non_finite: dict = dataclasses.field(default_factory=dict)  # column -> NaN/inf values kept
     video_notes: dict = dataclasses.field(default_factory=dict)  # column -> {sequence_id: note} (Sequence.video_notes)
+    arrived: int = 0  # rows that reached the shard writer, duplicates included (what arrived, against the plan)
+
+
+@dataclasses.dataclass(frozen=True)
+class Planned:
+    """What the plan promises the publish step, so that a run on any runner that lost elements
+    (a dropped bundle, a runner translating a primitive wrongly) fails instead of publishing a
+    short dataset: `sequences` counted on the launcher (refs that know their count, plus the
+    sequences --incremental reuses), and `counted_on_workers` units that count theirs only when a
+    worker indexes them (each reports a tally, `transforms.read.TALLIES`, or fails as a unit)."""
+
+    sequences: int
+    counted_on_workers: int = 0
+
+    @classmethod
+    def of(cls, refs: list, reused: int = 0) -> Planned:
+        counts = [ref.sequence_count for ref in refs]
+        return cls(sum(count for count in counts if count is not None) + reused, counts.count(None))
 
 
 SPILL_DIR = "_rows"
@@ -210,6 +232,7 @@ class _WriteShardFn(beam.DoFn):
     def process(self, element):
         index, files = element
         ordered = sorted((row for spilled in files for row in spilled.rows()), key=lambda r: r.sequence_id)
+        arrived = len(ordered)  # duplicates included: what arrived, against the plan
         errors = []
         duplicates = {current.sequence_id for previous, current in zip(ordered, ordered[1:]) if previous.sequence_id == current.sequence_id}
         for sequence_id in sorted(duplicates):
@@ -220,7 +243,7 @@ class _WriteShardFn(beam.DoFn):
         ordered = [r for r in ordered if r.sequence_id not in duplicates]  # skipped: every copy, none chosen at random
         path = storage.join(self._root, mixtrain.shard_path(index))
         self._fs.makedirs(storage.join(self._root, mixtrain.DATA_DIR), exist_ok=True)
-        result = ShardResult(index=index, rows=len(ordered), timesteps=0, bytes=0, stats={}, errors=errors)
+        result = ShardResult(index=index, rows=len(ordered), timesteps=0, bytes=0, stats={}, errors=errors, arrived=arrived)
         reader = _SpilledRowReader(self._fs)
         # A row group's statistics are computed on a thread while the next groups are read and
         # encoded (numpy and Arrow release the GIL), folded in row-group order: the same numbers.
@@ -339,10 +362,42 @@ def _check_publishable(output: str, converted: int, records: list[dict], limit: 
                               f"--max_skipped={describe_skip_limit(limit)}; nothing was published{first}")
 
 
+def _check_arrived(output: str, planned: Planned, shards: list[ShardResult], upstream: list[dict], tallies: list,
+                   missing: Callable[[], list[str]]) -> None:
+    """Every planned sequence reached the publish step, converted or recorded as skipped, and none
+    twice; else nothing is published. `upstream`: the error records of the steps before the writer
+    (the writer's own, for duplicate ids, stand for rows that arrived); `missing()` names the lost
+    sequences (only asked when some are lost: it reads the plan back)."""
+    strays = [record for record in upstream if not isinstance(record, dict)]
+    if strays:  # a runner that hands one output's elements to another's consumers (Beam 2.77's DaskRunner did)
+        raise ConversionError(f"{output}: the publish step received {len(strays)} {type(strays[0]).__name__} element(s) among the "
+                              "error records: the runner mixed the pipeline's outputs; nothing was published")
+    known = [record.get("sequences", 1) for record in upstream]
+    reported = len(tallies) + known.count(None)  # a unit whose count was unknown reports one or the other
+    expected = planned.sequences + sum(count for _, count in tallies)
+    arrived = sum(shard.arrived for shard in shards) + sum(count for count in known if count is not None)
+    if reported == planned.counted_on_workers and arrived == expected:
+        return
+    converted, skipped = sum(shard.rows for shard in shards), sum(count for count in known if count is not None)
+    units = planned.counted_on_workers - reported
+    fault = "lost work"
+    if units > 0:
+        what = f"{units} of {planned.counted_on_workers} source units never reported how many sequences they hold"
+    elif units < 0 or arrived > expected:
+        what, fault = f"{arrived} sequences reached the publish step, {expected} were planned", "delivered work twice"
+    else:
+        what = f"{arrived} of {expected} planned sequences reached the publish step"
+        names = missing()
+        if names:
+            what += f" (lost: {names[0]}{f' and {len(names) - 1} more' if len(names) > 1 else ''})"
+    raise ConversionError(f"{output}: {what}; {converted} converted, {skipped} skipped: the runner {fault}; nothing was published")
+
+
 class _PublishFn(beam.DoFn):
     def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
                  plan_folder: staged_plan.PlanFolder | None = None, max_skipped: tuple[str, float] = ("count", 0),
-                 table: tables.TableSettings | None = None):
+                 table: tables.TableSettings | None = None, planned: Planned | None = None):
+        self._planned = planned
         self._max_skipped = max_skipped
         self._table = table or tables.TableSettings()
         self._staging_url = staging_url
@@ -352,7 +407,7 @@ class _PublishFn(beam.DoFn):
         self._sidecar_extra = sidecar_extra
         self._plan_folder = plan_folder
 
-    def process(self, _unused, shards: list[ShardResult], stats: dict, errors: list[dict]):
+    def process(self, _unused, shards: list[ShardResult], stats: dict, errors: list[dict], tallies: list = ()):
         fs, staging = storage.open_root(self._staging_url)
         _, output = storage.open_root(self._output_url)
         if self._table.format == tables.DEFAULT:  # a retried step (Dataflow retries a bundle) after it published
@@ -360,6 +415,9 @@ class _PublishFn(beam.DoFn):
             if published is not None:
                 yield {"sequences": published["num_sequences"], "timesteps": published["num_timesteps"]}
                 return
+        if self._planned is not None:
+            _check_arrived(output, self._planned, shards, errors, list(tallies),
+                           functools.partial(_lost_sequences, fs, staging, self._plan_folder, errors))
         schema = mixtrain.arrow_schema(self._meta.columns)
         fs.makedirs(storage.join(staging, mixtrain.DATA_DIR), exist_ok=True)
         written = {shard.index for shard in shards}
@@ -399,6 +457,21 @@ class _PublishFn(beam.DoFn):
         yield {"sequences": sidecar["num_sequences"], "timesteps": sidecar["num_timesteps"]}
 
 
+def _lost_sequences(fs, staging: str, plan_folder: staged_plan.PlanFolder | None, records: list[dict]) -> list[str]:
+    """The planned sequence ids (refs that know theirs, reused ids) found neither in a written
+    shard nor in an error record, in plan order: what to name when the counts differ."""
+    if plan_folder is None:
+        return []
+    planned = [ref.sequence_id for ref in staged_refs(plan_folder) if ref.sequence_id is not None]
+    if staged_plan.exists(plan_folder, KEPT_IDS):
+        planned += staged_plan.read_value(plan_folder, KEPT_IDS)
+    seen = {record.get("sequence_id") for record in records}
+    for path in fs.glob(storage.join(staging, mixtrain.DATA_DIR, "*.parquet")):
+        with fs.open(path, "rb") as handle:
+            seen.update(pq.read_table(handle, columns=["sequence_id"]).column(0).to_pylist())
+    return [sequence_id for sequence_id in planned if sequence_id not in seen]
+
+
 class WriteMixtrain(beam.PTransform):
     """Write sequences (videos already written) as a finished Mixtrain dataset.
 
@@ -414,15 +487,19 @@ class WriteMixtrain(beam.PTransform):
       table: how the staged dataset is published (formats.mixtrain.tables; default: standalone Parquet).
       plan_folder: the plan folder (transforms/staged_plan.py) whose FINGERPRINTS file is published, filtered,
         as _fingerprints.json for the next --incremental run; None: none recorded.
+      planned: what the plan promises (`Planned.of(refs, reused)`): the publish step refuses a run
+        whose sequences did not all arrive, converted or skipped; None: no check.
 
-    The input is {"sequences": PCollection, "errors": PCollection of error records}; the error
-    records end in DST/_errors.jsonl.
+    The input is {"sequences": PCollection, "errors": PCollection of error records, "tallies":
+    PCollection of (unit, sequences) from `ReadSequences`, optional}; the error records end in
+    DST/_errors.jsonl.
     """
 
     def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
                  on_error: str = FAIL, plan_folder: staged_plan.PlanFolder | None = None, max_skipped: tuple[str, float] = ("count", 0),
-                 table: tables.TableSettings | None = None):
+                 table: tables.TableSettings | None = None, planned: Planned | None = None):
         super().__init__()
+        self._planned = planned
         self._table = table
         self._max_skipped = max_skipped
         self._staging_url = staging_url
@@ -436,6 +513,7 @@ class WriteMixtrain(beam.PTransform):
     def expand(self, inputs):
         sequences = inputs["sequences"]
         errors = inputs.get(ERRORS) or sequences.pipeline | "NoErrors" >> beam.Create([])
+        tallies = inputs.get(TALLIES) or sequences.pipeline | "NoTallies" >> beam.Create([])
         shards = (
             sequences
             | "SpillRows" >> beam.ParDo(_SpillRowsFn(self._staging_url, self._meta.columns, self._num_shards))
@@ -451,9 +529,10 @@ class WriteMixtrain(beam.PTransform):
             | "PublishTrigger" >> beam.Create([None])
             | "Publish" >> beam.ParDo(
                 _PublishFn(self._staging_url, self._output_url, self._meta, self._num_shards, self._sidecar_extra, self._plan_folder,
-                           self._max_skipped, self._table),
+                           self._max_skipped, self._table, self._planned),
                 beam.pvalue.AsSingleton(results),
                 beam.pvalue.AsSingleton(stats),
                 beam.pvalue.AsList(errors),
+                beam.pvalue.AsList(tallies),
             )
         )

@@ -66,7 +66,7 @@ def test_help_lists_every_option_without_importing_beam(tmp_path):
 def test_help_beam_lists_beams_own_options(tmp_path):
     done = _cli(tmp_path, "--help_beam")
     assert done.returncode == 0
-    for option in ("--runner", "--direct_num_workers", "--temp_location", "--setup_file"):
+    for option in ("--runner", "--direct_num_workers", "--temp_location", "--setup_file", "--dask_client_address"):
         assert option in done.stdout
 
 

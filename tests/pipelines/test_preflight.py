@@ -46,7 +46,7 @@ def test_refusals_need_no_data_and_no_heavy_import(tmp_path, small, case):
         "unknown option": ((f"--input={small}", f"--output={out}", "--num_workrs=2"),
                            (2, ["error: unknown option --num_workrs", "did you mean --num_workers?"])),
         "unknown runner": ((f"--input={small}", f"--output={out}", "--runner=Dataflw"),
-                           (2, ["error: unknown runner 'Dataflw' (Beam's runners: " + ", ".join(preflight.KNOWN_RUNNERS) + ")",
+                           (2, ["error: unknown runner 'Dataflw' (Beam's runners: " + ", ".join(preflight.RUNNERS) + ")",
                                 "did you mean --runner=DataflowRunner?"])),
         "missing input": ((f"--input={tmp_path / 'nope'}", f"--output={out}"), (1, [f"error: {tmp_path / 'nope'}: input not found"])),
         "existing output": ((f"--input={small}", f"--output={published}"),
@@ -122,11 +122,18 @@ def test_the_lists_kept_without_beam_match_beam():
     from pipelines import conversion
 
     ours = {option for action in cli.build_parser()._actions for option in action.option_strings}
-    now = sorted(set(conversion.known_options()) - ours)
+    now = sorted(set(conversion.known_options()) - ours - beam_flags.DASK_FLAGS)
     assert sorted(beam_flags.BEAM_FLAGS) == now, "pipelines/beam_flags.py is out of date; its list is now:\n" + "\n".join(
         textwrap.wrap(" ".join(now), 140, break_on_hyphens=False, break_long_words=False))
     assert list(preflight.KNOWN_RUNNERS) == [path.rsplit(".", 1)[-1] for path in StandardOptions.ALL_KNOWN_RUNNERS]
     assert not ours & beam_flags.BEAM_FLAGS
+    pytest.importorskip("dask.distributed", reason="the DaskRunner's options are Beam's only with dask installed")
+    from apache_beam.options.pipeline_options import _BeamArgumentParser
+    from apache_beam.runners.dask.dask_runner import DaskOptions
+
+    dask = {option for action in conversion._add_beam_options(_BeamArgumentParser(), ours=False)._actions for option in action.option_strings
+            if option.startswith("--dask")}
+    assert dask == beam_flags.DASK_FLAGS and DaskOptions in conversion.PipelineOptions.__subclasses__()
 
 
 def test_the_reader_validate_and_inspect_take_tilde_paths(tmp_path, small, monkeypatch):

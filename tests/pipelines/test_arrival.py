@@ -1,0 +1,110 @@
+"""The publish step compares what arrived with the plan: a runner (or a DoFn) that loses elements
+makes the run fail with one line, the output left as it was, never a short dataset published."""
+
+import hashlib
+import json
+
+import pytest
+
+from formats.sources.rlds.sample import SyntheticRLDS
+from formats.sources.rlds.sample import write_dataset as write_rlds
+from pipelines import convert
+from transforms import read
+
+
+def _digest(folder):
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _losing(monkeypatch, fn_class, lose):
+    """`fn_class.process` with every element for which `lose(element)` holds dropped, as a faulty runner would."""
+    process = fn_class.process
+
+    def dropping(self, element, *args, **kwargs):
+        return [] if lose(element) else process(self, element, *args, **kwargs)
+
+    monkeypatch.setattr(fn_class, "process", dropping)
+
+
+@pytest.mark.parametrize("on_error", ["fail", "skip"])
+def test_a_lost_batch_fails_with_one_line_and_leaves_the_published_dataset(multi_file_dataset, tmp_path, capsys, monkeypatch, on_error):
+    src, _ = multi_file_dataset
+    dst = tmp_path / "out"
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off"]) == convert.EXIT_OK
+    before = _digest(dst)
+    capsys.readouterr()
+    # The batches of episodes 2 and 3 never reach the load step.
+    _losing(monkeypatch, read._LoadSequenceFn, lambda batch: any(ref.sequence_id in ("episode_000002", "episode_000003") for ref in batch))
+    code = convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--overwrite", f"--on_error={on_error}"])
+    err = capsys.readouterr().err
+    assert code == convert.EXIT_FAILED
+    assert err == (f"error: {dst}: 5 of 7 planned sequences reached the publish step (lost: episode_000002 and 1 more); 5 converted, "
+                   "0 skipped: the runner lost work; nothing was published\n")
+    assert _digest(dst) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging left beside it
+
+
+def test_a_lost_batch_into_a_new_output_creates_nothing(multi_file_dataset, tmp_path, capsys, monkeypatch):
+    src, _ = multi_file_dataset
+    _losing(monkeypatch, read._LoadSequenceFn, lambda batch: any(ref.sequence_id == "episode_000006" for ref in batch))
+    dst = tmp_path / "new" / "out"
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off"]) == convert.EXIT_FAILED
+    assert capsys.readouterr().err == (f"error: {dst}: 6 of 7 planned sequences reached the publish step (lost: episode_000006); "
+                                       "6 converted, 0 skipped: the runner lost work; nothing was published\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def _rlds_without_shard_lengths(tmp_path):
+    src = tmp_path / "rlds" / "1.0.0"
+    write_rlds(str(src), SyntheticRLDS(splits={"train": (3, 4, 5, 3, 6)}, shards={"train": 2}))
+    info = json.loads((src / "dataset_info.json").read_text())
+    info["splits"][0]["numShards"] = str(len(info["splits"][0].pop("shardLengths")))
+    (src / "dataset_info.json").write_text(json.dumps(info))
+    return src
+
+
+def test_sequences_counted_on_workers_are_checked_too(tmp_path, capsys, monkeypatch):
+    """RLDS shards without shardLengths: the plan cannot count their episodes; each shard's count
+    comes from the worker that indexed it, and an episode lost after that is caught."""
+    src = _rlds_without_shard_lengths(tmp_path)
+    _losing(monkeypatch, read._LoadSequenceFn, lambda batch: batch[0].sequence_id == "train_00001_000000")
+    dst = tmp_path / "out"
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--fps=10"]) == convert.EXIT_FAILED
+    assert capsys.readouterr().err == (f"error: {dst}: 4 of 5 planned sequences reached the publish step; 4 converted, 0 skipped: "
+                                       "the runner lost work; nothing was published\n")
+    assert not dst.exists()
+
+
+def test_a_unit_that_never_reports_its_count_is_caught(tmp_path, capsys, monkeypatch):
+    src = _rlds_without_shard_lengths(tmp_path)
+    process = read._ExpandRefFn.process
+
+    def without_tally(self, ref):  # a runner that loses the tagged output of one shard
+        for item in process(self, ref):
+            if not (getattr(item, "tag", None) == read.TALLIES and ref.position == 0):
+                yield item
+
+    monkeypatch.setattr(read._ExpandRefFn, "process", without_tally)
+    dst = tmp_path / "out"
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--fps=10"]) == convert.EXIT_FAILED
+    assert capsys.readouterr().err == (f"error: {dst}: 1 of 2 source units never reported how many sequences they hold; 5 converted, "
+                                       "0 skipped: the runner lost work; nothing was published\n")
+    assert not dst.exists()
+
+
+def test_a_batch_delivered_twice_fails_too(multi_file_dataset, tmp_path, capsys, monkeypatch):
+    """Under --on_error=skip a duplicated sequence id is skipped as bad input; a runner that
+    delivered a batch twice is not bad input and publishes nothing."""
+    src, _ = multi_file_dataset
+    process = read._LoadSequenceFn.process
+
+    def twice(self, batch):
+        loaded = list(process(self, batch))
+        return loaded * 2 if any(ref.sequence_id == "episode_000004" for ref in batch) else loaded
+
+    monkeypatch.setattr(read._LoadSequenceFn, "process", twice)
+    dst = tmp_path / "out"
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--on_error=skip", "--max_skipped=100%"]) == convert.EXIT_FAILED
+    assert capsys.readouterr().err == (f"error: {dst}: 8 sequences reached the publish step, 7 were planned; 6 converted, "
+                                       "0 skipped: the runner delivered work twice; nothing was published\n")
+    assert not dst.exists()
