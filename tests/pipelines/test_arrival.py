@@ -9,7 +9,7 @@ import pytest
 from formats.sources.rlds.sample import SyntheticRLDS
 from formats.sources.rlds.sample import write_dataset as write_rlds
 from pipelines import convert
-from transforms import read
+from transforms import read, staged_plan
 
 
 def _digest(folder):
@@ -17,11 +17,13 @@ def _digest(folder):
 
 
 def _losing(monkeypatch, fn_class, lose):
-    """`fn_class.process` with every element for which `lose(element)` holds dropped, as a faulty runner would."""
+    """`fn_class.process` with every element for which `lose(element)` holds dropped, as a faulty
+    runner would (a batch of refs is given to `lose` unpacked)."""
     process = fn_class.process
 
     def dropping(self, element, *args, **kwargs):
-        return [] if lose(element) else process(self, element, *args, **kwargs)
+        shown = staged_plan.unpack(element) if isinstance(element, bytes) else element
+        return [] if lose(shown) else process(self, element, *args, **kwargs)
 
     monkeypatch.setattr(fn_class, "process", dropping)
 
@@ -100,7 +102,8 @@ def test_a_batch_delivered_twice_fails_too(multi_file_dataset, tmp_path, capsys,
 
     def twice(self, batch):
         loaded = list(process(self, batch))
-        return loaded * 2 if any(ref.sequence_id == "episode_000004" for ref in batch) else loaded
+        refs = staged_plan.unpack(batch) if isinstance(batch, bytes) else batch
+        return loaded * 2 if any(ref.sequence_id == "episode_000004" for ref in refs) else loaded
 
     monkeypatch.setattr(read._LoadSequenceFn, "process", twice)
     dst = tmp_path / "out"
