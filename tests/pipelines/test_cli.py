@@ -249,21 +249,21 @@ def test_bad_input_is_one_error_line_and_the_log_path(tmp_path, case, workers):
 
 def test_success_prints_progress_with_a_total_and_leaves_no_temp_files(tmp_path):
     src = tmp_path / "many"
-    write_lerobot(str(src), SyntheticLeRobot(lengths=(40,) * 300, codec="h264", gop=None, episodes_per_video_file=50,
-                                             episodes_per_data_file=50))
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(20,) * 300, codec="h264", gop=None, episodes_per_video_file=50,
+                                             episodes_per_data_file=50, cameras=("observation.images.top",)))
     dst = tmp_path / "out"
     done = _cli(tmp_path, f"--input={src}", f"--output={dst}", "--video=reencode", "--progress=lines", "--progress_interval=0.2",
                 *TWO_WORKERS)
     assert done.returncode == 0 and done.stderr == "", done.stderr
     lines = _lines(done.stdout)
     assert lines[0] == f"[mixtrain-convert] lerobot_v3: 300 sequences -> {dst} (1 shard)"
-    assert re.fullmatch(rf"converted 300 sequences, 12000 timesteps, [0-9.]+ MB in [0-9.]+ s -> {dst}", lines[-1])
+    assert re.fullmatch(rf"converted 300 sequences, 6000 timesteps, [0-9.]+ MB in [0-9.]+ s -> {dst}", lines[-1])
     progress = [re.match(r"\[mixtrain-convert\] (\d+)/300 sequences \((\d+)%\), (\d+) timesteps, ([0-9.]+) MB written", line)
                 for line in lines[1:-1]]
     assert progress and all(progress), lines
     done_counts = [int(match.group(1)) for match in progress]
     assert len(done_counts) >= 2 and done_counts == sorted(done_counts) and done_counts[-1] > done_counts[0]
-    assert all(int(match.group(3)) == 40 * int(match.group(1)) for match in progress)
+    assert all(int(match.group(3)) == 20 * int(match.group(1)) for match in progress)
     assert os.listdir(tmp_path / "tmpdir") == []
 
 
