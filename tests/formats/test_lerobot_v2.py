@@ -246,3 +246,16 @@ def test_the_plan_metadata_does_not_grow_with_the_episodes(tmp_path):
         assert len(refs) == count and meta.private == {}
         sizes[count] = len(pickle.dumps(meta))
     assert sizes[40] - sizes[4] < 2_000, sizes  # the task table and counts, not 36 more footers
+
+
+def test_an_episode_field_named_like_a_column_of_ours_names_episodes_jsonl(tmp_path, capsys):
+    src = tmp_path / "d"
+    write_dataset(str(src), SyntheticLeRobot(lengths=(5, 5), cameras=()), version="v2.1")
+    index = src / "meta" / "episodes.jsonl"
+    lines = [{**json.loads(line), "duration_seconds": 1.0} for line in index.read_text().splitlines()]
+    index.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert _convert(src, tmp_path / "out") == convert.EXIT_FAILED
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"error: {index}: source features 'duration_seconds' and 'duration_seconds' both map to column 'duration_seconds'; "
+        "rename one in the source")
+    assert not (tmp_path / "out").exists()

@@ -100,7 +100,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
     layout = V2Layout(require(info, "data_path", str, info_path), info.get("video_path"), info_path, chunks_size)
     episodes = _read_episodes(fs, root)
     tasks = _read_tasks(fs, root)
-    meta, refs = plan_episodes(fs, root, info, layout, episodes, tasks, FORMAT, f"{EPISODES_PATH} lists")
+    meta, refs = plan_episodes(fs, root, info, layout, episodes, tasks, FORMAT, EPISODES_PATH)
     _check_no_unlisted_files(fs, root, refs)
     return meta, refs
 

@@ -113,8 +113,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
         raise FormatError(f"{info_path}: codebase_version {version!r} is not supported "
                           f"(the lerobot_v3 source reads {SUPPORTED_VERSION}, lerobot_v2 reads v2.0 and v2.1)")
     layout = Layout(require(info, "data_path", str, info_path), info.get("video_path"), info_path)
-    return plan_episodes(fs, root, info, layout, _read_episodes(fs, root), _read_tasks(fs, root), FORMAT,
-                         "meta/episodes lists")
+    return plan_episodes(fs, root, info, layout, _read_episodes(fs, root), _read_tasks(fs, root), FORMAT, "meta/episodes")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -147,11 +146,11 @@ class Layout:
 
 
 def plan_episodes(fs: fsspec.AbstractFileSystem, root: str, info: dict, layout: Layout, episodes: pa.Table,
-                  task_texts: dict[int, str], format_id: str, index_lists: str) -> tuple[DatasetMeta, list[EpisodeRef]]:
+                  task_texts: dict[int, str], format_id: str, index_name: str) -> tuple[DatasetMeta, list[EpisodeRef]]:
     """The plan of a LeRobot dataset of any layout, from its info.json, its episode index as one
     table (one row per episode: `episode_index`, `tasks`, `length`, `dataset_from_index`,
     `dataset_to_index`, what `layout` reads, and the episode-level fields to keep) and its tasks.
-    `index_lists` names the episode index in the total_episodes message."""
+    `index_name` is the episode index's path under the root, for messages."""
     info_path = layout.info_path
     footers = storage.ParquetFooters(fs)
     version = info.get("codebase_version")
@@ -163,7 +162,7 @@ def plan_episodes(fs: fsspec.AbstractFileSystem, root: str, info: dict, layout: 
 
     declared = info.get("total_episodes")
     if isinstance(declared, int) and not isinstance(declared, bool) and declared != len(episodes):
-        raise FormatError(f"{info_path}: total_episodes is {declared} but {index_lists} {len(episodes)} episodes "
+        raise FormatError(f"{info_path}: total_episodes is {declared} but {index_name} lists {len(episodes)} episodes "
                           "(an episode index file missing, unreadable, or left over)")
     multi_task = _any_multi_task(episodes.column("tasks")) if "tasks" in episodes.column_names else False
     splits = _parse_splits(info.get("splits"), info_path)
@@ -179,6 +178,7 @@ def plan_episodes(fs: fsspec.AbstractFileSystem, root: str, info: dict, layout: 
         if name not in _LOCATOR_COLUMNS and not name.startswith(_LOCATOR_PREFIXES)
     ]
     columns += episode_field_columns({name: episodes.schema.field(name).type for name in extra_scalars})
+    check_unique_columns(columns, storage.join(root, index_name))  # an episode field named like a column of ours
     # The episode index first: an implausible row is refused before any data file is opened.
     refs = _episode_refs(episodes, parsed, layout, float(fps), splits, extra_scalars)
     del episodes  # what is read below comes from the refs: the table freed
