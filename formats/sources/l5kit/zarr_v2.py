@@ -51,14 +51,25 @@ CHECKED_COMPRESSORS = ("blosc", "lz4", "zstd", "zlib", "gzip", "bz2", "lzma")
 def parse_dtype(spec: Any) -> np.dtype:
     """A zarr v2 `dtype` entry: a numpy type string, or a list of [name, type(, shape)] fields."""
     if isinstance(spec, str):
-        return np.dtype(spec)
+        return _numpy_dtype(spec)
     fields = []
     for field in spec:
         if not isinstance(field, (list, tuple)) or len(field) not in (2, 3):
             raise ValueError(f"field {field!r} is not [name, dtype] or [name, dtype, shape]")
-        name, kind = field[0], parse_dtype(field[1]) if isinstance(field[1], list) else np.dtype(field[1])
+        name, kind = field[0], parse_dtype(field[1]) if isinstance(field[1], list) else _numpy_dtype(field[1])
         fields.append((name, kind, tuple(field[2])) if len(field) == 3 else (name, kind))
-    return np.dtype(fields)
+    return _numpy_dtype(fields)
+
+
+def _numpy_dtype(spec: Any) -> np.dtype:
+    """np.dtype(spec), whatever it raises a ValueError: numpy parses "(2,)f8, i4"-style strings
+    with ast.literal_eval, so a hostile `dtype` raised SyntaxError, which nothing caught."""
+    try:
+        return np.dtype(spec)
+    except MemoryError:
+        raise
+    except Exception as error:  # noqa: BLE001 - numpy's parser raises SyntaxError, TypeError, ValueError, RecursionError...
+        raise ValueError(f"dtype {spec!r} is not a numpy type ({type(error).__name__}: {error})") from None
 
 
 def _dtype_spec(dtype: np.dtype) -> Any:

@@ -324,9 +324,10 @@ def _read_episodes(fs, root: str) -> pa.Table:
                 tables.append(parquet.read(columns=wanted))
         except (OSError, pa.ArrowException) as error:
             raise FormatError(f"{path}: cannot read episode index: {error}") from error
-        for column in ("episode_index", "length", "dataset_from_index", "dataset_to_index", "data/chunk_index", "data/file_index"):
+        for column in _INTEGER_COLUMNS:
             if column not in tables[-1].column_names:
                 raise FormatError(f"{path}: episode index lacks required column {column!r}")
+        _check_index_types(tables[-1], path)
     try:
         episodes = pa.concat_tables(tables, promote_options="permissive")
     except pa.ArrowInvalid as error:
@@ -337,6 +338,25 @@ def _read_episodes(fs, root: str) -> pa.Table:
         duplicate = int(indices[np.nonzero(np.diff(indices) == 0)[0][0]])
         raise FormatError(f"{storage.join(root, EPISODES_DIR)}: episode_index {duplicate} appears more than once")
     return episodes
+
+
+def _check_index_types(table: pa.Table, path: str) -> None:
+    """Index and offset columns are integers, timestamps numbers, none null: a null or a string
+    used to end in a traceback, and a float offset (3.7) was truncated to another episode's rows."""
+    for name in table.column_names:
+        wanted = ("integers" if name in _INTEGER_COLUMNS or (name.startswith("videos/") and name.endswith(("/chunk_index", "/file_index")))
+                  else "numbers" if name.startswith("videos/") and name.endswith(("/from_timestamp", "/to_timestamp")) else None)
+        if wanted is None:
+            continue
+        column = table.column(name)
+        kind_ok = pa.types.is_integer(column.type) if wanted == "integers" else \
+            pa.types.is_integer(column.type) or pa.types.is_floating(column.type)
+        if not kind_ok or column.null_count:
+            found = f"{column.null_count} nulls" if kind_ok else str(column.type)
+            raise FormatError(f"{path}: episode index column {name!r} must hold {wanted}, found {found}")
+
+
+_INTEGER_COLUMNS = ("episode_index", "length", "dataset_from_index", "dataset_to_index", "data/chunk_index", "data/file_index")
 
 
 def _episode_index_files(fs, root: str) -> list[str]:

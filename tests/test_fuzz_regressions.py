@@ -1,0 +1,117 @@
+"""Inputs the fuzz harnesses (fuzz/, docs/fuzzing.md) found, each kept as the smallest case that
+ended in a traceback before its fix: the product must now refuse it with one FormatError naming
+the file. Each test states the harness and what escaped."""
+
+import json
+import re
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from formats import storage
+from formats.errors import FormatError
+from formats.read import reader
+from formats.sources import lerobot_v3
+from formats.sources.l5kit.zarr_v2 import ZarrArray, write_array
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot
+from formats.sources.lerobot_v3.sample import write_dataset as write_lerobot
+from pipelines import validate
+
+
+def _zarr(tmp_path, change):
+    write_array(*storage.open_root(str(tmp_path)), np.arange(8, dtype="<f4"), 4)
+    meta_path = tmp_path / ".zarray"
+    text = change(meta_path.read_text())
+    meta_path.write_text(text)
+    return storage.open_root(str(tmp_path))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[" * 100_000 + "]" * 100_000, "malformed JSON: nested too deeply"),  # was RecursionError (harness zarr)
+    ('{"zarr_format": ' + "9" * 5_000 + "}", "malformed JSON: Exceeds the limit (4300 digits)"),  # was ValueError (digit limit)
+])
+def test_zarray_json_that_json_loads_refuses_beyond_decode_errors(tmp_path, text, message):
+    fs, root = _zarr(tmp_path, lambda _: text)
+    with pytest.raises(FormatError, match=re.escape(f"{root}/.zarray: {message}")):
+        ZarrArray(fs, root)
+
+
+def test_a_dtype_string_numpy_parses_as_python_syntax(tmp_path):
+    """harness zarr: `"dtype": ",f4"` reached ast.literal_eval inside np.dtype: SyntaxError escaped."""
+    fs, root = _zarr(tmp_path, lambda text: re.sub(r'"dtype": "[^"]*"', '"dtype": ",f4"', text))
+    with pytest.raises(FormatError, match=re.escape(f"{root}/.zarray: dtype ',f4' is not a numpy type (SyntaxError")):
+        ZarrArray(fs, root)
+
+
+@pytest.fixture(scope="module")
+def lerobot(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fuzz_lerobot") / "ds"
+    write_lerobot(str(path), SyntheticLeRobot(lengths=(3, 2), cameras=()))
+    return path
+
+
+@pytest.mark.parametrize("column, value, found", [
+    ("dataset_from_index", None, "1 nulls"),  # was TypeError: int() of None (harness lerobot_json)
+    ("dataset_to_index", 3.7, "double"),  # a float offset was truncated: another episode's rows
+    ("length", "3", "string"),
+])
+def test_episode_index_columns_of_the_wrong_type_or_null(lerobot, tmp_path, column, value, found):
+    root = tmp_path / "ds"
+    shutil.copytree(lerobot, root)
+    index = root / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(index)
+    values = table.column(column).to_pylist()
+    values[0] = value
+    if isinstance(value, str):
+        values = [str(v) for v in values]
+    position = table.column_names.index(column)
+    table = table.set_column(position, column, pa.array(values, type=None if value is not None else table.schema.field(column).type))
+    pq.write_table(table, index)
+    fs, url = storage.open_root(str(root))
+    with pytest.raises(FormatError, match=re.escape(f"{url}/{index.relative_to(root)}: episode index column {column!r} must hold integers, "
+                                                    f"found {found}")):
+        lerobot_v3.plan(fs, url, {})
+
+
+def _mixtrain(path, sidecar: bytes = b'{"mixtrain": "1.0", "column_types": {}}', errors: bytes | None = None):
+    path.mkdir()
+    (path / "mixtrain.json").write_bytes(sidecar)
+    if errors is not None:
+        (path / "_errors.jsonl").write_bytes(errors)
+    return path
+
+
+@pytest.mark.parametrize("line, kind", [(b"5", "int"), (b"[]", "list"), (b'"x"', "str")])
+def test_an_errors_line_that_is_json_but_not_an_object(tmp_path, line, kind):
+    """harness mixtrain_json: report.render_text called .get on it (AttributeError)."""
+    root = _mixtrain(tmp_path / "out", errors=b'{"sequence_id": "a", "error": "e"}\n' + line + b"\n")
+    dataset = reader.open_dataset(str(root))
+    with pytest.raises(FormatError, match=re.escape(f"{root}/_errors.jsonl: line 2 is not a JSON object (found {kind})")):
+        dataset.errors()
+
+
+def test_an_errors_line_nested_too_deeply(tmp_path):
+    root = _mixtrain(tmp_path / "out", errors=b"[" * 100_000 + b"\n")
+    with pytest.raises(FormatError, match=re.escape(f"{root}/_errors.jsonl: line 1: malformed JSON: nested too deeply")):
+        reader.open_dataset(str(root)).errors()
+
+
+def test_validate_reports_a_sidecar_that_is_not_utf8(tmp_path):
+    """harness mixtrain_json: validate's own json.loads let UnicodeDecodeError escape."""
+    root = _mixtrain(tmp_path / "out", sidecar=b'{"mixtrain": "1.0\x95"}')
+    findings = validate.validate(str(root))
+    assert len(findings) == 1 and findings[0].startswith(f"{root}/mixtrain.json: malformed JSON: 'utf-8' codec can't decode byte 0x95")
+
+
+@pytest.mark.parametrize("name", ["\ud800.json", "st\x00ats.json"])
+def test_a_stats_name_no_file_system_can_hold(tmp_path, name):
+    """harness mixtrain_json: `"stats": "\\ud800"` reached os.stat (UnicodeEncodeError; a NUL: ValueError)."""
+    sidecar = json.dumps({"mixtrain": "1.0", "column_types": {}, "stats": name}).encode()
+    root = _mixtrain(tmp_path / "out", sidecar=sidecar)
+    with pytest.raises(FormatError, match=re.escape(f"stats {name!r} is not a valid file name (a NUL or an unpaired surrogate)")):
+        reader.open_dataset(str(root)).stats()
+    with pytest.raises(FormatError, match=re.escape(f"stats {name!r} is not a valid file name")):
+        validate.validate(str(root))
