@@ -46,7 +46,9 @@ setup(
                     "hub": ["huggingface_hub>=0.24"],
                     "lake": LAKE,
                     "lance": LANCE,
-                    "test": ["pytest>=8", "ruff>=0.6", "pillow>=10", "gcp-storage-emulator>=2024.8", "polars>=1.0", "pandas>=2.0", *LAKE, *LANCE,
+                    # atheris: the coverage-guided fuzzer of fuzz/ (tests/test_fuzz_smoke.py runs every harness briefly)
+                    "test": ["pytest>=8", "ruff>=0.6", "atheris==3.0.0", "pillow>=10", "gcp-storage-emulator>=2024.8", "polars>=1.0",
+                             "pandas>=2.0", *LAKE, *LANCE,
                              f"duckdb=={DUCKDB}", *(f"duckdb-extension-{name}=={DUCKDB}" for name in ("iceberg", "avro", "delta"))]},
     entry_points={"console_scripts": ["mixtrain-convert=pipelines.convert:main", "mixtrain-validate=pipelines.validate:entry",
                                       "mixtrain-inspect=pipelines.inspect:entry"]},
