@@ -76,6 +76,31 @@ def test_episode_index_columns_of_the_wrong_type_or_null(lerobot, tmp_path, colu
         lerobot_v3.plan(fs, url, {})
 
 
+def _with_tasks(lerobot, tmp_path, tasks: pa.Array):
+    root = tmp_path / "ds"
+    shutil.copytree(lerobot, root)
+    index = root / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(index)
+    pq.write_table(table.set_column(table.column_names.index("tasks"), "tasks", tasks), index)
+    return root, index
+
+
+def test_an_episode_whose_tasks_are_null_is_planned_with_none(lerobot, tmp_path):
+    """harness lerobot_json: a null `tasks` cell took the multi-task check's Python path: len(None)."""
+    root, _ = _with_tasks(lerobot, tmp_path, pa.array([None, ["task 1"]], pa.list_(pa.string())))
+    fs, url = storage.open_root(str(root))
+    meta, refs = lerobot_v3.plan(fs, url, {})
+    assert [ref.length for ref in refs] == [3, 2] and [ref.tasks for ref in refs] == [(), ("task 1",)]
+
+
+def test_tasks_that_are_not_lists_are_refused(lerobot, tmp_path):
+    root, index = _with_tasks(lerobot, tmp_path, pa.array(["task 0", "task 1"]))
+    fs, url = storage.open_root(str(root))
+    with pytest.raises(FormatError, match=re.escape(f"{url}/{index.relative_to(root)}: episode index column 'tasks' must hold lists of "
+                                                    "task texts, found string")):
+        lerobot_v3.plan(fs, url, {})
+
+
 def _mixtrain(path, sidecar: bytes = b'{"mixtrain": "1.0", "column_types": {}}', errors: bytes | None = None):
     path.mkdir()
     (path / "mixtrain.json").write_bytes(sidecar)

@@ -341,16 +341,21 @@ def _read_episodes(fs, root: str) -> pa.Table:
 
 
 def _check_index_types(table: pa.Table, path: str) -> None:
-    """Index and offset columns are integers, timestamps numbers, none null: a null or a string
-    used to end in a traceback, and a float offset (3.7) was truncated to another episode's rows."""
+    """Index and offset columns are integers, timestamps numbers, none null, and `tasks` a list
+    column: a null or a string used to end in a traceback, and a float offset (3.7) was truncated
+    to another episode's rows."""
     for name in table.column_names:
-        wanted = ("integers" if name in _INTEGER_COLUMNS or (name.startswith("videos/") and name.endswith(("/chunk_index", "/file_index")))
-                  else "numbers" if name.startswith("videos/") and name.endswith(("/from_timestamp", "/to_timestamp")) else None)
-        if wanted is None:
+        column, video = table.column(name), name.startswith("videos/")
+        if name == "tasks":  # a list of task texts per episode (null: none); anything else was len() of a scalar
+            if not is_list(column.type):
+                raise FormatError(f"{path}: episode index column 'tasks' must hold lists of task texts, found {column.type}")
             continue
-        column = table.column(name)
-        kind_ok = pa.types.is_integer(column.type) if wanted == "integers" else \
-            pa.types.is_integer(column.type) or pa.types.is_floating(column.type)
+        if name in _INTEGER_COLUMNS or video and name.endswith(("/chunk_index", "/file_index")):
+            wanted, kind_ok = "integers", pa.types.is_integer(column.type)
+        elif video and name.endswith(("/from_timestamp", "/to_timestamp")):
+            wanted, kind_ok = "numbers", pa.types.is_integer(column.type) or pa.types.is_floating(column.type)
+        else:
+            continue
         if not kind_ok or column.null_count:
             found = f"{column.null_count} nulls" if kind_ok else str(column.type)
             raise FormatError(f"{path}: episode index column {name!r} must hold {wanted}, found {found}")
@@ -503,10 +508,7 @@ _PLAN_BATCH_ROWS = 65_536
 
 def _any_multi_task(tasks: pa.ChunkedArray) -> bool:
     """Whether an episode lists more than one task (then each step says which of its tasks it does)."""
-    if is_list(tasks.type) and tasks.null_count == 0:
-        return len(tasks) > 0 and (pc.max(pc.list_value_length(tasks)).as_py() or 0) > 1
-    return any(len(listed) > 1 for chunk in tasks.chunks for start in range(0, len(chunk), _PLAN_BATCH_ROWS)
-               for listed in chunk.slice(start, _PLAN_BATCH_ROWS).to_pylist())
+    return len(tasks) > 0 and (pc.max(pc.list_value_length(tasks)).as_py() or 0) > 1  # a list column (_check_index_types); nulls: none
 
 
 def _episode_refs(episodes: pa.Table, features, data_template, video_template, splits, extra_scalars, info_path) -> list[EpisodeRef]:
