@@ -39,7 +39,10 @@ with atheris.instrument_imports(include=["formats", "pipelines.validate", "pipel
 
 
 def _child(name: str, work: str, flags: list[str]) -> None:
-    """Prepare one harness and hand the process to libFuzzer (never returns)."""
+    """Prepare one harness and hand the process to libFuzzer (never returns). `-len_control=0`:
+    mutations may use the whole input from the start (libFuzzer otherwise grows the length limit
+    with the executions, and the metadata harnesses, at tens per second, would mutate only the
+    first hundreds of bytes of a seed for their whole run)."""
     module = MODULES[name]
     corpus = os.path.join(work, "corpus", name)
     os.makedirs(corpus, exist_ok=True)
@@ -56,7 +59,7 @@ def _child(name: str, work: str, flags: list[str]) -> None:
     limit = contract.cap_memory()
     print(f"fuzz {name}: {len(seeds)} seeds, address space capped at {limit >> 20} MiB", file=sys.stderr, flush=True)
     args = [sys.argv[0], corpus, f"-artifact_prefix={os.path.join(work, 'crashes', name)}-", f"-max_len={module.MAX_LEN}",
-            "-timeout=10", "-print_final_stats=1", *flags]
+            "-timeout=10", "-print_final_stats=1", "-len_control=0", *flags]
     atheris.Setup(args, test)
     atheris.Fuzz()
 
@@ -127,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help=f"harnesses (default: all of {', '.join(HARNESSES)})")
     parser.add_argument("--smoke", action="store_true", help="each harness's SMOKE_RUNS inputs with seed 1 (deterministic)")
     parser.add_argument("--budget", default="60s", help="per harness: N executions, or Ns seconds (default 60s)")
+    parser.add_argument("--max-seconds", type=int, default=None, help="with an execution budget: stop after this many seconds anyway")
     parser.add_argument("--work", default=None, help="folder for corpora, logs and crashes (default: a new temporary folder)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--replay", nargs="+", metavar="FILE", help="run these saved inputs through the one named harness")
@@ -150,6 +154,8 @@ def main(argv: list[str] | None = None) -> int:
             flags.append(f"-max_total_time={int(args.budget[:-1])}")
         else:
             flags.append(f"-runs={int(args.budget)}")
+            if args.max_seconds:
+                flags.append(f"-max_total_time={args.max_seconds}")
         result = run([name], work, flags)[0]
         failed |= result["status"] != 0
     print(f"work folder: {work}")
