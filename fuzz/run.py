@@ -85,7 +85,7 @@ def replay(name: str, paths: list[str], work: str) -> int:
 
 def _summary(name: str, log: str, status: int, elapsed: float) -> dict:
     text = open(log, errors="replace").read() if os.path.exists(log) else ""
-    runs = re.findall(r"stat::number_of_executed_units: (\d+)", text)
+    runs = re.findall(r"stat::number_of_executed_units: (\d+)", text) or re.findall(r"^#(\d+)\s", text, re.M)  # a crash prints no stats
     coverage = re.findall(r"cov: (\d+) ft: (\d+)", text)
     crashes = sorted(glob.glob(os.path.join(os.path.dirname(log), "crashes", f"{name}-crash-*")))
     return {"name": name, "runs": int(runs[-1]) if runs else None, "cov": int(coverage[-1][0]) if coverage else None,

@@ -101,6 +101,33 @@ def test_tasks_that_are_not_lists_are_refused(lerobot, tmp_path):
         lerobot_v3.plan(fs, url, {})
 
 
+def test_an_rlds_record_whose_steps_disagree_is_refused_in_one_message(tmp_path):
+    """harness rlds_example: the FormatError of _to_sequence (a ValueError) was caught again and
+    wrapped: "features do not match features.json (FormatError: record 0: ...)"."""
+    from tensorflow_datasets.proto import tf_example_pb2
+
+    from formats.sources import rlds
+    from formats.sources.rlds import tfrecord
+    from formats.sources.rlds.records import Reader, RecordRef
+    from formats.sources.rlds.sample import SyntheticRLDS
+    from formats.sources.rlds.sample import write_dataset as write_rlds
+
+    write_rlds(str(tmp_path / "ds"), SyntheticRLDS(splits={"train": (3,)}, shards={"train": 1}))
+    fs, root = storage.open_root(str(tmp_path / "ds"))
+    meta, shards = rlds.plan(fs, root, {"fps": 10})
+    with fs.open(f"{root}/{shards[0].path}", "rb") as handle:
+        (offset, length), = tfrecord.scan(handle, fs.size(f"{root}/{shards[0].path}"))
+        example = tf_example_pb2.Example.FromString(tfrecord.read_record(handle, offset, length))
+    del example.features.feature["steps/is_first"].int64_list.value[-1]  # 2 values where every other step feature has 3
+    with open(tmp_path / "one.tfrecord", "wb") as handle:
+        tfrecord.write_records(handle, [example.SerializeToString()])
+    data = example.SerializeToString()
+    with pytest.raises(FormatError) as raised:
+        Reader(*storage.open_root(str(tmp_path)), meta).load(RecordRef("train", 0, 0, "one.tfrecord", 12, len(data), "train_00000_000000"))
+    assert re.fullmatch(rf"{re.escape(str(tmp_path))}/one\.tfrecord: train_00000_000000: record 0: step features disagree on the "
+                        r"episode length: \{.*\} \.\.\.", str(raised.value)), str(raised.value)
+
+
 def _mixtrain(path, sidecar: bytes = b'{"mixtrain": "1.0", "column_types": {}}', errors: bytes | None = None):
     path.mkdir()
     (path / "mixtrain.json").write_bytes(sidecar)
