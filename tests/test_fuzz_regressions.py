@@ -128,6 +128,23 @@ def test_an_rlds_record_whose_steps_disagree_is_refused_in_one_message(tmp_path)
                         r"episode length: \{.*\} \.\.\.", str(raised.value)), str(raised.value)
 
 
+def test_an_mp4_header_box_shorter_than_its_version_is_not_the_plain_case():
+    """harness mp4: an mdhd saying version 1 in a version 0 box's 32 bytes was parsed, then
+    write_cut's duration rewrite ran past it (struct.error, which the copy path does not catch)."""
+    import io
+
+    from formats import video
+    from formats.video import mp4
+
+    out = io.BytesIO()
+    video.encode_frames([np.full((48, 64, 3), 40 * i, np.uint8) for i in range(4)], out, fps=10, options=video.EncodeOptions(codec="h264"))
+    data = bytearray(out.getvalue())
+    table = mp4.read_sample_table(io.BytesIO(bytes(data)))
+    assert table is not None and len(table.sizes) == 4 and table.mdhd[8] == 0 and len(table.mdhd) == 32
+    data[data.index(b"mdhd") + 4] = 1  # the version byte: 1 needs 44 bytes
+    assert mp4.read_sample_table(io.BytesIO(bytes(data))) is None
+
+
 def _mixtrain(path, sidecar: bytes = b'{"mixtrain": "1.0", "column_types": {}}', errors: bytes | None = None):
     path.mkdir()
     (path / "mixtrain.json").write_bytes(sidecar)
