@@ -145,6 +145,44 @@ def test_an_mp4_header_box_shorter_than_its_version_is_not_the_plain_case():
     assert mp4.read_sample_table(io.BytesIO(bytes(data))) is None
 
 
+@pytest.fixture(scope="module")
+def ortf(tmp_path_factory):
+    from formats.sources.ortf.sample import SyntheticORTF
+    from formats.sources.ortf.sample import write_dataset as write_ortf
+
+    path = tmp_path_factory.mktemp("fuzz_ortf") / "ds"
+    write_ortf(str(path), SyntheticORTF(lengths=(3, 2), cameras=("cam_wrist",), slow_camera=None, depth_format=None, audio=False,
+                                        annotations=True, urdf=False))
+    return path
+
+
+def test_an_ortf_task_line_nested_too_deeply(ortf, tmp_path):
+    """harness ortf_json: tasks.jsonl's own json.loads let RecursionError escape."""
+    from formats.sources import ortf as ortf_source
+
+    root = tmp_path / "ds"
+    shutil.copytree(ortf, root)
+    (root / "meta/tasks.jsonl").write_text('{"task_id": 0, "instruction": "x"}\n' + "[" * 100_000 + "\n")
+    fs, url = storage.open_root(str(root))
+    with pytest.raises(FormatError, match=re.escape(f"{url}/meta/tasks.jsonl: line 2 is not a task object with a task_id: maximum recursion")):
+        ortf_source.plan(fs, url, {})
+
+
+def test_ortf_scene_objects_nested_too_deeply(ortf, tmp_path):
+    """The same class in the other JSON ORTF reads on its own (annotations' scene_objects.json)."""
+    from formats.sources import ortf as ortf_source
+
+    root = tmp_path / "ds"
+    shutil.copytree(ortf, root)
+    objects = sorted(root.glob("annotations/*/scene_objects.json"))[0]
+    objects.write_text("[" * 100_000)
+    fs, url = storage.open_root(str(root))
+    meta, refs = ortf_source.plan(fs, url, {})
+    ref = next(ref for ref in refs if ref.annotations and ref.annotations in str(objects))
+    with pytest.raises(FormatError, match=re.escape(f"{objects.parent}/scene_objects.json: malformed JSON: nested too deeply")):
+        ortf_source.load(fs, url, ref, meta)
+
+
 def _mixtrain(path, sidecar: bytes = b'{"mixtrain": "1.0", "column_types": {}}', errors: bytes | None = None):
     path.mkdir()
     (path / "mixtrain.json").write_bytes(sidecar)
