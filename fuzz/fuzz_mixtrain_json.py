@@ -1,11 +1,12 @@
 """Harness: Mixtrain's own metadata on the way back (mixtrain.json, stats.json, _errors.jsonl) as
 `validate` (pipelines/validate.py), the reader (formats/read/reader.py, dataset.py) and the
-report `inspect` prints (formats/read/report.py) read them.
+report `inspect` prints and writes (formats/read/report.py) read them.
 
 Input: a byte choosing the file and the mode (raw bytes, or structure-aware JSON edits from
 fuzz/jsonmut.py) of a real conversion of the product's LeRobot sample, converted once per run.
 Contract: `validate.validate`, `reader.open_dataset`, `Dataset.stats`/`errors`,
-`report.summarize` and `report.render_text` raise nothing but ConversionError, within 1 s and
+`report.summarize`, `report.render_text` and `report.render_html` (`inspect --html`, one sampled
+sequence) raise nothing but ConversionError, within 1 s and
 256 MiB per input (fuzz/contract.py).
 """
 
@@ -55,6 +56,8 @@ def one_input(data: bytes) -> None:
         dataset = reader.open_dataset(surface.root)
         dataset.stats()
         dataset.errors()
-        report.render_text(report.summarize(dataset))
+        summary = report.summarize(dataset)
+        report.render_text(summary)
+        report.render_html(dataset, summary, samples=1, trajectory_samples=1)
     finally:
         surface.restore(name)
