@@ -17,7 +17,7 @@ from fuzz.contract import fixtures_dir
 from fuzz.source_plan import SourcePlan
 
 MAX_LEN = 20_000
-SMOKE_RUNS = 150
+SMOKE_RUNS = 100
 FILES = ["meta/info.json", "meta/stats.json", "meta/episodes/chunk-000/file-000.parquet"]
 _PLAN = SourcePlan("lerobot_v3", {})
 

@@ -24,7 +24,7 @@ from mixtrain_convert import convert
 from pipelines import validate
 
 MAX_LEN = 20_000
-SMOKE_RUNS = 200
+SMOKE_RUNS = 120
 FILES = ["mixtrain.json", "stats.json", "_errors.jsonl"]
 _SURFACES: list[Surface] = []
 

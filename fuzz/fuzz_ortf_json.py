@@ -15,7 +15,7 @@ from formats.sources.ortf.sample import write_dataset
 from fuzz.source_plan import SourcePlan
 
 MAX_LEN = 20_000
-SMOKE_RUNS = 150
+SMOKE_RUNS = 100
 FILES = ["meta/manifest.json", "meta/episodes.parquet", "meta/tasks.jsonl", "meta/stats.json"]
 _PLAN = SourcePlan("ortf", {})
 

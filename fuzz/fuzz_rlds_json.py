@@ -17,7 +17,7 @@ from fuzz.contract import fixtures_dir
 from fuzz.source_plan import SourcePlan
 
 MAX_LEN = 40_000
-SMOKE_RUNS = 150
+SMOKE_RUNS = 100
 FILES = ["dataset_info.json", "features.json"]
 _PLAN = SourcePlan("rlds", {"fps": 10})
 
