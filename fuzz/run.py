@@ -87,10 +87,13 @@ def _summary(name: str, log: str, status: int, elapsed: float) -> dict:
     text = open(log, errors="replace").read() if os.path.exists(log) else ""
     runs = re.findall(r"stat::number_of_executed_units: (\d+)", text) or re.findall(r"^#(\d+)\s", text, re.M)  # a crash prints no stats
     coverage = re.findall(r"cov: (\d+) ft: (\d+)", text)
+    slowest = re.findall(r"stat::slowest_unit_time_sec: (\d+)", text)
+    rss = re.findall(r"stat::peak_rss_mb: (\d+)", text)
     crashes = sorted(glob.glob(os.path.join(os.path.dirname(log), "crashes", f"{name}-crash-*")))
     return {"name": name, "runs": int(runs[-1]) if runs else None, "cov": int(coverage[-1][0]) if coverage else None,
             "ft": int(coverage[-1][1]) if coverage else None, "status": status, "crash": crashes[-1] if crashes else None,
-            "seconds": round(elapsed, 1), "log": log}
+            "seconds": round(elapsed, 1), "log": log, "slowest_s": int(slowest[-1]) if slowest else None,
+            "peak_rss_mb": int(rss[-1]) if rss else None}
 
 
 def run(names: list[str], work: str, flags: list[str]) -> list[dict]:
@@ -120,7 +123,8 @@ def run(names: list[str], work: str, flags: list[str]) -> list[dict]:
         _, status = os.waitpid(pid, 0)
         result = _summary(name, log, os.waitstatus_to_exitcode(status), time.monotonic() - start)
         print(f"{name:14s} runs={result['runs']} cov={result['cov']} ft={result['ft']} exit={result['status']} "
-              f"{result['seconds']}s" + (f" CRASH {result['crash']}" if result['crash'] else ""), flush=True)
+              f"{result['seconds']}s slowest={result['slowest_s']}s rss={result['peak_rss_mb']}MB"
+              + (f" CRASH {result['crash']}" if result['crash'] else ""), flush=True)
         results.append(result)
     return results
 
