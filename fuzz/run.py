@@ -85,10 +85,10 @@ def replay(name: str, paths: list[str], work: str) -> int:
 
 def _summary(name: str, log: str, status: int, elapsed: float) -> dict:
     text = open(log, errors="replace").read() if os.path.exists(log) else ""
-    runs = re.findall(r"stat::number_of_executed_units: (\d+)", text) or re.findall(r"^#(\d+)\s", text, re.M)  # a crash prints no stats
+    runs = re.findall(r"stat::number_of_executed_units:\s+(\d+)", text) or re.findall(r"^#(\d+)\s", text, re.M)  # a crash prints no stats
     coverage = re.findall(r"cov: (\d+) ft: (\d+)", text)
-    slowest = re.findall(r"stat::slowest_unit_time_sec: (\d+)", text)
-    rss = re.findall(r"stat::peak_rss_mb: (\d+)", text)
+    slowest = re.findall(r"stat::slowest_unit_time_sec:\s+(\d+)", text)
+    rss = re.findall(r"stat::peak_rss_mb:\s+(\d+)", text)
     crashes = sorted(glob.glob(os.path.join(os.path.dirname(log), "crashes", f"{name}-crash-*")))
     return {"name": name, "runs": int(runs[-1]) if runs else None, "cov": int(coverage[-1][0]) if coverage else None,
             "ft": int(coverage[-1][1]) if coverage else None, "status": status, "crash": crashes[-1] if crashes else None,
