@@ -183,6 +183,23 @@ def test_ortf_scene_objects_nested_too_deeply(ortf, tmp_path):
         ortf_source.load(fs, url, ref, meta)
 
 
+def test_an_rlds_split_whose_num_bytes_is_null_is_planned(tmp_path):
+    """harness rlds_json: `"numBytes": null` passed the checks (null reads as absent) and then
+    reached float(None) when sizing the shards (TypeError)."""
+    from formats.sources import rlds
+    from formats.sources.rlds.sample import SyntheticRLDS
+    from formats.sources.rlds.sample import write_dataset as write_rlds
+
+    write_rlds(str(tmp_path / "ds"), SyntheticRLDS(splits={"train": (3, 2)}, shards={"train": 1}))
+    info_path = tmp_path / "ds" / "dataset_info.json"
+    info = json.loads(info_path.read_text())
+    info["splits"][0]["numBytes"] = None
+    info_path.write_text(json.dumps(info))
+    fs, root = storage.open_root(str(tmp_path / "ds"))
+    meta, shards = rlds.plan(fs, root, {"fps": 10})
+    assert [(shard.split, shard.records, shard.nbytes) for shard in shards] == [("train", 2, 0.0)]
+
+
 def _mixtrain(path, sidecar: bytes = b'{"mixtrain": "1.0", "column_types": {}}', errors: bytes | None = None):
     path.mkdir()
     (path / "mixtrain.json").write_bytes(sidecar)
