@@ -46,6 +46,16 @@ def test_a_dtype_string_numpy_parses_as_python_syntax(tmp_path):
         ZarrArray(fs, root)
 
 
+def test_a_tiny_chunk_whose_header_and_zarray_claim_400_mb_is_refused_before_decoding(tmp_path):
+    """Seen while checking the zarr harness's memory contract: blosc allocated the 400 MB a 64-byte
+    chunk's header claimed (the .zarray agreeing) before finding no data; chunks were allowed up to
+    2 GiB. Now over 256 MiB is refused when the array is opened."""
+    fs, root = _zarr(tmp_path, lambda text: text.replace('"chunks": [\n        4\n    ]', '"chunks": [\n        100000000\n    ]'))
+    with pytest.raises(FormatError, match=re.escape(f"{root}/.zarray: chunks of 100000000 rows x 4 bytes (400000000 bytes) are larger "
+                                                    "than 268435456 bytes, more than this reader decodes in one piece")):
+        ZarrArray(fs, root)
+
+
 @pytest.fixture(scope="module")
 def lerobot(tmp_path_factory):
     path = tmp_path_factory.mktemp("fuzz_lerobot") / "ds"

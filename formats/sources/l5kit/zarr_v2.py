@@ -41,9 +41,11 @@ __all__ = ["ZarrArray", "parse_dtype", "write_array", "write_group"]
 
 # Refuse declared sizes that no real dataset has, before any allocation (a corrupt .zarray).
 MAX_ELEMENTS = 10**11
-# A decoded chunk larger than blosc's own buffer limit (2 GiB - 16) is refused when the array is
-# opened: one chunk is decoded whole in memory.
-MAX_CHUNK_BYTES = 2**31 - 17
+# The largest decoded chunk accepted, checked when the array is opened: a chunk is decoded whole in
+# memory, and the codec allocates what the chunk's header claims before it finds the bytes are not
+# there (a 64-byte blosc chunk claiming 400 MB, with a .zarray that agrees, took 400 MB; blosc's own
+# limit, 2 GiB, was the bound). l5kit's own chunks are a few MB (agents: 20,000 rows).
+MAX_CHUNK_BYTES = 256 << 20
 # Compressors whose decoded size is known (or bounded) before the chunk is inflated.
 CHECKED_COMPRESSORS = ("blosc", "lz4", "zstd", "zlib", "gzip", "bz2", "lzma")
 
@@ -118,7 +120,7 @@ class ZarrArray:
             self.chunk_bytes = self.chunk_length * self.dtype.itemsize
             if self.chunk_bytes > MAX_CHUNK_BYTES:
                 raise ValueError(f"chunks of {self.chunk_length} rows x {self.dtype.itemsize} bytes ({self.chunk_bytes} bytes) "
-                                 f"are larger than {MAX_CHUNK_BYTES} bytes, more than any zarr codec decodes in one piece")
+                                 f"are larger than {MAX_CHUNK_BYTES} bytes, more than this reader decodes in one piece")
             if meta.get("order", "C") not in ("C", "F"):
                 raise ValueError(f"order {meta.get('order')!r}")
             self.compressor = _codec(meta["compressor"]) if meta.get("compressor") else None
