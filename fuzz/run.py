@@ -21,6 +21,7 @@ import glob
 import importlib
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -48,7 +49,8 @@ def _child(name: str, work: str, flags: list[str]) -> None:
     os.makedirs(corpus, exist_ok=True)
     os.makedirs(os.path.join(work, "crashes"), exist_ok=True)
     scratch = os.path.join(work, "scratch", name)
-    os.makedirs(scratch, exist_ok=True)
+    shutil.rmtree(scratch, ignore_errors=True)  # datasets of an earlier run in the same work folder
+    os.makedirs(scratch)
     seeds = module.prepare(scratch)
     for number, seed in enumerate(seeds):
         with open(os.path.join(corpus, f"seed-{number:03d}"), "wb") as handle:
@@ -68,7 +70,8 @@ def replay(name: str, paths: list[str], work: str) -> int:
     """Run saved inputs through one harness's contract, without fuzzing: 0 when all pass."""
     module = MODULES[name]
     scratch = os.path.join(work, "scratch", name)
-    os.makedirs(scratch, exist_ok=True)
+    shutil.rmtree(scratch, ignore_errors=True)
+    os.makedirs(scratch)
     module.prepare(scratch)
     test = contract.checked(module.one_input)
     failed = 0
@@ -83,13 +86,17 @@ def replay(name: str, paths: list[str], work: str) -> int:
     return 1 if failed else 0
 
 
-def _summary(name: str, log: str, status: int, elapsed: float) -> dict:
+def _crash_files(work: str, name: str) -> set[str]:
+    return set(glob.glob(os.path.join(work, "crashes", f"{name}-crash-*")))
+
+
+def _summary(name: str, log: str, status: int, elapsed: float, before: set[str]) -> dict:
     text = open(log, errors="replace").read() if os.path.exists(log) else ""
     runs = re.findall(r"stat::number_of_executed_units:\s+(\d+)", text) or re.findall(r"^#(\d+)\s", text, re.M)  # a crash prints no stats
     coverage = re.findall(r"cov: (\d+) ft: (\d+)", text)
     slowest = re.findall(r"stat::slowest_unit_time_sec:\s+(\d+)", text)
     rss = re.findall(r"stat::peak_rss_mb:\s+(\d+)", text)
-    crashes = sorted(glob.glob(os.path.join(os.path.dirname(log), "crashes", f"{name}-crash-*")))
+    crashes = sorted(_crash_files(os.path.dirname(log), name) - before)  # this run's, not an earlier run's in the same folder
     return {"name": name, "runs": int(runs[-1]) if runs else None, "cov": int(coverage[-1][0]) if coverage else None,
             "ft": int(coverage[-1][1]) if coverage else None, "status": status, "crash": crashes[-1] if crashes else None,
             "seconds": round(elapsed, 1), "log": log, "slowest_s": int(slowest[-1]) if slowest else None,
@@ -104,6 +111,7 @@ def run(names: list[str], work: str, flags: list[str]) -> list[dict]:
         sys.stdout.flush()
         sys.stderr.flush()
         start = time.monotonic()
+        before = _crash_files(work, name)
         pid = os.fork()
         if pid == 0:
             fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
@@ -121,7 +129,7 @@ def run(names: list[str], work: str, flags: list[str]) -> list[dict]:
                 os._exit(3)
             os._exit(0)
         _, status = os.waitpid(pid, 0)
-        result = _summary(name, log, os.waitstatus_to_exitcode(status), time.monotonic() - start)
+        result = _summary(name, log, os.waitstatus_to_exitcode(status), time.monotonic() - start, before)
         print(f"{name:14s} runs={result['runs']} cov={result['cov']} ft={result['ft']} exit={result['status']} "
               f"{result['seconds']}s slowest={result['slowest_s']}s rss={result['peak_rss_mb']}MB"
               + (f" CRASH {result['crash']}" if result['crash'] else ""), flush=True)
