@@ -95,6 +95,18 @@ def _with_tasks(lerobot, tmp_path, tasks: pa.Array):
     return root, index
 
 
+def test_an_episode_index_with_a_column_twice(lerobot, tmp_path):
+    """harness lerobot_json: two columns of one name made table.column(name) raise KeyError."""
+    root = tmp_path / "ds"
+    shutil.copytree(lerobot, root)
+    index = root / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(index)
+    pq.write_table(table.append_column("length", table.column("length")), index)
+    fs, url = storage.open_root(str(root))
+    with pytest.raises(FormatError, match=re.escape(f"{url}/{index.relative_to(root)}: episode index has the column 'length' more than once")):
+        lerobot_v3.plan(fs, url, {})
+
+
 def test_an_episode_whose_tasks_are_null_is_planned_with_none(lerobot, tmp_path):
     """harness lerobot_json: a null `tasks` cell took the multi-task check's Python path: len(None)."""
     root, _ = _with_tasks(lerobot, tmp_path, pa.array([None, ["task 1"]], pa.list_(pa.string())))

@@ -344,6 +344,9 @@ def _check_index_types(table: pa.Table, path: str) -> None:
     """Index and offset columns are integers, timestamps numbers, none null, and `tasks` a list
     column: a null or a string used to end in a traceback, and a float offset (3.7) was truncated
     to another episode's rows."""
+    repeated = sorted({name for name in table.column_names if table.column_names.count(name) > 1})
+    if repeated:  # a row would keep one of them, silently
+        raise FormatError(f"{path}: episode index has the column {repeated[0]!r} more than once")
     for name in table.column_names:
         column, video = table.column(name), name.startswith("videos/")
         if name == "tasks":  # a list of task texts per episode (null: none); anything else was len() of a scalar
