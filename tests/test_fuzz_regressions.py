@@ -230,6 +230,22 @@ def _mixtrain(path, sidecar: bytes = b'{"mixtrain": "1.0", "column_types": {}}',
     return path
 
 
+def test_the_text_report_of_stats_whose_count_is_empty(tmp_path):
+    """harness mixtrain_json: `"count": []` passes check_stats; render_text took count[0] (IndexError)."""
+    pytest.importorskip("atheris", reason="the harness's sample conversion lives in fuzz/, which needs atheris")
+    from formats.read import report
+    from fuzz import fuzz_mixtrain_json
+
+    fuzz_mixtrain_json.prepare(str(tmp_path))  # a real conversion of the LeRobot sample
+    output = tmp_path / "mixtrain_output"
+    stats = json.loads((output / "stats.json").read_text())
+    stats["action"]["count"] = []
+    (output / "stats.json").write_text(json.dumps(stats))
+    dataset = reader.open_dataset(str(output))
+    lines = report.render_text(report.summarize(dataset)).splitlines()
+    assert "  action" in lines and not any(line.startswith("  action  (") for line in lines)
+
+
 @pytest.mark.parametrize("line, kind", [(b"5", "int"), (b"[]", "list"), (b'"x"', "str")])
 def test_an_errors_line_that_is_json_but_not_an_object(tmp_path, line, kind):
     """harness mixtrain_json: report.render_text called .get on it (AttributeError)."""
