@@ -107,6 +107,18 @@ def test_an_episode_index_with_a_column_twice(lerobot, tmp_path):
         lerobot_v3.plan(fs, url, {})
 
 
+def test_an_info_json_dtype_numpy_does_not_know(lerobot, tmp_path):
+    """harness lerobot_json: `"dtype": "float76"` reached np.dtype (TypeError)."""
+    root = tmp_path / "ds"
+    shutil.copytree(lerobot, root)
+    info = json.loads((root / "meta/info.json").read_text())
+    info["features"]["action"].update(dtype="float76", shape=[1])  # shape [1]: the feature parser's dtype check skips it
+    (root / "meta/info.json").write_text(json.dumps(info))
+    fs, url = storage.open_root(str(root))
+    with pytest.raises(FormatError, match=re.escape(f"{url}/meta/info.json: feature 'action' has dtype 'float76', not a numeric type")):
+        lerobot_v3.plan(fs, url, {})
+
+
 def test_an_episode_whose_tasks_are_null_is_planned_with_none(lerobot, tmp_path):
     """harness lerobot_json: a null `tasks` cell took the multi-task check's Python path: len(None)."""
     root, _ = _with_tasks(lerobot, tmp_path, pa.array([None, ["task 1"]], pa.list_(pa.string())))

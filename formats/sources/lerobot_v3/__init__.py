@@ -260,7 +260,10 @@ def _check_declared_dtype(feature: _Feature, data_types: dict[str, pa.DataType],
         leaf = leaf.value_type
     if pa.types.is_null(leaf):
         return  # no values anywhere: nothing to convert wrongly
-    declared = pa.from_numpy_dtype(np.dtype(feature.dtype))
+    try:
+        declared = pa.from_numpy_dtype(np.dtype(feature.dtype))
+    except (TypeError, ValueError, pa.ArrowException) as error:  # "float76": numpy's TypeError escaped
+        raise FormatError(f"{info_path}: feature {feature.key!r} has dtype {feature.dtype!r}, not a numeric type ({error})") from None
     if leaf != declared:
         raise FormatError(f"{info_path}: feature {feature.key!r} is declared {feature.dtype} but the data files hold {leaf} values; "
                           "fix info.json (converting would change the values)")
