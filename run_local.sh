@@ -3,6 +3,8 @@
 #   ./run_local.sh                 set up .venv, write a synthetic LeRobot v3 sample, convert it, validate it, write its HTML report
 #   ./run_local.sh test            set up .venv and run the whole test suite (and ruff)
 #   ./run_local.sh bench [ARGS]    set up .venv and run the benchmark suite bench/run.py (minutes, not part of the tests)
+#   ./run_local.sh fuzz [N|Ns] [HARNESS...]  set up .venv and fuzz every parser (or those named): N executions or N
+#                                  seconds each (default 1000000), one after another, niced; see docs/fuzzing.md
 #   ./run_local.sh ARGS...         run `python -m pipelines.convert ARGS...` inside .venv
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -56,6 +58,12 @@ case "${1:-}" in
   bench)
     shift
     "$VENV/bin/python" bench/run.py "$@"  # the suite; bench/bench_*.py are run one by one
+    ;;
+  fuzz)
+    shift
+    budget=1000000
+    if [[ "${1:-}" =~ ^[0-9]+s?$ ]]; then budget=$1; shift; fi
+    exec nice -n 19 "$VENV/bin/python" -m fuzz.run --budget "$budget" --work "${FUZZ_WORK:-fuzz-work}" "$@"
     ;;
   *)
     exec "$VENV/bin/python" -m pipelines.convert "$@"

@@ -29,8 +29,8 @@ from fsspec.implementations.local import LocalFileSystem
 from formats.errors import FormatError, MissingPackageError
 
 __all__ = ["open_root", "STORES", "object_store_options", "s3_endpoint", "s3_region", "open_reachable", "join", "url_for",
-           "resolve_inside", "check_regular", "local_path", "is_local", "open_input", "read_json", "ParquetFooters", "footer_signature",
-           "parquet_file", "read_parquet", "check_parquet_footer", "MAX_PARQUET_FOOTER_BYTES"]
+           "resolve_inside", "check_regular", "local_path", "is_local", "open_input", "read_json", "parse_json", "ParquetFooters",
+           "footer_signature", "parquet_file", "read_parquet", "check_parquet_footer", "MAX_PARQUET_FOOTER_BYTES"]
 
 # The largest Parquet footer read: a footer of 500 row groups is about 1.5 MB (`ParquetFooters`), and
 # pyarrow reads the length the file's last 8 bytes claim into memory before parsing it (a 4 GB claim
@@ -98,7 +98,11 @@ def url_for(fs: fsspec.AbstractFileSystem, path: str) -> str:
 
 def resolve_inside(root: str, relative: str, *, what: str, fs: fsspec.AbstractFileSystem | None = None) -> str:
     """Join a path read from metadata to root, refusing one that escapes the dataset root:
-    absolute paths, `../`, and (on a local disk, given `fs`) symlinks that lead outside it."""
+    absolute paths, `../`, and (on a local disk, given `fs`) symlinks that lead outside it; and
+    names no file system can hold (a NUL, an unpaired surrogate from a JSON `\\ud800` escape),
+    which os.stat would answer with ValueError / UnicodeEncodeError."""
+    if "\x00" in relative or not relative.isascii() and not _encodable(relative):
+        raise FormatError(f"{what} {relative!r} is not a valid file name (a NUL or an unpaired surrogate)")
     if relative.startswith("/") or "://" in relative:
         raise FormatError(f"{what} {relative!r} is absolute; paths in metadata must be inside the dataset")
     normalized = posixpath.normpath(relative)
@@ -113,6 +117,14 @@ def resolve_inside(root: str, relative: str, *, what: str, fs: fsspec.AbstractFi
         if kind:
             raise FormatError(f"{what} {relative!r} is a {kind}, not a regular file; refused without opening it")
     return path
+
+
+def _encodable(name: str) -> bool:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 _SPECIAL = ((stat.S_ISFIFO, "FIFO"), (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"))
@@ -296,13 +308,23 @@ def read_json(fs: fsspec.AbstractFileSystem, path: str, *, missing: str | None =
             return None
         raise FormatError(f"{path}: {missing}")
     check_regular(fs, path)
-    try:
-        value = json.loads(fs.cat_file(path))
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        raise FormatError(f"{path}: malformed JSON: {error}") from error
+    value = parse_json(fs.cat_file(path), path)
     if want_object and not isinstance(value, dict):
         raise FormatError(f"{path}: expected a JSON object, found {type(value).__name__}")
     return value
+
+
+def parse_json(text: str | bytes, where: str) -> Any:
+    """JSON text parsed, anything the parser refuses a FormatError naming `where`: malformed text
+    and bad UTF-8, but also what json.loads raises beyond JSONDecodeError on hostile input: an
+    integer of more than 4,300 digits (ValueError) and nesting past the recursion limit
+    (RecursionError; `[` * 100,000 is 100 kB)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise FormatError(f"{where}: malformed JSON: nested too deeply") from None
+    except ValueError as error:  # JSONDecodeError, UnicodeDecodeError, the integer digit limit
+        raise FormatError(f"{where}: malformed JSON: {error}") from error
 
 
 def footer_signature(metadata: pq.FileMetaData) -> str:

@@ -19,7 +19,6 @@ Exit status 0 when clean, 1 with one finding per line otherwise, 2 on a bad comm
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 import pyarrow as pa
@@ -63,9 +62,9 @@ def validate(url: str) -> list[str]:
     if not fs.exists(sidecar_path):
         return [f"{sidecar_path}: missing (not a finished Mixtrain dataset)"]
     try:
-        sidecar = json.loads(fs.cat_file(sidecar_path))
-    except json.JSONDecodeError as error:
-        return [f"{sidecar_path}: malformed JSON: {error}"]
+        sidecar = storage.parse_json(fs.cat_file(sidecar_path), sidecar_path)
+    except FormatError as error:
+        return [str(error)]
     findings: list[str] = []
     if not isinstance(sidecar, dict) or sidecar.get("mixtrain") != mixtrain.VERSION:
         return [f"{sidecar_path}: 'mixtrain' must be {mixtrain.VERSION!r}"]

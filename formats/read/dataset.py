@@ -9,7 +9,6 @@ the Parquet statistics of the filter's columns).
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Iterator, Sequence
@@ -27,7 +26,7 @@ from formats.errors import FormatError
 from formats.mixtrain import array_layout
 from formats.mixtrain.schema import check_sidecar, check_stats
 
-__all__ = ["Dataset", "Filter", "TIMESTAMPS", "TRAJECTORY", "STEPS", "VIDEO", "PER_STEP", "check_sidecar"]
+__all__ = ["Dataset", "Filter", "error_records", "TIMESTAMPS", "TRAJECTORY", "STEPS", "VIDEO", "PER_STEP", "check_sidecar"]
 
 # A filter: a pyarrow.compute Expression (pc.field("length") > 100), or pyarrow's list of
 # (column, op, value) tuples, ANDed (or a list of such lists, ORed): [("split", "=", "train")].
@@ -106,15 +105,7 @@ class Dataset:
         path = storage.join(self.root, mixtrain.ERRORS_FILE)
         if not self.fs.exists(path):
             return []
-        records = []
-        for number, line in enumerate(self.fs.cat_file(path).decode(errors="replace").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                records.append(json.loads(line))
-            except ValueError as error:
-                raise FormatError(f"{path}: line {number} is not JSON ({error})") from None
-        return records
+        return error_records(self.fs.cat_file(path).decode(errors="replace"), path)
 
     # --- rows -----------------------------------------------------------------------------------
 
@@ -410,6 +401,20 @@ class Dataset:
             table = table.filter(pc.is_in(table.column("sequence_id"), pa.array(list(sequence_ids), pa.string())))
         lengths = table.column("length").to_numpy()
         return int(sum(max(0, math.floor((int(t) - horizon) / stride) + 1) for t in lengths))
+
+
+def error_records(text: str, where: str) -> list[dict]:
+    """The records of an _errors.jsonl text, one JSON object a line (blank lines skipped); any
+    other line a FormatError naming `where` and the line: `inspect` shows each record's fields."""
+    records = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        record = storage.parse_json(line, f"{where}: line {number}")
+        if not isinstance(record, dict):
+            raise FormatError(f"{where}: line {number} is not a JSON object (found {type(record).__name__})")
+        records.append(record)
+    return records
 
 
 def _is_numeric(kind: pa.DataType) -> bool:

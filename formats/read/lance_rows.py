@@ -3,8 +3,6 @@ read with Lance's scanner (filters pushed down), blob videos read with `take_blo
 
 from __future__ import annotations
 
-import json
-
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -13,7 +11,7 @@ from formats import storage
 from formats.errors import FormatError
 from formats.mixtrain.schema import check_sidecar, check_stats
 from formats.mixtrain.tables.lance import open_dataset, read_metadata
-from formats.read.dataset import Dataset
+from formats.read.dataset import Dataset, error_records
 
 __all__ = ["open_rows", "BLOB_CELL"]
 
@@ -51,7 +49,7 @@ def open_rows(fs, root: str, version: int | None = None):
             return self._stats
 
         def errors(self) -> list[dict]:
-            return [json.loads(line) for line in self._errors.splitlines() if line.strip()]
+            return error_records(self._errors, f"{self.where} errors")
 
         def _read(self, shard: str, columns: list[str], where, *, coalesce: bool = True) -> pa.Table:
             blobs = [name for name in columns if name in self._blobs]

@@ -179,8 +179,8 @@ def render_text(summary: dict) -> str:
         if not isinstance(entry, dict) or "mean" not in entry:
             continue
         names = _dimension_names(summary, column, len(np.ravel(entry["mean"])))
-        lines.append(f"  {column}" + (f"  ({_fmt(entry['count'][0] if isinstance(entry.get('count'), list) else entry.get('count'))} timesteps)"
-                                      if entry.get("count") is not None else ""))
+        count = _at(entry.get("count"), 0)  # [] passes check_stats: nothing to show, not an IndexError
+        lines.append(f"  {column}" + (f"  ({_fmt(count)} timesteps)" if count is not None else ""))
         width = max(len(n) for n in names)
         lines.append(f"    {'':<{width}}  " + "  ".join(f"{key:>10}" for key in STAT_KEYS))
         for index, name in enumerate(names):

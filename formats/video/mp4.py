@@ -160,6 +160,9 @@ def _parse(ftyp: bytes, moov: bytes, file_size: int) -> SampleTable | None:
 
     if timescale <= 0 or movie_timescale <= 0:
         return None
+    for box, sizes in ((mvhd, (108, 120)), (trak[b"tkhd"][0], (92, 104)), (mdhd, (32, 44))):
+        if box[2] - box[0] < sizes[moov[box[1]] == 1]:
+            return None  # shorter than its version's fixed fields (ISO 14496-12 8.2.2, 8.3.2, 8.4.2): write_cut rewrites them
     stsz = stbl[b"stsz"][0]
     uniform, count = struct.unpack_from(">II", moov, stsz[1] + 4)
     if count > file_size:  # every sample holds at least a byte: a larger count is damage, not data

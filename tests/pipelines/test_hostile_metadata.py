@@ -241,7 +241,7 @@ RECIPES = [
     ("l5kit", "shape_string", _zarray("agents", lambda m: m.update(shape="5")), "agents/.zarray",
      r"shape '5' / chunks \[20\] must be lists of integers"),
     ("l5kit", "shape_absurd", _zarray("frames", lambda m: m.update(shape=[10**12])), "frames/.zarray", r"are not plausible sizes"),
-    ("l5kit", "chunks_huge", _zarray("agents", lambda m: m.update(chunks=[10**9])), "agents/.zarray", r"are larger than 2147483631 bytes"),
+    ("l5kit", "chunks_huge", _zarray("agents", lambda m: m.update(chunks=[10**9])), "agents/.zarray", r"are larger than 268435456 bytes"),
     ("l5kit", "compressor_string", _zarray("agents", lambda m: m.update(compressor="blosc")), "agents/.zarray",
      r"codec 'blosc' is not an object with an 'id'"),
     ("l5kit", "dtype_number", _zarray("scenes", lambda m: m.update(dtype=7)), "scenes/.zarray", r"scenes/.zarray: "),

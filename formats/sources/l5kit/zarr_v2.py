@@ -41,9 +41,11 @@ __all__ = ["ZarrArray", "parse_dtype", "write_array", "write_group"]
 
 # Refuse declared sizes that no real dataset has, before any allocation (a corrupt .zarray).
 MAX_ELEMENTS = 10**11
-# A decoded chunk larger than blosc's own buffer limit (2 GiB - 16) is refused when the array is
-# opened: one chunk is decoded whole in memory.
-MAX_CHUNK_BYTES = 2**31 - 17
+# The largest decoded chunk accepted, checked when the array is opened: a chunk is decoded whole in
+# memory, and the codec allocates what the chunk's header claims before it finds the bytes are not
+# there (a 64-byte blosc chunk claiming 400 MB, with a .zarray that agrees, took 400 MB; blosc's own
+# limit, 2 GiB, was the bound). l5kit's own chunks are a few MB (agents: 20,000 rows).
+MAX_CHUNK_BYTES = 256 << 20
 # Compressors whose decoded size is known (or bounded) before the chunk is inflated.
 CHECKED_COMPRESSORS = ("blosc", "lz4", "zstd", "zlib", "gzip", "bz2", "lzma")
 
@@ -51,14 +53,25 @@ CHECKED_COMPRESSORS = ("blosc", "lz4", "zstd", "zlib", "gzip", "bz2", "lzma")
 def parse_dtype(spec: Any) -> np.dtype:
     """A zarr v2 `dtype` entry: a numpy type string, or a list of [name, type(, shape)] fields."""
     if isinstance(spec, str):
-        return np.dtype(spec)
+        return _numpy_dtype(spec)
     fields = []
     for field in spec:
         if not isinstance(field, (list, tuple)) or len(field) not in (2, 3):
             raise ValueError(f"field {field!r} is not [name, dtype] or [name, dtype, shape]")
-        name, kind = field[0], parse_dtype(field[1]) if isinstance(field[1], list) else np.dtype(field[1])
+        name, kind = field[0], parse_dtype(field[1]) if isinstance(field[1], list) else _numpy_dtype(field[1])
         fields.append((name, kind, tuple(field[2])) if len(field) == 3 else (name, kind))
-    return np.dtype(fields)
+    return _numpy_dtype(fields)
+
+
+def _numpy_dtype(spec: Any) -> np.dtype:
+    """np.dtype(spec), whatever it raises a ValueError: numpy parses "(2,)f8, i4"-style strings
+    with ast.literal_eval, so a hostile `dtype` raised SyntaxError, which nothing caught."""
+    try:
+        return np.dtype(spec)
+    except MemoryError:
+        raise
+    except Exception as error:  # noqa: BLE001 - numpy's parser raises SyntaxError, TypeError, ValueError, RecursionError...
+        raise ValueError(f"dtype {spec!r} is not a numpy type ({type(error).__name__}: {error})") from None
 
 
 def _dtype_spec(dtype: np.dtype) -> Any:
@@ -107,7 +120,7 @@ class ZarrArray:
             self.chunk_bytes = self.chunk_length * self.dtype.itemsize
             if self.chunk_bytes > MAX_CHUNK_BYTES:
                 raise ValueError(f"chunks of {self.chunk_length} rows x {self.dtype.itemsize} bytes ({self.chunk_bytes} bytes) "
-                                 f"are larger than {MAX_CHUNK_BYTES} bytes, more than any zarr codec decodes in one piece")
+                                 f"are larger than {MAX_CHUNK_BYTES} bytes, more than this reader decodes in one piece")
             if meta.get("order", "C") not in ("C", "F"):
                 raise ValueError(f"order {meta.get('order')!r}")
             self.compressor = _codec(meta["compressor"]) if meta.get("compressor") else None

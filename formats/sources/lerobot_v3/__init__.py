@@ -304,7 +304,10 @@ def _check_declared_dtype(feature: _Feature, data_types: dict[str, pa.DataType],
         leaf = leaf.value_type
     if pa.types.is_null(leaf):
         return  # no values anywhere: nothing to convert wrongly
-    declared = pa.from_numpy_dtype(np.dtype(feature.dtype))
+    try:
+        declared = pa.from_numpy_dtype(np.dtype(feature.dtype))
+    except (TypeError, ValueError, pa.ArrowException) as error:  # "float76": numpy's TypeError escaped
+        raise FormatError(f"{info_path}: feature {feature.key!r} has dtype {feature.dtype!r}, not a numeric type ({error})") from None
     if leaf != declared:
         raise FormatError(f"{info_path}: feature {feature.key!r} is declared {feature.dtype} but the data files hold {leaf} values; "
                           "fix info.json (converting would change the values)")
@@ -368,9 +371,10 @@ def _read_episodes(fs, root: str) -> pa.Table:
                 tables.append(parquet.read(columns=wanted))
         except (OSError, pa.ArrowException) as error:
             raise FormatError(f"{path}: cannot read episode index: {error}") from error
-        for column in ("episode_index", "length", "dataset_from_index", "dataset_to_index", "data/chunk_index", "data/file_index"):
+        for column in _INTEGER_COLUMNS:
             if column not in tables[-1].column_names:
                 raise FormatError(f"{path}: episode index lacks required column {column!r}")
+        _check_index_types(tables[-1], path)
     try:
         episodes = pa.concat_tables(tables, promote_options="permissive")
     except pa.ArrowInvalid as error:
@@ -381,6 +385,33 @@ def _read_episodes(fs, root: str) -> pa.Table:
         duplicate = int(indices[np.nonzero(np.diff(indices) == 0)[0][0]])
         raise FormatError(f"{storage.join(root, EPISODES_DIR)}: episode_index {duplicate} appears more than once")
     return episodes
+
+
+def _check_index_types(table: pa.Table, path: str) -> None:
+    """Index and offset columns are integers, timestamps numbers, none null, and `tasks` a list
+    column: a null or a string used to end in a traceback, and a float offset (3.7) was truncated
+    to another episode's rows."""
+    repeated = sorted({name for name in table.column_names if table.column_names.count(name) > 1})
+    if repeated:  # a row would keep one of them, silently
+        raise FormatError(f"{path}: episode index has the column {repeated[0]!r} more than once")
+    for name in table.column_names:
+        column, video = table.column(name), name.startswith("videos/")
+        if name == "tasks":  # a list of task texts per episode (null: none); anything else was len() of a scalar
+            if not is_list(column.type):
+                raise FormatError(f"{path}: episode index column 'tasks' must hold lists of task texts, found {column.type}")
+            continue
+        if name in _INTEGER_COLUMNS or video and name.endswith(("/chunk_index", "/file_index")):
+            wanted, kind_ok = "integers", pa.types.is_integer(column.type)
+        elif video and name.endswith(("/from_timestamp", "/to_timestamp")):
+            wanted, kind_ok = "numbers", pa.types.is_integer(column.type) or pa.types.is_floating(column.type)
+        else:
+            continue
+        if not kind_ok or column.null_count:
+            found = f"{column.null_count} nulls" if kind_ok else str(column.type)
+            raise FormatError(f"{path}: episode index column {name!r} must hold {wanted}, found {found}")
+
+
+_INTEGER_COLUMNS = ("episode_index", "length", "dataset_from_index", "dataset_to_index", "data/chunk_index", "data/file_index")
 
 
 def _episode_index_files(fs, root: str) -> list[str]:
@@ -525,10 +556,7 @@ _PLAN_BATCH_ROWS = 65_536
 
 def _any_multi_task(tasks: pa.ChunkedArray) -> bool:
     """Whether an episode lists more than one task (then each step says which of its tasks it does)."""
-    if is_list(tasks.type) and tasks.null_count == 0:
-        return len(tasks) > 0 and (pc.max(pc.list_value_length(tasks)).as_py() or 0) > 1
-    return any(len(listed) > 1 for chunk in tasks.chunks for start in range(0, len(chunk), _PLAN_BATCH_ROWS)
-               for listed in chunk.slice(start, _PLAN_BATCH_ROWS).to_pylist())
+    return len(tasks) > 0 and (pc.max(pc.list_value_length(tasks)).as_py() or 0) > 1  # a list column (_check_index_types); nulls: none
 
 
 def _episode_refs(episodes: pa.Table, features, layout: Layout, fps: float, splits, extra_scalars) -> list[EpisodeRef]:

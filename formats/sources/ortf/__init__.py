@@ -201,7 +201,7 @@ def _tasks(fs, root: str) -> dict[int, dict]:
         try:
             task = json.loads(line)
             tasks[int(task["task_id"])] = task
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+        except (KeyError, TypeError, ValueError, RecursionError) as error:  # ValueError: bad JSON, the int digit limit; nesting
             raise FormatError(f"{path}: line {number} is not a task object with a task_id: {error}") from error
     return tasks
 

@@ -8,7 +8,6 @@ episode_id's rows are), so episodes of one read group decode each row group once
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Any
 
 import numpy as np
@@ -230,9 +229,9 @@ def _annotations(fs, root: str, ref: EpisodeRef, sequence: Sequence) -> None:
         objects = storage.resolve_inside(root, f"{ref.annotations}/scene_objects.json", what="annotation file", fs=fs)
         try:
             text = fs.cat_file(objects).decode("utf-8")
-            json.loads(text)
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        except UnicodeDecodeError as error:
             raise FormatError(f"{folder}/scene_objects.json: malformed JSON: {error}") from error
+        storage.parse_json(text, f"{folder}/scene_objects.json")  # kept as text, checked to parse
         sequence.scalars["scene_objects"] = text
     others = [name for name in names if name != "scene_objects.json"]
     sequence.files["annotation_files"] = [FileRef(f"{ref.annotations}/{name}", name=name) for name in others] if others else None

@@ -266,7 +266,7 @@ def _shard_refs(fs, root: str, info: dict, info_path: str, name: str, splits: li
                 raise FormatError(f"{storage.join(root, file_name)}: shard {position} of split {split['name']!r} not found "
                                   f"(from filepathTemplate {template!r}){_other_container(fs, root, info, file_name, present)}")
             refs.append(ShardRef(split["name"], position, file_name, lengths[position] if lengths else None,
-                                 float(_count(split.get("numBytes", 0))) / count))
+                                 float(_count(split.get("numBytes") or 0)) / count))  # null: unknown, as _check_info reads it
     return refs
 
 

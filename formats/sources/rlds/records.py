@@ -186,6 +186,8 @@ def _load(fs, root: str, ref: RecordRef, meta: DatasetMeta, parser, cache: dict 
             raise FormatError(f"record {ref.index}: cannot parse tf.train.Example: {error}") from error
         try:
             return _to_sequence(example, ref, meta, path)
+        except ConversionError:
+            raise  # already worded (a FormatError is a ValueError: it was wrapped in a second message)
         except (zlib.error, ValueError, TypeError, KeyError) as error:
             raise FormatError(f"record {ref.index}: features do not match features.json ({type(error).__name__}: {error})") from error
     except ConversionError as error:

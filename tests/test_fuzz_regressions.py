@@ -1,0 +1,291 @@
+"""Inputs the fuzz harnesses (fuzz/, docs/fuzzing.md) found, each kept as the smallest case that
+ended in a traceback before its fix: the product must now refuse it with one FormatError naming
+the file. Each test states the harness and what escaped."""
+
+import json
+import re
+import shutil
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from formats import storage
+from formats.errors import FormatError
+from formats.read import reader
+from formats.sources import lerobot_v3
+from formats.sources.l5kit.zarr_v2 import ZarrArray, write_array
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot
+from formats.sources.lerobot_v3.sample import write_dataset as write_lerobot
+from pipelines import validate
+
+
+def _zarr(tmp_path, change):
+    write_array(*storage.open_root(str(tmp_path)), np.arange(8, dtype="<f4"), 4)
+    meta_path = tmp_path / ".zarray"
+    text = change(meta_path.read_text())
+    meta_path.write_text(text)
+    return storage.open_root(str(tmp_path))
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[" * 100_000 + "]" * 100_000, "malformed JSON: nested too deeply"),  # was RecursionError (harness zarr)
+    ('{"zarr_format": ' + "9" * 5_000 + "}", "malformed JSON: Exceeds the limit (4300 digits)"),  # was ValueError (digit limit)
+])
+def test_zarray_json_that_json_loads_refuses_beyond_decode_errors(tmp_path, text, message):
+    fs, root = _zarr(tmp_path, lambda _: text)
+    with pytest.raises(FormatError, match=re.escape(f"{root}/.zarray: {message}")):
+        ZarrArray(fs, root)
+
+
+def test_a_dtype_string_numpy_parses_as_python_syntax(tmp_path):
+    """harness zarr: `"dtype": ",f4"` reached ast.literal_eval inside np.dtype: SyntaxError escaped."""
+    fs, root = _zarr(tmp_path, lambda text: re.sub(r'"dtype": "[^"]*"', '"dtype": ",f4"', text))
+    with pytest.raises(FormatError, match=re.escape(f"{root}/.zarray: dtype ',f4' is not a numpy type (SyntaxError")):
+        ZarrArray(fs, root)
+
+
+def test_a_tiny_chunk_whose_header_and_zarray_claim_400_mb_is_refused_before_decoding(tmp_path):
+    """Seen while checking the zarr harness's memory contract: blosc allocated the 400 MB a 64-byte
+    chunk's header claimed (the .zarray agreeing) before finding no data; chunks were allowed up to
+    2 GiB. Now over 256 MiB is refused when the array is opened."""
+    fs, root = _zarr(tmp_path, lambda text: text.replace('"chunks": [\n        4\n    ]', '"chunks": [\n        100000000\n    ]'))
+    with pytest.raises(FormatError, match=re.escape(f"{root}/.zarray: chunks of 100000000 rows x 4 bytes (400000000 bytes) are larger "
+                                                    "than 268435456 bytes, more than this reader decodes in one piece")):
+        ZarrArray(fs, root)
+
+
+@pytest.fixture(scope="module")
+def lerobot(tmp_path_factory):
+    path = tmp_path_factory.mktemp("fuzz_lerobot") / "ds"
+    write_lerobot(str(path), SyntheticLeRobot(lengths=(3, 2), cameras=()))
+    return path
+
+
+@pytest.mark.parametrize("column, value, found", [
+    ("dataset_from_index", None, "1 nulls"),  # was TypeError: int() of None (harness lerobot_json)
+    ("dataset_to_index", 3.7, "double"),  # a float offset was truncated: another episode's rows
+    ("length", "3", "string"),
+])
+def test_episode_index_columns_of_the_wrong_type_or_null(lerobot, tmp_path, column, value, found):
+    root = tmp_path / "ds"
+    shutil.copytree(lerobot, root)
+    index = root / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(index)
+    values = table.column(column).to_pylist()
+    values[0] = value
+    if isinstance(value, str):
+        values = [str(v) for v in values]
+    position = table.column_names.index(column)
+    table = table.set_column(position, column, pa.array(values, type=None if value is not None else table.schema.field(column).type))
+    pq.write_table(table, index)
+    fs, url = storage.open_root(str(root))
+    with pytest.raises(FormatError, match=re.escape(f"{url}/{index.relative_to(root)}: episode index column {column!r} must hold integers, "
+                                                    f"found {found}")):
+        lerobot_v3.plan(fs, url, {})
+
+
+def _with_tasks(lerobot, tmp_path, tasks: pa.Array):
+    root = tmp_path / "ds"
+    shutil.copytree(lerobot, root)
+    index = root / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(index)
+    pq.write_table(table.set_column(table.column_names.index("tasks"), "tasks", tasks), index)
+    return root, index
+
+
+def test_an_episode_index_with_a_column_twice(lerobot, tmp_path):
+    """harness lerobot_json: two columns of one name made table.column(name) raise KeyError."""
+    root = tmp_path / "ds"
+    shutil.copytree(lerobot, root)
+    index = root / "meta/episodes/chunk-000/file-000.parquet"
+    table = pq.read_table(index)
+    pq.write_table(table.append_column("length", table.column("length")), index)
+    fs, url = storage.open_root(str(root))
+    with pytest.raises(FormatError, match=re.escape(f"{url}/{index.relative_to(root)}: episode index has the column 'length' more than once")):
+        lerobot_v3.plan(fs, url, {})
+
+
+def test_an_info_json_dtype_numpy_does_not_know(lerobot, tmp_path):
+    """harness lerobot_json: `"dtype": "float76"` reached np.dtype (TypeError)."""
+    root = tmp_path / "ds"
+    shutil.copytree(lerobot, root)
+    info = json.loads((root / "meta/info.json").read_text())
+    info["features"]["action"].update(dtype="float76", shape=[1])  # shape [1]: the feature parser's dtype check skips it
+    (root / "meta/info.json").write_text(json.dumps(info))
+    fs, url = storage.open_root(str(root))
+    with pytest.raises(FormatError, match=re.escape(f"{url}/meta/info.json: feature 'action' has dtype 'float76', not a numeric type")):
+        lerobot_v3.plan(fs, url, {})
+
+
+def test_an_episode_whose_tasks_are_null_is_planned_with_none(lerobot, tmp_path):
+    """harness lerobot_json: a null `tasks` cell took the multi-task check's Python path: len(None)."""
+    root, _ = _with_tasks(lerobot, tmp_path, pa.array([None, ["task 1"]], pa.list_(pa.string())))
+    fs, url = storage.open_root(str(root))
+    meta, refs = lerobot_v3.plan(fs, url, {})
+    assert [ref.length for ref in refs] == [3, 2] and [ref.tasks for ref in refs] == [(), ("task 1",)]
+
+
+def test_tasks_that_are_not_lists_are_refused(lerobot, tmp_path):
+    root, index = _with_tasks(lerobot, tmp_path, pa.array(["task 0", "task 1"]))
+    fs, url = storage.open_root(str(root))
+    with pytest.raises(FormatError, match=re.escape(f"{url}/{index.relative_to(root)}: episode index column 'tasks' must hold lists of "
+                                                    "task texts, found string")):
+        lerobot_v3.plan(fs, url, {})
+
+
+def test_an_rlds_record_whose_steps_disagree_is_refused_in_one_message(tmp_path):
+    """harness rlds_example: the FormatError of _to_sequence (a ValueError) was caught again and
+    wrapped: "features do not match features.json (FormatError: record 0: ...)"."""
+    from tensorflow_datasets.proto import tf_example_pb2
+
+    from formats.sources import rlds
+    from formats.sources.rlds import tfrecord
+    from formats.sources.rlds.records import Reader, RecordRef
+    from formats.sources.rlds.sample import SyntheticRLDS
+    from formats.sources.rlds.sample import write_dataset as write_rlds
+
+    write_rlds(str(tmp_path / "ds"), SyntheticRLDS(splits={"train": (3,)}, shards={"train": 1}))
+    fs, root = storage.open_root(str(tmp_path / "ds"))
+    meta, shards = rlds.plan(fs, root, {"fps": 10})
+    with fs.open(f"{root}/{shards[0].path}", "rb") as handle:
+        (offset, length), = tfrecord.scan(handle, fs.size(f"{root}/{shards[0].path}"))
+        example = tf_example_pb2.Example.FromString(tfrecord.read_record(handle, offset, length))
+    del example.features.feature["steps/is_first"].int64_list.value[-1]  # 2 values where every other step feature has 3
+    with open(tmp_path / "one.tfrecord", "wb") as handle:
+        tfrecord.write_records(handle, [example.SerializeToString()])
+    data = example.SerializeToString()
+    with pytest.raises(FormatError) as raised:
+        Reader(*storage.open_root(str(tmp_path)), meta).load(RecordRef("train", 0, 0, "one.tfrecord", 12, len(data), "train_00000_000000"))
+    assert re.fullmatch(rf"{re.escape(str(tmp_path))}/one\.tfrecord: train_00000_000000: record 0: step features disagree on the "
+                        r"episode length: \{.*\} \.\.\.", str(raised.value)), str(raised.value)
+
+
+def test_an_mp4_header_box_shorter_than_its_version_is_not_the_plain_case():
+    """harness mp4: an mdhd saying version 1 in a version 0 box's 32 bytes was parsed, then
+    write_cut's duration rewrite ran past it (struct.error, which the copy path does not catch)."""
+    import io
+
+    from formats import video
+    from formats.video import mp4
+
+    out = io.BytesIO()
+    video.encode_frames([np.full((48, 64, 3), 40 * i, np.uint8) for i in range(4)], out, fps=10, options=video.EncodeOptions(codec="h264"))
+    data = bytearray(out.getvalue())
+    table = mp4.read_sample_table(io.BytesIO(bytes(data)))
+    assert table is not None and len(table.sizes) == 4 and table.mdhd[8] == 0 and len(table.mdhd) == 32
+    data[data.index(b"mdhd") + 4] = 1  # the version byte: 1 needs 44 bytes
+    assert mp4.read_sample_table(io.BytesIO(bytes(data))) is None
+
+
+@pytest.fixture(scope="module")
+def ortf(tmp_path_factory):
+    from formats.sources.ortf.sample import SyntheticORTF
+    from formats.sources.ortf.sample import write_dataset as write_ortf
+
+    path = tmp_path_factory.mktemp("fuzz_ortf") / "ds"
+    write_ortf(str(path), SyntheticORTF(lengths=(3, 2), cameras=("cam_wrist",), slow_camera=None, depth_format=None, audio=False,
+                                        annotations=True, urdf=False))
+    return path
+
+
+def test_an_ortf_task_line_nested_too_deeply(ortf, tmp_path):
+    """harness ortf_json: tasks.jsonl's own json.loads let RecursionError escape."""
+    from formats.sources import ortf as ortf_source
+
+    root = tmp_path / "ds"
+    shutil.copytree(ortf, root)
+    (root / "meta/tasks.jsonl").write_text('{"task_id": 0, "instruction": "x"}\n' + "[" * 100_000 + "\n")
+    fs, url = storage.open_root(str(root))
+    with pytest.raises(FormatError, match=re.escape(f"{url}/meta/tasks.jsonl: line 2 is not a task object with a task_id: maximum recursion")):
+        ortf_source.plan(fs, url, {})
+
+
+def test_ortf_scene_objects_nested_too_deeply(ortf, tmp_path):
+    """The same class in the other JSON ORTF reads on its own (annotations' scene_objects.json)."""
+    from formats.sources import ortf as ortf_source
+
+    root = tmp_path / "ds"
+    shutil.copytree(ortf, root)
+    objects = sorted(root.glob("annotations/*/scene_objects.json"))[0]
+    objects.write_text("[" * 100_000)
+    fs, url = storage.open_root(str(root))
+    meta, refs = ortf_source.plan(fs, url, {})
+    ref = next(ref for ref in refs if ref.annotations and ref.annotations in str(objects))
+    with pytest.raises(FormatError, match=re.escape(f"{objects.parent}/scene_objects.json: malformed JSON: nested too deeply")):
+        ortf_source.load(fs, url, ref, meta)
+
+
+def test_an_rlds_split_whose_num_bytes_is_null_is_planned(tmp_path):
+    """harness rlds_json: `"numBytes": null` passed the checks (null reads as absent) and then
+    reached float(None) when sizing the shards (TypeError)."""
+    from formats.sources import rlds
+    from formats.sources.rlds.sample import SyntheticRLDS
+    from formats.sources.rlds.sample import write_dataset as write_rlds
+
+    write_rlds(str(tmp_path / "ds"), SyntheticRLDS(splits={"train": (3, 2)}, shards={"train": 1}))
+    info_path = tmp_path / "ds" / "dataset_info.json"
+    info = json.loads(info_path.read_text())
+    info["splits"][0]["numBytes"] = None
+    info_path.write_text(json.dumps(info))
+    fs, root = storage.open_root(str(tmp_path / "ds"))
+    meta, shards = rlds.plan(fs, root, {"fps": 10})
+    assert [(shard.split, shard.records, shard.nbytes) for shard in shards] == [("train", 2, 0.0)]
+
+
+def _mixtrain(path, sidecar: bytes = b'{"mixtrain": "1.0", "column_types": {}}', errors: bytes | None = None):
+    path.mkdir()
+    (path / "mixtrain.json").write_bytes(sidecar)
+    if errors is not None:
+        (path / "_errors.jsonl").write_bytes(errors)
+    return path
+
+
+def test_the_text_report_of_stats_whose_count_is_empty(tmp_path):
+    """harness mixtrain_json: `"count": []` passes check_stats; render_text took count[0] (IndexError)."""
+    pytest.importorskip("atheris", reason="the harness's sample conversion lives in fuzz/, which needs atheris")
+    from formats.read import report
+    from fuzz import fuzz_mixtrain_json
+
+    fuzz_mixtrain_json.prepare(str(tmp_path))  # a real conversion of the LeRobot sample
+    output = tmp_path / "mixtrain_output"
+    stats = json.loads((output / "stats.json").read_text())
+    stats["action"]["count"] = []
+    (output / "stats.json").write_text(json.dumps(stats))
+    dataset = reader.open_dataset(str(output))
+    lines = report.render_text(report.summarize(dataset)).splitlines()
+    assert "  action" in lines and not any(line.startswith("  action  (") for line in lines)
+
+
+@pytest.mark.parametrize("line, kind", [(b"5", "int"), (b"[]", "list"), (b'"x"', "str")])
+def test_an_errors_line_that_is_json_but_not_an_object(tmp_path, line, kind):
+    """harness mixtrain_json: report.render_text called .get on it (AttributeError)."""
+    root = _mixtrain(tmp_path / "out", errors=b'{"sequence_id": "a", "error": "e"}\n' + line + b"\n")
+    dataset = reader.open_dataset(str(root))
+    with pytest.raises(FormatError, match=re.escape(f"{root}/_errors.jsonl: line 2 is not a JSON object (found {kind})")):
+        dataset.errors()
+
+
+def test_an_errors_line_nested_too_deeply(tmp_path):
+    root = _mixtrain(tmp_path / "out", errors=b"[" * 100_000 + b"\n")
+    with pytest.raises(FormatError, match=re.escape(f"{root}/_errors.jsonl: line 1: malformed JSON: nested too deeply")):
+        reader.open_dataset(str(root)).errors()
+
+
+def test_validate_reports_a_sidecar_that_is_not_utf8(tmp_path):
+    """harness mixtrain_json: validate's own json.loads let UnicodeDecodeError escape."""
+    root = _mixtrain(tmp_path / "out", sidecar=b'{"mixtrain": "1.0\x95"}')
+    findings = validate.validate(str(root))
+    assert len(findings) == 1 and findings[0].startswith(f"{root}/mixtrain.json: malformed JSON: 'utf-8' codec can't decode byte 0x95")
+
+
+@pytest.mark.parametrize("name", ["\ud800.json", "st\x00ats.json"])
+def test_a_stats_name_no_file_system_can_hold(tmp_path, name):
+    """harness mixtrain_json: `"stats": "\\ud800"` reached os.stat (UnicodeEncodeError; a NUL: ValueError)."""
+    sidecar = json.dumps({"mixtrain": "1.0", "column_types": {}, "stats": name}).encode()
+    root = _mixtrain(tmp_path / "out", sidecar=sidecar)
+    with pytest.raises(FormatError, match=re.escape(f"stats {name!r} is not a valid file name (a NUL or an unpaired surrogate)")):
+        reader.open_dataset(str(root)).stats()
+    with pytest.raises(FormatError, match=re.escape(f"stats {name!r} is not a valid file name")):
+        validate.validate(str(root))
