@@ -81,7 +81,13 @@ def virtual_memory() -> int:
 
 
 def cap_memory(extra: int = MEMORY_LIMIT) -> int:
-    """Cap the address space at what is mapped now plus `extra`; returns the cap."""
+    """Cap the address space at what is mapped now plus `extra`; returns the cap. Arrow's thread
+    pools are held at one thread first: each thread started after the cap reserves its stack and a
+    malloc arena of address space, which on a many-core machine would read as the input's."""
+    import pyarrow as pa
+
+    pa.set_cpu_count(1)
+    pa.set_io_thread_count(1)
     limit = virtual_memory() + extra
     resource.setrlimit(resource.RLIMIT_AS, (limit, resource.getrlimit(resource.RLIMIT_AS)[1]))
     return limit

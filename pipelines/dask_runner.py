@@ -39,6 +39,7 @@ import json
 import operator
 import os
 import socket
+import time
 from typing import Any
 
 import apache_beam as beam
@@ -302,6 +303,7 @@ class DaskRunnerResult(beam_dask.DaskRunnerResult):
         except BaseException:  # FAILED (Beam's wait sets it): the rest of the run's tasks stop too
             try:
                 self.client.cancel(self.futures)
+                _drain(self.client)
             finally:
                 self.client.close()
             raise
@@ -315,3 +317,21 @@ class DaskRunnerResult(beam_dask.DaskRunnerResult):
             return super().cancel()
         finally:
             self.client.close()
+
+
+DRAIN_SECONDS = 60.0
+
+
+def _drain(client, seconds: float = DRAIN_SECONDS) -> None:
+    """Wait until the cluster runs none of the tasks it had started: cancelling stops only tasks
+    that have not begun, and one already writing videos or a shard into the staging folder would
+    go on after the launcher removed it (the launcher cleans up when this returns). Bounded: a
+    cluster busy with other work is not waited for longer than `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if not any(client.processing().values()):
+                return
+        except Exception:  # noqa: BLE001 - the scheduler is gone: nothing left to wait for
+            return
+        time.sleep(0.2)

@@ -376,9 +376,18 @@ def _check_arrived(output: str, planned: Planned, shards: list[ShardResult], ups
     reported = len(tallies) + known.count(None)  # a unit whose count was unknown reports one or the other
     expected = planned.sequences + sum(count for _, count in tallies)
     arrived = sum(shard.arrived for shard in shards) + sum(count for count in known if count is not None)
-    if reported == planned.counted_on_workers and arrived == expected:
-        return
     converted, skipped = sum(shard.rows for shard in shards), sum(count for count in known if count is not None)
+    if reported == planned.counted_on_workers and arrived == expected:
+        # Rows of one id twice balance the counts as well as two source episodes mapping to one id
+        # do: when the writer saw duplicate ids, the planned ids must all be there too.
+        if not any(shard.errors for shard in shards):
+            return
+        names = missing()
+        if not names:
+            return
+        raise ConversionError(f"{output}: {len(names)} planned sequence(s) never reached the publish step (lost: {names[0]}"
+                              f"{f' and {len(names) - 1} more' if len(names) > 1 else ''}) while others arrived twice; "
+                              f"{converted} converted, {skipped} skipped: the runner lost work; nothing was published")
     units = planned.counted_on_workers - reported
     fault = "lost work"
     if units > 0:
@@ -417,7 +426,8 @@ class _PublishFn(beam.DoFn):
                 return
         if self._planned is not None:
             _check_arrived(output, self._planned, shards, errors, list(tallies),
-                           functools.partial(_lost_sequences, fs, staging, self._plan_folder, errors))
+                           functools.partial(_lost_sequences, fs, staging, self._plan_folder,
+                                             errors + [record for shard in shards for record in shard.errors]))
         schema = mixtrain.arrow_schema(self._meta.columns)
         fs.makedirs(storage.join(staging, mixtrain.DATA_DIR), exist_ok=True)
         written = {shard.index for shard in shards}

@@ -111,3 +111,24 @@ def test_a_batch_delivered_twice_fails_too(multi_file_dataset, tmp_path, capsys,
     assert capsys.readouterr().err == (f"error: {dst}: 8 sequences reached the publish step, 7 were planned; 6 converted, "
                                        "0 skipped: the runner delivered work twice; nothing was published\n")
     assert not dst.exists()
+
+
+def test_one_sequence_lost_and_another_delivered_twice_is_not_taken_for_a_duplicate_id(multi_file_dataset, tmp_path, capsys,
+                                                                                           monkeypatch):
+    """The counts balance (one row too many, one too few), and under --on_error=skip the doubled id
+    reads as two source episodes mapping to it: the planned ids are checked when the writer saw
+    duplicates, and the lost one is named."""
+    src, _ = multi_file_dataset
+    process = read._LoadSequenceFn.process
+
+    def lose_one_double_another(self, batch):
+        loaded = [sequence for sequence in process(self, batch) if getattr(sequence, "sequence_id", None) != "episode_000002"]
+        return loaded + [sequence for sequence in loaded if getattr(sequence, "sequence_id", None) == "episode_000004"]
+
+    monkeypatch.setattr(read._LoadSequenceFn, "process", lose_one_double_another)
+    dst = tmp_path / "out"
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--on_error=skip", "--max_skipped=100%"]) == convert.EXIT_FAILED
+    assert capsys.readouterr().err == (f"error: {dst}: 1 planned sequence(s) never reached the publish step (lost: episode_000002) "
+                                       "while others arrived twice; 5 converted, 0 skipped: the runner lost work; nothing was published\n")
+    assert not dst.exists()
+

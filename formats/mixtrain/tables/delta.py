@@ -17,6 +17,7 @@ import json
 import logging
 import os
 import posixpath
+import re
 import time
 import uuid
 
@@ -102,6 +103,8 @@ def current_property(output_url: str, settings: TableSettings) -> dict | None:
 def describe(output_url: str, settings: TableSettings) -> str:
     found = open_table(output_url)
     options = storage.object_store_options(output_url)  # what the reader must pass too (an S3-compatible store's endpoint)
+    if "aws_endpoint" in options:  # printed: never a user or password written into the endpoint's URL
+        options = {**options, "aws_endpoint": re.sub(r"//[^/@]*@", "//", options["aws_endpoint"])}
     how = f"DeltaTable({output_url!r}" + (f", storage_options={options!r})" if options else ")")
     return f"Delta table, version {found.version() if found is not None else None} (deltalake: {how})"
 

@@ -120,7 +120,8 @@ class ZarrArray:
             self.chunk_bytes = self.chunk_length * self.dtype.itemsize
             if self.chunk_bytes > MAX_CHUNK_BYTES:
                 raise ValueError(f"chunks of {self.chunk_length} rows x {self.dtype.itemsize} bytes ({self.chunk_bytes} bytes) "
-                                 f"are larger than {MAX_CHUNK_BYTES} bytes, more than this reader decodes in one piece")
+                                 f"are larger than {MAX_CHUNK_BYTES} bytes, more than this reader decodes in one piece "
+                                 "(rechunk the array, e.g. with zarr's or rechunker's copy, to smaller chunks)")
             if meta.get("order", "C") not in ("C", "F"):
                 raise ValueError(f"order {meta.get('order')!r}")
             self.compressor = _codec(meta["compressor"]) if meta.get("compressor") else None
