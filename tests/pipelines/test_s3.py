@@ -252,3 +252,26 @@ def test_the_lake_libraries_get_the_endpoint_of_the_s3_specific_variable(s3, mon
     assert storage.object_store_options("s3://bucket/t") == {"aws_endpoint": "https://ceph.lab", "aws_region": "us-east-1"}
     assert storage.object_store_options("gs://bucket/t") == {} == iceberg.store_properties("gs://bucket/t")
 
+
+
+def test_a_dask_cluster_converts_s3_to_s3_to_the_local_runners_bytes(s3):
+    """The cluster way (docs/dask.md's Kubernetes example): s3:// in and out through a two-process
+    LocalCluster, whose workers reach the store by the same AWS variables; every file the bytes of
+    the local runner's conversion of the same input (mixtrain.json but its time)."""
+    distributed = pytest.importorskip("dask.distributed", reason="the DaskRunner needs dask[distributed] (the dask extra)")
+    samples.get("lerobot_v3").small(str(s3 / "dask_src"))
+    src = _upload(s3 / "dask_src", "s3://bucket/sources/dask")
+    local_dst, cluster_dst = "s3://bucket/mixtrain/dask_local", "s3://bucket/mixtrain/dask_cluster"
+    assert _run(f"--input={src}", f"--output={local_dst}", "--num_shards=2")[0] == 0
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, host="127.0.0.1",
+                                  worker_dashboard_address=None) as cluster:
+        code, _, console = _run(f"--input={src}", f"--output={cluster_dst}", "--num_shards=2", "--runner=DaskRunner",
+                                f"--dask_client_address={cluster.scheduler_address}")
+    assert code == 0, console
+    local, remote = _files(local_dst), _files(cluster_dst)
+    assert local.keys() == remote.keys() and any(name.startswith("files/") for name in local)
+    sidecars = [json.loads(files.pop("mixtrain.json")) for files in (local, remote)]
+    for sidecar in sidecars:
+        sidecar.pop("created_at")
+    assert sidecars[0] == sidecars[1]
+    assert [name for name in local if local[name] != remote[name]] == []  # shards, stats.json, videos, _fingerprints.json
