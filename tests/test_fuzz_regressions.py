@@ -289,3 +289,13 @@ def test_a_stats_name_no_file_system_can_hold(tmp_path, name):
         reader.open_dataset(str(root)).stats()
     with pytest.raises(FormatError, match=re.escape(f"stats {name!r} is not a valid file name")):
         validate.validate(str(root))
+
+
+def test_a_ragged_statistic_is_refused_where_stats_json_is_read(tmp_path):
+    """harness mixtrain_json (a 10-minute run after the session's fixes): a `mean` whose rows differ
+    in length passed check_stats, and the text report's np.ravel raised ValueError."""
+    from formats.mixtrain.schema import check_stats
+
+    with pytest.raises(FormatError, match=r"stats.json: action.mean is a ragged list \(its rows differ in length\)"):
+        check_stats({"action": {"mean": [[0.5, 1.0], [2.0]], "count": [3]}}, "stats.json")
+    check_stats({"video": {"mean": [[[0.5]], [[0.25]], [[0.125]]], "count": [3]}}, "stats.json")  # [C, 1, 1] images still pass

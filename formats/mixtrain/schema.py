@@ -118,6 +118,16 @@ def _numbers(value: Any) -> bool:
     return value is None or _is_number(value)
 
 
+def _shape(value: Any) -> tuple | None:
+    """The shape of a nested list of numbers (D values, or [C, 1, 1] for images), None when ragged."""
+    if not isinstance(value, list):
+        return ()
+    shapes = {_shape(item) for item in value}
+    if len(shapes) > 1 or None in shapes:
+        return None
+    return (len(value), *(shapes.pop() if shapes else ()))
+
+
 def check_stats(stats: Any, where: str) -> None:
     """stats.json: an object of columns, each an object of stats, each a (nested) list of numbers."""
     if not isinstance(stats, dict):
@@ -128,5 +138,7 @@ def check_stats(stats: Any, where: str) -> None:
         for key, value in entry.items():
             if not isinstance(value, list) or not _numbers(value):
                 raise FormatError(f"{where}: {column}.{key} must be a list of numbers, found {_shown(value)}")
+            if _shape(value) is None:
+                raise FormatError(f"{where}: {column}.{key} is a ragged list (its rows differ in length), found {_shown(value)}")
         if "mean" in entry and np.ravel(np.asarray(entry["mean"], dtype=object)).size == 0:
             raise FormatError(f"{where}: {column}.mean must hold a value per dimension, found []")
