@@ -85,11 +85,11 @@ def _stats(table: pa.Table) -> dict:
     return stats
 
 
-def main(src: str, dst: str, floor: bool = False) -> None:
-    segment = _Cutter() if floor else _segment
-    info = json.load(open(f"{src}/meta/info.json"))
+def write_part(src: str, dst: str, info: dict, episodes: list[dict], segment, name: str = "part-00000.parquet") -> pa.Table:
+    """The straight-line loop over `episodes` (rows of the episode index), one zstd Parquet file
+    `dst/data/<name>` and each camera's cut MP4s; returns the table written (bench/peer_parallel.py
+    runs it in N processes over runs of whole data files)."""
     fps = info["fps"]
-    episodes = pa.concat_tables([pq.read_table(p) for p in sorted(glob.glob(f"{src}/meta/episodes/*/*.parquet"))]).to_pylist()
     vectors = [k for k, v in info["features"].items() if v["dtype"] in ("float32", "float64") and v["shape"] != [1]]
     cameras = [k for k, v in info["features"].items() if v["dtype"] == "video"]
     os.makedirs(f"{dst}/data", exist_ok=True)
@@ -131,7 +131,14 @@ def main(src: str, dst: str, floor: bool = False) -> None:
     for camera in cameras:
         arrays[camera] = pa.array(columns[camera])
     table = pa.table(arrays)
-    pq.write_table(table, f"{dst}/data/part-00000.parquet", compression="zstd")
+    pq.write_table(table, f"{dst}/data/{name}", compression="zstd")
+    return table
+
+
+def main(src: str, dst: str, floor: bool = False) -> None:
+    info = json.load(open(f"{src}/meta/info.json"))
+    episodes = pa.concat_tables([pq.read_table(p) for p in sorted(glob.glob(f"{src}/meta/episodes/*/*.parquet"))]).to_pylist()
+    table = write_part(src, dst, info, episodes, _Cutter() if floor else _segment)
     if floor:
         _stats(table)
 
