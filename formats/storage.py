@@ -360,13 +360,14 @@ class ParquetFooters:
             self._memo.popitem(last=False)
         return value
 
+    def _read_footer(self, path: str) -> pq.FileMetaData:
+        with open_input(self._fs, path) as handle:
+            metadata = parquet_file(handle).metadata
+        self.signatures[path] = footer_signature(metadata)
+        return metadata
+
     def footer(self, path: str) -> pq.FileMetaData:
-        def read():
-            with open_input(self._fs, path) as handle:
-                metadata = parquet_file(handle).metadata
-            self.signatures[path] = footer_signature(metadata)
-            return metadata
-        return self.memo(("footer", path), read)
+        return self.memo(("footer", path), lambda: self._read_footer(path))
 
     def schema(self, path: str) -> Any:
         """The file's Arrow schema (pa.Schema)."""
@@ -379,12 +380,9 @@ class ParquetFooters:
         episode while planning."""
         def read(path: str) -> Any:
             try:
-                with open_input(self._fs, path) as handle:
-                    metadata = parquet_file(handle).metadata
+                return self._read_footer(path).schema.to_arrow_schema()
             except (OSError, pa.ArrowException) as error:
                 return error
-            self.signatures[path] = footer_signature(metadata)
-            return metadata.schema.to_arrow_schema()
         with concurrent.futures.ThreadPoolExecutor(max(1, min(threads, len(paths)))) as pool:
             yield from zip(paths, pool.map(read, paths))
 
