@@ -26,6 +26,7 @@ __all__ = ["SampleTable", "read_sample_table", "Cut", "plan_cut", "write_cut", "
 
 _HEADER = struct.Struct(">I4s")
 _MAX_MOOV = 256 << 20  # a moov this large is not a file we want to parse in Python
+_MIN_UNIFORM_SAMPLE = 1024  # the smallest one-size-for-all sample we index ourselves (see _parse)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -166,6 +167,11 @@ def _parse(ftyp: bytes, moov: bytes, file_size: int) -> SampleTable | None:
     stsz = stbl[b"stsz"][0]
     uniform, count = struct.unpack_from(">II", moov, stsz[1] + 4)
     if count > file_size:  # every sample holds at least a byte: a larger count is damage, not data
+        return None
+    if uniform and count > file_size // max(uniform, _MIN_UNIFORM_SAMPLE):
+        # One size for every sample costs the moov 4 bytes, whatever the count: the table below would
+        # hold ~80 bytes a sample. Samples do not overlap, and a video with one size for all (raw
+        # frames) has samples far over 1 KiB; anything else goes to the demuxer.
         return None
     if uniform:
         sizes = np.full(count, uniform, np.int64)

@@ -128,6 +128,28 @@ def test_absurd_sample_counts_are_refused_before_allocating(multi_file_dataset):
     assert mp4.read_sample_table(io.BytesIO(bytes(data))) is None
 
 
+def test_one_size_for_all_samples_cannot_claim_a_file_of_samples(tmp_path, multi_file_dataset):
+    """stsz with one size for every sample declares its count in 4 bytes: in a large file a tiny moov
+    could claim a sample per byte, ~80 bytes of table each. Left to the demuxer, nothing allocated."""
+    import tracemalloc
+
+    data, *_ = _b_frame_source(multi_file_dataset)
+    at = data.index(b"stsz")
+    count = 1 << 27
+    struct.pack_into(">II", data, at + 8, 1, count)  # after version/flags: size 1 for all, 134 million samples
+    path = tmp_path / "uniform.mp4"
+    with open(path, "wb") as handle:
+        handle.write(data)
+        handle.truncate(2 * count)  # sparse: a 256 MiB file holds the claimed samples' bytes
+    tracemalloc.start()
+    try:
+        with open(path, "rb") as source:
+            assert mp4.read_sample_table(source) is None
+        assert tracemalloc.get_traced_memory()[1] < 16 << 20
+    finally:
+        tracemalloc.stop()
+
+
 def test_damaged_headers_are_a_video_error_not_a_crash(tmp_path, multi_file_dataset):
     data, _, segment, fps = _b_frame_source(multi_file_dataset)
     at = data.index(b"mdhd")
