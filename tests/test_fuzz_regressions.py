@@ -299,3 +299,22 @@ def test_a_ragged_statistic_is_refused_where_stats_json_is_read(tmp_path):
     with pytest.raises(FormatError, match=r"stats.json: action.mean is a ragged list \(its rows differ in length\)"):
         check_stats({"action": {"mean": [[0.5, 1.0], [2.0]], "count": [3]}}, "stats.json")
     check_stats({"video": {"mean": [[[0.5]], [[0.25]], [[0.125]]], "count": [3]}}, "stats.json")  # [C, 1, 1] images still pass
+
+
+def test_a_trajectory_dim_beyond_arrows_fixed_size_list(tmp_path):
+    """harness mixtrain_json (a one-hour run): `"dim": 2**63` passed check_sidecar as a positive
+    integer, and validate's expected cell type raised OverflowError in pa.list_."""
+    from mixtrain_convert import convert
+
+    write_lerobot(str(tmp_path / "in"), SyntheticLeRobot(lengths=(3,)))
+    assert convert([f"--input={tmp_path / 'in'}", f"--output={tmp_path / 'out'}", "--runner=FnApiRunner", "--progress=off"]) == 0
+    sidecar_path = tmp_path / "out" / "mixtrain.json"
+    sidecar = json.loads(sidecar_path.read_text())
+    sidecar["column_types"]["action"]["dim"] = 2**63
+    sidecar_path.write_text(json.dumps(sidecar))
+    message = re.escape("column_types.action.dim must be a positive integer below 2**31 (an Arrow fixed-size list's limit), "
+                        "found 9223372036854775808")
+    with pytest.raises(FormatError, match=message):
+        validate.validate(str(tmp_path / "out"))
+    with pytest.raises(FormatError, match=message):
+        reader.open_dataset(str(tmp_path / "out"))

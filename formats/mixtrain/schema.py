@@ -39,7 +39,7 @@ _STRING: Check = (lambda v: isinstance(v, str), "a string")
 _BOOL: Check = (lambda v: isinstance(v, bool), "true or false")
 _OBJECT: Check = (lambda v: isinstance(v, dict), "an object")
 _COUNT: Check = (lambda v: _is_int(v) and v >= 0, "a non-negative integer")
-_POSITIVE_INT: Check = (lambda v: _is_int(v) and v > 0, "a positive integer")
+_DIM: Check = (lambda v: _is_int(v) and 0 < v < 1 << 31, "a positive integer below 2**31 (an Arrow fixed-size list's limit)")
 _POSITIVE: Check = (lambda v: _is_number(v) and v > 0 and v == v and v != float("inf"), "a positive number")
 _STRINGS: Check = (lambda v: isinstance(v, list) and all(isinstance(item, str) for item in v), "a list of strings")
 _INTS: Check = (lambda v: isinstance(v, list) and all(_is_int(item) for item in v), "a list of integers")
@@ -58,7 +58,7 @@ NESTED: dict[str, dict[str, Check]] = {
     "converter": {"name": _STRING, "version": _STRING, "options": _OBJECT},
 }
 COLUMN: dict[str, Check] = {
-    "type": _STRING, "dim": _POSITIVE_INT, "dtype": _STRING, "names": _STRINGS, "units": _UNITS, "shape": _INTS,
+    "type": _STRING, "dim": _DIM, "dtype": _STRING, "names": _STRINGS, "units": _UNITS, "shape": _INTS,
     "fps": _POSITIVE, "resolution": _SIZE, "source_resolution": _SIZE, "codec": _STRING, "pix_fmt": _STRING,
     "written_as": _STRING, "source": _STRING, "is_depth_map": _BOOL, "lossless": _BOOL, "optional": _BOOL,
     "file_reference": _BOOL, "layout": (lambda v: v in LAYOUTS, f"one of {', '.join(LAYOUTS)}"),
