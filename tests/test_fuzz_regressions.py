@@ -318,3 +318,19 @@ def test_a_trajectory_dim_beyond_arrows_fixed_size_list(tmp_path):
         validate.validate(str(tmp_path / "out"))
     with pytest.raises(FormatError, match=message):
         reader.open_dataset(str(tmp_path / "out"))
+
+
+def test_a_video_fps_beyond_a_floats_range(tmp_path):
+    """by hand, the class of the `dim` case above: `"fps": 10**400` passed check_sidecar as a
+    positive number, and `Dataset.decode` raised OverflowError in `float(fps)`."""
+    from mixtrain_convert import convert
+
+    write_lerobot(str(tmp_path / "in"), SyntheticLeRobot(lengths=(3,)))
+    assert convert([f"--input={tmp_path / 'in'}", f"--output={tmp_path / 'out'}", "--runner=FnApiRunner", "--progress=off"]) == 0
+    sidecar_path = tmp_path / "out" / "mixtrain.json"
+    sidecar = json.loads(sidecar_path.read_text())
+    camera = next(name for name, entry in sidecar["column_types"].items() if entry["type"] == "video")
+    sidecar["column_types"][camera]["fps"] = 10**400
+    sidecar_path.write_text(json.dumps(sidecar))
+    with pytest.raises(FormatError, match=re.escape(f"column_types.{camera}.fps must be a positive number, found 1000")):
+        reader.open_dataset(str(tmp_path / "out")).decode("x.mp4", camera)
