@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import re
 from typing import Any
 
@@ -325,6 +326,17 @@ def episode_field_columns(types: dict[str, pa.DataType], source_prefix: str = ""
 def episode_field_values(row: Any, names: list[str], convert: Any = None) -> tuple[tuple[str, Any], ...]:
     """(column, value) of those fields for one episode's row (`convert`: e.g. numpy -> Python)."""
     return tuple((column_name(name), convert(row[name]) if convert else row[name]) for name in names)
+
+
+def finite_number(value: Any) -> bool:
+    """A JSON number (not a bool) that is finite as a float. JSON integers have no size: 10**400
+    makes float() and math.isfinite raise OverflowError rather than answer."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def check_span(start: int, end: int, length: int, names: tuple[str, str]) -> None:

@@ -27,6 +27,7 @@ _RAW = {
 
 HOSTILE: list[Any] = [
     None, True, False, 0, -1, 1, 2**31, 2**32 + 1, 2**53 + 1, 2**63, -(2**63) - 1, 2**64, 10**30, 1e308, -1e308, 0.5,
+    10**400, -(10**400),  # integers past a float's range: float() and math.isfinite raise OverflowError
     float("nan"), float("inf"), -float("inf"), "", " ", "0", "1e9", "true", "null", "\x00", "\x1b[2J\x07",
     "\u202e\u2028\u2066", "../../../etc/passwd", "/abs/path", "a/../../b", "{chunk_index}", "{nope}", "%s%n",
     "a" * 5_000, "\ud800", [], {}, [None], [[]], [1, "a", None], {"": None}, {"type": None}, [-1], [0], [2**40],

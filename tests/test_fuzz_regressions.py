@@ -334,3 +334,71 @@ def test_a_video_fps_beyond_a_floats_range(tmp_path):
     sidecar_path.write_text(json.dumps(sidecar))
     with pytest.raises(FormatError, match=re.escape(f"column_types.{camera}.fps must be a positive number, found 1000")):
         reader.open_dataset(str(tmp_path / "out")).decode("x.mp4", camera)
+
+
+def test_an_ortf_sensor_named_by_an_object(ortf, tmp_path):
+    """harness ortf_json (a one-hour run): a sensor whose `name` is an object passed the manifest
+    check and was made a dict key (TypeError: unhashable type)."""
+    from formats.sources import ortf as ortf_source
+
+    root = tmp_path / "ds"
+    shutil.copytree(ortf, root)
+    manifest = json.loads((root / "meta/manifest.json").read_text())
+    manifest["sensors"][0]["name"] = {"a": 1}
+    (root / "meta/manifest.json").write_text(json.dumps(manifest))
+    fs, url = storage.open_root(str(root))
+    with pytest.raises(FormatError, match=re.escape(f"{url}/meta/manifest.json: sensors[0].name must be a string, found dict")):
+        ortf_source.plan(fs, url, {})
+
+
+# By hand, the class the sidecar's dim and fps above opened (fuzz/jsonmut.py now mutates to 10**400 too):
+# a JSON integer past a float's range, which float() and math.isfinite answer with OverflowError.
+_PAST_FLOAT = 10**400
+
+
+def test_a_lerobot_fps_past_a_floats_range(lerobot, tmp_path):
+    root = tmp_path / "ds"
+    shutil.copytree(lerobot, root)
+    info = json.loads((root / "meta/info.json").read_text())
+    info["fps"] = _PAST_FLOAT
+    (root / "meta/info.json").write_text(json.dumps(info))
+    fs, url = storage.open_root(str(root))
+    with pytest.raises(FormatError, match=re.escape(f"{url}/meta/info.json: 'fps' must be a positive number of frames per second, found 1000")):
+        lerobot_v3.plan(fs, url, {})
+
+
+@pytest.mark.parametrize("where", ["sensor", "control_frequency_hz"])
+def test_an_ortf_rate_past_a_floats_range(ortf, tmp_path, where):
+    from formats.sources import ortf as ortf_source
+
+    root = tmp_path / "ds"
+    shutil.copytree(ortf, root)
+    manifest = json.loads((root / "meta/manifest.json").read_text())
+    if where == "sensor":
+        manifest["sensors"][0]["fps"] = _PAST_FLOAT
+        expected = "sensors[0].fps must be a positive number, found 1000"
+    else:
+        manifest["action_space"]["control_frequency_hz"] = _PAST_FLOAT
+        expected = "action_space.control_frequency_hz must be a positive number, found 1000"
+    (root / "meta/manifest.json").write_text(json.dumps(manifest))
+    fs, url = storage.open_root(str(root))
+    with pytest.raises(FormatError, match=re.escape(f"{url}/meta/manifest.json: {expected}")):
+        ortf_source.plan(fs, url, {})
+
+
+@pytest.mark.parametrize("value", [_PAST_FLOAT, -5, "\u00b2", "9" * 5_000], ids=["past_int64", "negative", "superscript", "5000_digits"])
+def test_an_rlds_num_bytes_that_is_no_int64_count(tmp_path, value):
+    """A count past int64 (float overflow sizing the shards), a negative one (accepted), a
+    superscript digit (str.isdigit says yes, int() raises) and 5,000 digits (past int()'s limit)."""
+    from formats.sources import rlds
+    from formats.sources.rlds.sample import SyntheticRLDS
+    from formats.sources.rlds.sample import write_dataset as write_rlds
+
+    write_rlds(str(tmp_path / "ds"), SyntheticRLDS(splits={"train": (3, 2)}, shards={"train": 1}))
+    info_path = tmp_path / "ds" / "dataset_info.json"
+    info = json.loads(info_path.read_text())
+    info["splits"][0]["numBytes"] = value
+    info_path.write_text(json.dumps(info))
+    fs, root = storage.open_root(str(tmp_path / "ds"))
+    with pytest.raises(FormatError, match=re.escape(f"{root}/dataset_info.json: splits[0].numBytes must be a non-negative integer, found")):
+        rlds.plan(fs, root, {"fps": 10})

@@ -11,13 +11,13 @@ are left alone (a later version may add some).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from formats.errors import FormatError
+from formats.sequence import finite_number
 
 __all__ = ["check_sidecar", "check_stats", "TRAJECTORY_DTYPES"]
 
@@ -34,14 +34,6 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _finite(value: int | float) -> bool:
-    """Not NaN or infinite, and (an integer) within a float's range: readers take `float(fps)`."""
-    try:
-        return math.isfinite(float(value))
-    except OverflowError:
-        return False
-
-
 # Each check: (test, what the value must be). A key absent is fine unless `_REQUIRED` names it.
 Check = tuple[Callable[[Any], bool], str]
 _STRING: Check = (lambda v: isinstance(v, str), "a string")
@@ -49,7 +41,7 @@ _BOOL: Check = (lambda v: isinstance(v, bool), "true or false")
 _OBJECT: Check = (lambda v: isinstance(v, dict), "an object")
 _COUNT: Check = (lambda v: _is_int(v) and v >= 0, "a non-negative integer")
 _DIM: Check = (lambda v: _is_int(v) and 0 < v < 1 << 31, "a positive integer below 2**31 (an Arrow fixed-size list's limit)")
-_POSITIVE: Check = (lambda v: _is_number(v) and v > 0 and _finite(v), "a positive number")
+_POSITIVE: Check = (lambda v: finite_number(v) and v > 0, "a positive number")  # readers take float(fps)
 _STRINGS: Check = (lambda v: isinstance(v, list) and all(isinstance(item, str) for item in v), "a list of strings")
 _INTS: Check = (lambda v: isinstance(v, list) and all(_is_int(item) for item in v), "a list of integers")
 _SIZE: Check = (lambda v: isinstance(v, dict) and all(_is_int(v.get(k)) and v[k] > 0 for k in ("width", "height")),

@@ -55,6 +55,7 @@ from formats.sequence import (
     column_name,
     episode_field_columns,
     episode_field_values,
+    finite_number,
 )
 from formats.sources import Source
 from formats.sources.lerobot_v3.rows import EpisodeRef, Reader, episode_images
@@ -155,7 +156,7 @@ def plan_episodes(fs: fsspec.AbstractFileSystem, root: str, info: dict, layout: 
     footers = storage.ParquetFooters(fs)
     version = info.get("codebase_version")
     fps = require(info, "fps", (int, float), info_path)
-    if not math.isfinite(fps) or fps <= 0:
+    if not finite_number(fps) or fps <= 0:
         raise FormatError(f"{info_path}: 'fps' must be a positive number of frames per second, found {fps!r}")
     features = require(info, "features", dict, info_path)
     parsed = _parse_features(features, info_path)

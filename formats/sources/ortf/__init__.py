@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from typing import Any
 
 import fsspec
@@ -50,6 +49,7 @@ from formats.sequence import (
     column_name,
     episode_field_columns,
     episode_field_values,
+    finite_number,
     path_component,
     quoted,
     safe_sequence_id,
@@ -118,11 +118,11 @@ def _check_manifest_types(manifest: dict, path: str) -> None:
     """The manifest fields this reader interprets, checked for their JSON types (a list where the
     spec has an object, a word where it has a number) so a bad manifest is one clear line."""
     def fail(where: str, wanted: str, value) -> None:
-        found = type(value).__name__ if wanted in ("an object", "a list") else repr(value)
+        found = type(value).__name__ if wanted in ("an object", "a list", "a string") else repr(value)
         raise FormatError(f"{path}: {where} must be {wanted}, found {found}")
 
     def positive_number(value) -> bool:
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+        return finite_number(value) and value > 0
 
     space = manifest["observation_space"]
     for key in ("images", "state"):
@@ -142,6 +142,8 @@ def _check_manifest_types(manifest: dict, path: str) -> None:
     for number, sensor in enumerate(manifest["sensors"]):
         if not isinstance(sensor, dict):
             fail(f"sensors[{number}]", "an object", sensor)
+        if sensor.get("name") is not None and not isinstance(sensor["name"], str):  # a camera names its sensor by it
+            fail(f"sensors[{number}].name", "a string", sensor["name"])
         if sensor.get("fps") is not None and not positive_number(sensor["fps"]):
             fail(f"sensors[{number}].fps", "a positive number", sensor["fps"])
         if sensor.get("resolution") is not None and not isinstance(sensor["resolution"], dict):
@@ -158,7 +160,9 @@ def _check_manifest_types(manifest: dict, path: str) -> None:
             if "index" in entry and not (isinstance(entry["index"], int) and not isinstance(entry["index"], bool)):
                 fail(f"{where}[{number}].index", "an integer", entry["index"])
     rate = manifest["action_space"].get("control_frequency_hz")
-    if rate is not None and positive_number(rate) and rate > MAX_RATE_HZ:
+    if rate is not None and not positive_number(rate):
+        fail("action_space.control_frequency_hz", "a positive number", rate)
+    if rate is not None and rate > MAX_RATE_HZ:
         raise FormatError(f"{path}: action_space.control_frequency_hz {rate!r} is not plausible (more than {MAX_RATE_HZ:.0e} Hz)")
 
 

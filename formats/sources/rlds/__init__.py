@@ -171,14 +171,14 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
 
 
 def _count(value: Any) -> int | None:
-    """A TFDS count (JSON integer, or the decimal string protobuf's JSON writes for int64)."""
-    if isinstance(value, bool):
+    """A TFDS count (JSON integer, or the decimal string protobuf's JSON writes for int64); None
+    for anything else, a negative count and one past int64 included (JSON integers have no size,
+    and 10**400 bytes overflowed the float a shard's size estimate is)."""
+    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 19:  # "²" is a digit to isdigit
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
         return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.isdigit():
-        return int(value)
-    return None
+    return value if 0 <= value < 1 << 63 else None
 
 
 def _check_info(info: dict, path: str) -> None:
