@@ -3,8 +3,10 @@ import io
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from formats import mixtrain
+from formats.mixtrain import array_layout
 from formats.sequence import SCALAR, VIDEO, ColumnSpec, Sequence, base_columns
 
 
@@ -46,6 +48,34 @@ def test_rows_roundtrip_through_parquet_bit_exact():
         assert back.column("note")[row].as_py() == sequence.steps["note"].to_pylist()
         assert back.column("timestamp")[row].as_py() == sequence.timestamp.tolist()
     assert back.column("length").to_pylist() == [5, 1, 8]
+
+
+@pytest.mark.parametrize("layout", ["lists", "bytes"])
+def test_a_combined_row_group_written_row_by_row_has_the_bytes_of_1_row_chunks(layout):
+    """The shard writer (transforms/write.py) writes each row group combined, with
+    `shard_writer(row_by_row=True)`, for the bytes earlier versions wrote from tables of 1-row
+    chunks: Parquet pages cut after the same rows. That rests on how Arrow batches a column's
+    levels (whole rows, even past 1,024 levels), so it is pinned here: a pyarrow that cuts pages
+    elsewhere fails this, and a combined table written the default way shows the test can fail."""
+    lengths = [60] * 2000 + [1, 3000, 7, 1500, 2, 2500] * 4  # short rows (pages fill mid-batch), and rows past 1,024 levels
+    columns = array_layout.with_layout(_columns(), layout)
+    table = mixtrain.sequences_to_table([_sequence(i, n) for i, n in enumerate(lengths)], columns)
+
+    def written(groups, row_by_row: bool) -> bytes:
+        buffer = io.BytesIO()
+        with mixtrain.shard_writer(buffer, table.schema, row_by_row=row_by_row) as writer:
+            for group in groups:
+                writer.write_table(group, row_group_size=group.num_rows)
+        return buffer.getvalue()
+
+    groups = [table.slice(start, 1024) for start in range(0, table.num_rows, 1024)]
+    chunked = [pa.Table.from_batches(group.to_batches(max_chunksize=1), schema=table.schema) for group in groups]
+    assert all(group.column("sequence_id").num_chunks == group.num_rows for group in chunked)
+    combined = [group.combine_chunks() for group in groups]
+    before = written(chunked, row_by_row=False)
+    assert written(combined, row_by_row=True) == before
+    assert written(combined, row_by_row=False) != before  # the pages Arrow cuts by default: other bytes
+    assert pq.read_table(io.BytesIO(before)).equals(table)
 
 
 def test_shard_of_is_stable():
