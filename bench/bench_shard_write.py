@@ -15,6 +15,12 @@ a ratio. CPU seconds (the process's, both threads of Arrow's encoder included), 
 Row groups: bench/bench_stats.py's `many` (700 x 100 steps), `long` (1 x 20,000 steps x 64 dims)
 and `agents` (L5Kit-like structs), plus `traj`: 20 row groups of 1,024 sequences x 50 steps x
 (6, 6) float32, the 20,000-episode trajectory shard of bench/bench_scaling.py.
+
+Then the whole shard step (transforms/write.py `_WriteShardFn`: spilled rows read back in id
+order, encoded, statistics on their thread) on `traj`'s sequences spilled by two "workers" into
+files of 8 MB: spill files of one row per record batch (as before, a read per row) against the
+default SPILL_BATCH_ROWS, the same shard bytes checked. CPU and wall seconds, fastest of
+`--repeat`.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ import argparse
 import hashlib
 import io
 import pathlib
+import shutil
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -33,17 +41,52 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_stats import _sequence, workload  # noqa: E402
-from formats import mixtrain  # noqa: E402
-from formats.sequence import ColumnSpec, base_columns  # noqa: E402
+from formats import mixtrain, storage  # noqa: E402
+from formats.sequence import ColumnSpec, Sequence, base_columns  # noqa: E402
+
+TRAJ_COLUMNS = base_columns() + [ColumnSpec.trajectory("action", np.float32, 6), ColumnSpec.trajectory("obs_state", np.float32, 6),
+                                 ColumnSpec.steps("frame_index", pa.int64()), ColumnSpec.steps("reward", pa.float32())]
+
+
+def _traj_sequences() -> list[Sequence]:
+    rng = np.random.default_rng(1)
+    return [_sequence(i, 50, rng, (6, 6), False) for i in range(20 * 1024)]
 
 
 def _traj() -> list[pa.Table]:
-    rng = np.random.default_rng(1)
-    columns = base_columns() + [ColumnSpec.trajectory("action", np.float32, 6), ColumnSpec.trajectory("obs_state", np.float32, 6),
-                                ColumnSpec.steps("frame_index", pa.int64()), ColumnSpec.steps("reward", pa.float32())]
-    table = mixtrain.sequences_to_table([_sequence(i, 50, rng, (6, 6), False) for i in range(20 * 1024)], columns)
+    table = mixtrain.sequences_to_table(_traj_sequences(), TRAJ_COLUMNS)
     return [pa.Table.from_batches(table.slice(start, 1024).to_batches(max_chunksize=1), schema=table.schema)
             for start in range(0, table.num_rows, 1024)]
+
+
+def _shard_step(sequences: list[Sequence], batch_rows: int, repeat: int) -> tuple[float, float, bytes]:
+    """(CPU s, wall s, shard bytes) of the shard writer on `sequences` spilled with `batch_rows`
+    rows per record batch; the spilling itself (on the workers) is not counted."""
+    from transforms import write
+
+    best, data = (float("inf"), float("inf")), b""
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory() as folder:
+            staging = storage.url_for(*storage.open_root(folder))
+            spill, records = write._SpillRowsFn(staging, TRAJ_COLUMNS, num_shards=1), []
+            spill.setup()
+            saved, write.SPILL_BATCH_ROWS = write.SPILL_BATCH_ROWS, batch_rows
+            try:
+                for bundle in (sequences[::2], sequences[1::2]):  # two workers' bundles, ids interleaved
+                    spill.start_bundle()
+                    records += [record for sequence in bundle for record in spill.process(sequence)]
+                    records += [value.value for value in spill.finish_bundle()]
+            finally:
+                write.SPILL_BATCH_ROWS = saved
+            shard = write._WriteShardFn(staging, TRAJ_COLUMNS)
+            shard.setup()
+            cpu, wall = time.process_time(), time.perf_counter()
+            list(shard.process((0, [spilled for _, spilled in records])))
+            cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+            best = min(best, (cpu, wall))
+            data = pathlib.Path(folder, mixtrain.shard_path(0)).read_bytes()
+            shutil.rmtree(folder, ignore_errors=True)
+    return best[0], best[1], data
 
 
 def _write(groups: list[pa.Table], combined: bool) -> bytes:
@@ -78,6 +121,16 @@ def main() -> None:
         rows, size = sum(g.num_rows for g in groups), sum(g.nbytes for g in groups) / 1e6
         print(f"{name:<10} {rows:>6} {size:7.1f} {old:15.3f} {new:11.3f} {old / new:6.2f}x")
     print("ratio: CPU of writing 1-row chunks over CPU of writing the combined row groups row by row (same bytes)")
+    from transforms import write
+
+    sequences = _traj_sequences()
+    one_cpu, one_wall, one = _shard_step(sequences, 1, args.repeat)
+    many_cpu, many_wall, many = _shard_step(sequences, write.SPILL_BATCH_ROWS, args.repeat)
+    if one != many:
+        raise SystemExit("shard step: the spill batch size changed the shard's bytes")
+    print(f"\nshard step, {len(sequences)} sequences: spill batches of 1 row {one_cpu:.3f} CPU s {one_wall:.3f} s wall; "
+          f"of {write.SPILL_BATCH_ROWS} rows {many_cpu:.3f} CPU s {many_wall:.3f} s wall; "
+          f"ratio {one_cpu / many_cpu:.2f}x CPU, {one_wall / many_wall:.2f}x wall (same shard bytes)")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ trajectories.
 
 from __future__ import annotations
 
+import bisect
 import collections
 import concurrent.futures
 import dataclasses
@@ -89,23 +90,26 @@ class SpilledFile:
     (a record per row was 20,000 pickled objects for 20,000 short episodes, all on the tail)."""
 
     path: str
-    sequence_ids: tuple[str, ...]  # row i of the file is batch i
+    sequence_ids: tuple[str, ...]  # the file's rows, in id order
     nbytes: tuple[int, ...]
     extra_stats: tuple[dict, ...]
     video_notes: tuple[dict, ...]
+    batch_ends: tuple[int, ...]  # the file's record batches: the row each one ends before
 
     def rows(self) -> list[SpilledRow]:
-        return [SpilledRow(sequence_id, self.path, batch, size, stats, notes) for batch, (sequence_id, size, stats, notes)
+        return [SpilledRow(sequence_id, self.path, position, self.batch_ends, size, stats, notes)
+                for position, (sequence_id, size, stats, notes)
                 in enumerate(zip(self.sequence_ids, self.nbytes, self.extra_stats, self.video_notes, strict=True))]
 
 
 @dataclasses.dataclass(frozen=True)
 class SpilledRow:
-    """Where one sequence's row waits for its shard writer: batch `batch` of the IPC file `path`."""
+    """Where one sequence's row waits for its shard writer: row `position` of the IPC file `path`."""
 
     sequence_id: str
     path: str
-    batch: int
+    position: int
+    batch_ends: tuple[int, ...]  # its file's (SpilledFile.batch_ends), one tuple shared by the file's rows
     nbytes: int  # what the row weighs (closes row groups by size without reading the row first)
     extra_stats: dict  # statistics computed upstream (video frames), which the row cannot give back
     video_notes: dict = dataclasses.field(default_factory=dict)  # column -> how its file was written, if not as the column says
@@ -143,19 +147,41 @@ class _SpillRowsFn(beam.DoFn):
                 yield GlobalWindows.windowed_value(record)
 
     def _spill(self, shard: int):
-        buffered = self._buffers.pop(shard)
+        # In id order: the rows a shard's row group takes from this file (a range of ids) are then
+        # neighbours, read a batch at a time rather than a row at a time.
+        buffered = sorted(self._buffers.pop(shard), key=lambda item: item[0].sequence_id)
         del self._sizes[shard]
         folder = storage.join(self._root, SPILL_DIR, f"{shard:05d}")
         self._fs.makedirs(folder, exist_ok=True)
         path = storage.join(folder, f"{uuid.uuid4().hex}.arrow")
         # One Arrow table for the whole buffer (column building per row cost more than the rows),
-        # written as one record batch per row so the shard writer can pick rows.
+        # written in record batches of at most SPILL_BATCH_ROWS rows or SPILL_BATCH_BYTES (a batch
+        # is what the shard writer reads to pick a row from it).
         table = mixtrain.sequences_to_table([sequence for sequence, _ in buffered], self._columns)
+        ends = _batch_ends([size for _, size in buffered])
         with self._fs.open(path, "wb") as handle, pa.ipc.new_file(handle, self._schema) as writer:
-            writer.write_table(table, max_chunksize=1)
+            for start, end in zip((0, *ends), ends):
+                writer.write_batch(table.slice(start, end - start).combine_chunks().to_batches()[0])
         yield shard, SpilledFile(path, tuple(sequence.sequence_id for sequence, _ in buffered), tuple(size for _, size in buffered),
                                  tuple(dict(sequence.extra_stats) for sequence, _ in buffered),
-                                 tuple(dict(sequence.video_notes) for sequence, _ in buffered))
+                                 tuple(dict(sequence.video_notes) for sequence, _ in buffered), ends)
+
+
+SPILL_BATCH_ROWS = 64
+SPILL_BATCH_BYTES = 1 << 20
+
+
+def _batch_ends(sizes: list[int]) -> tuple[int, ...]:
+    """Where a spill file's record batches end: at SPILL_BATCH_ROWS rows or SPILL_BATCH_BYTES,
+    whichever comes first (a long episode is a batch of its own)."""
+    ends, rows, size = [], 0, 0
+    for position, row_size in enumerate(sizes):
+        if rows and (rows >= SPILL_BATCH_ROWS or size + row_size > SPILL_BATCH_BYTES):
+            ends.append(position)
+            rows, size = 0, 0
+        rows += 1
+        size += row_size
+    return (*ends, len(sizes)) if sizes else ()
 
 
 def _approximate_bytes(sequence: Sequence) -> int:
@@ -177,31 +203,65 @@ def _row_groups(rows: list[SpilledRow]) -> list[list[SpilledRow]]:
 
 
 class _SpilledRowReader:
-    """Rows out of spill files, keeping a few files open: rows come in sequence-id order, which
-    jumps between the files of different workers and bundles."""
+    """A row group's rows out of the spill files, keeping a few files open, and each one's last
+    batch: rows come in sequence-id order, which jumps between the files of different workers and
+    bundles, and a row group takes a range of each file's (id-ordered) rows."""
 
-    def __init__(self, fs, keep: int = 16):
+    def __init__(self, fs, schema: pa.Schema, keep: int = 16):
         self._fs = fs
-        self._open: OrderedDict = OrderedDict()
+        self._schema = schema
+        self._open: OrderedDict = OrderedDict()  # path -> [IPC reader, source, (index, batch) last read]
         self._keep = keep
 
-    def read(self, row: SpilledRow) -> pa.RecordBatch:
-        reader = self._open.get(row.path)
-        if reader is None:
-            local = storage.local_path(self._fs, row.path)
+    def group(self, rows: list[SpilledRow]) -> pa.Table:
+        """`rows` (in id order) as one table of one chunk per column, in their order."""
+        if not rows:
+            return self._schema.empty_table()
+        by_file: dict[str, list[SpilledRow]] = {}
+        for row in rows:
+            by_file.setdefault(row.path, []).append(row)
+        pieces, ids = [], []
+        for path, found in by_file.items():
+            found.sort(key=lambda row: row.position)
+            pieces += self._rows(path, found[0].batch_ends, [row.position for row in found])
+            ids += [row.sequence_id for row in found]
+        table = pa.Table.from_batches(pieces, schema=self._schema)
+        table = table.take(sorted(range(len(ids)), key=ids.__getitem__)).combine_chunks()
+        wanted = [row.sequence_id for row in rows]
+        if table.column("sequence_id").to_pylist() != wanted:
+            got = next(i for i, (a, b) in enumerate(zip(table.column("sequence_id").to_pylist(), wanted, strict=True)) if a != b)
+            raise FormatError(f"the spilled row of {wanted[got]} in {rows[got].path} holds another sequence (damaged staging)")
+        return table
+
+    def _rows(self, path: str, batch_ends: tuple[int, ...], positions: list[int]) -> list[pa.RecordBatch]:
+        """The rows at `positions` (ascending) of one spill file, a slice of each batch they are in."""
+        entry = self._open.get(path)
+        if entry is None:
+            local = storage.local_path(self._fs, path)
             # Plain reads, not a memory map: mapped pages would stay resident while the file is open.
-            source = pa.OSFile(local) if local else storage.open_input(self._fs, row.path)
-            reader = self._open[row.path] = (pa.ipc.open_file(source), source)
+            source = pa.OSFile(local) if local else storage.open_input(self._fs, path)
+            entry = self._open[path] = [pa.ipc.open_file(source), source, (-1, None)]
             while len(self._open) > self._keep:
                 self._open.popitem(last=False)[1][1].close()
-        self._open.move_to_end(row.path)
-        batch = reader[0].get_batch(row.batch)
-        if batch.num_rows != 1 or batch.column("sequence_id")[0].as_py() != row.sequence_id:
-            raise FormatError(f"spilled row {row.batch} of {row.path} is not {row.sequence_id} (damaged staging)")
-        return batch
+        self._open.move_to_end(path)
+        pieces, start = [], 0
+        while start < len(positions):
+            index = bisect.bisect_right(batch_ends, positions[start])
+            first = batch_ends[index - 1] if index else 0
+            stop = bisect.bisect_left(positions, batch_ends[index], start)
+            if entry[2][0] != index:
+                entry[2] = (index, entry[0].get_batch(index))
+            batch = entry[2][1]
+            if batch.num_rows != batch_ends[index] - first:
+                raise FormatError(f"{path}: batch {index} holds {batch.num_rows} rows, not {batch_ends[index] - first} (damaged staging)")
+            local = [position - first for position in positions[start:stop]]
+            contiguous = local[-1] - local[0] + 1 == len(local)
+            pieces.append(batch.slice(local[0], len(local)) if contiguous else batch.take(pa.array(local)))
+            start = stop
+        return pieces
 
     def close(self):
-        for _, source in self._open.values():
+        for _, source, _ in self._open.values():
             source.close()
         self._open.clear()
 
@@ -244,7 +304,7 @@ class _WriteShardFn(beam.DoFn):
         path = storage.join(self._root, mixtrain.shard_path(index))
         self._fs.makedirs(storage.join(self._root, mixtrain.DATA_DIR), exist_ok=True)
         result = ShardResult(index=index, rows=len(ordered), timesteps=0, bytes=0, stats={}, errors=errors, arrived=arrived)
-        reader = _SpilledRowReader(self._fs)
+        reader = _SpilledRowReader(self._fs, self._schema)
         # A row group's statistics are computed on a thread while the next groups are read and
         # encoded (numpy and Arrow release the GIL), folded in row-group order: the same numbers.
         pending: collections.deque = collections.deque()
@@ -252,9 +312,7 @@ class _WriteShardFn(beam.DoFn):
             with concurrent.futures.ThreadPoolExecutor(STATS_THREADS, thread_name_prefix="mixtrain-stats") as pool:
                 with self._fs.open(path, "wb") as handle, mixtrain.shard_writer(handle, self._schema, row_by_row=True) as writer:
                     for group in _row_groups(ordered) if ordered else [[]]:
-                        # Read file by file (ids of different files interleave), then back in id order.
-                        batches = {id(row): reader.read(row) for row in sorted(group, key=lambda r: (r.path, r.batch))}
-                        pending.append(self._write_group(writer, [(batches[id(row)], row) for row in group], result, pool))
+                        pending.append(self._write_group(writer, reader.group(group), group, result, pool))
                         while len(pending) > STATS_THREADS:  # at most this many row groups held for their statistics
                             _fold(pending.popleft().result(), result)
                 while pending:
@@ -269,13 +327,12 @@ class _WriteShardFn(beam.DoFn):
         flush()  # the last shards end the run: their counts now, not a tick later
         yield result
 
-    def _write_group(self, writer, group: list, result: ShardResult, pool: concurrent.futures.Executor) -> concurrent.futures.Future:
-        """One row group written; its statistics submitted to `pool` (a future of `_group_summary`)."""
-        # One chunk per column, written row by row (shard_writer): the pages of earlier versions'
-        # 1-row chunks, hence their bytes; the statistics share the combined table.
-        table = pa.Table.from_batches([batch for batch, _ in group], schema=self._schema).combine_chunks()
+    def _write_group(self, writer, table: pa.Table, rows: list[SpilledRow], result: ShardResult,
+                     pool: concurrent.futures.Executor) -> concurrent.futures.Future:
+        """One row group (`table`: `rows`, one chunk per column) written; its statistics submitted
+        to `pool` (a future of `_group_summary`). Written row by row (shard_writer): the pages of
+        earlier versions' tables of 1-row chunks, hence their bytes."""
         writer.write_table(table, row_group_size=max(1, table.num_rows))
-        rows = [row for _, row in group]
         for row in rows:
             for column, note in row.video_notes.items():
                 result.video_notes.setdefault(column, {})[row.sequence_id] = note

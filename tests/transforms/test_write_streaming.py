@@ -1,10 +1,14 @@
 """The shard writer streams: rows spilled per worker, read back in id order, row groups by size."""
 
+import re
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from formats import mixtrain, storage
+from formats.errors import FormatError
 from formats.mixtrain.stats import ColumnStats, table_stats
 from formats.sequence import SCALAR, ColumnSpec, Sequence, base_columns
 from transforms import write
@@ -115,3 +119,44 @@ def test_null_numeric_step_cells_are_left_out_of_statistics():
     sequences[1].steps["reward"] = None  # a row without this column (a null cell)
     stats = table_stats(mixtrain.sequences_to_table(sequences, _columns()), _columns())
     assert stats["reward"].count == 5
+
+
+def test_spill_files_hold_rows_in_id_order_in_batches_of_a_few_rows(tmp_path, monkeypatch):
+    """A row group takes a range of each spill file's ids, read a batch (<= SPILL_BATCH_ROWS rows or
+    SPILL_BATCH_BYTES) at a time; a row past SPILL_BATCH_BYTES is a batch of its own."""
+    monkeypatch.setattr(write, "SPILL_BATCH_ROWS", 4)
+    monkeypatch.setattr(write, "SPILL_BATCH_BYTES", 40_000)
+    lengths = [5] * 9 + [900] + [5] * 3  # s009: 900 x 16 float32 = 57.6 kB, more than a batch holds
+    sequences = [_sequence(i, n) for i, n in enumerate(lengths)][::-1]  # arriving in reverse id order
+    records, result, path = _spill_and_write(tmp_path, sequences, monkeypatch, spill_bytes=1 << 30, group_bytes=2_000)
+    for _, spilled in records:
+        assert list(spilled.sequence_ids) == sorted(spilled.sequence_ids)
+        with pa.OSFile(spilled.path) as source:
+            reader = pa.ipc.open_file(source)
+            batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+        ends = list(np.cumsum([batch.num_rows for batch in batches]))
+        assert list(spilled.batch_ends) == ends and max(batch.num_rows for batch in batches) <= 4
+        assert [batch.column("sequence_id").to_pylist() for batch in batches if "s009" in batch.column("sequence_id").to_pylist()] \
+            in ([], [["s009"]])
+    table = pq.read_table(path)
+    assert table.column("sequence_id").to_pylist() == [f"s{i:03d}" for i in range(len(lengths))]
+    assert table.column("length").to_pylist() == lengths
+    assert pq.ParquetFile(path).metadata.num_row_groups > 2  # groups cut across the files' batches
+
+
+def test_a_spilled_row_that_holds_another_sequence_is_refused(tmp_path, monkeypatch):
+    """The staging is checked as it is read back: a spill file damaged or swapped under the run."""
+    monkeypatch.setattr(write, "SPILL_BYTES", 1 << 30)
+    staging = storage.url_for(*storage.open_root(str(tmp_path / "staging")))
+    spill = write._SpillRowsFn(staging, _columns(), num_shards=1)
+    spill.setup()
+    spill.start_bundle()
+    for sequence in [_sequence(i, 5) for i in range(3)]:
+        assert not list(spill.process(sequence))
+    [(_, spilled)] = [wv.value for wv in spill.finish_bundle()]
+    lying = write.SpilledFile(spilled.path, ("s000", "s001", "s005"), spilled.nbytes, spilled.extra_stats, spilled.video_notes,
+                              spilled.batch_ends)
+    shard = write._WriteShardFn(staging, _columns())
+    shard.setup()
+    with pytest.raises(FormatError, match=re.escape(f"the spilled row of s005 in {spilled.path} holds another sequence (damaged staging)")):
+        list(shard.process((0, [lying])))
