@@ -158,10 +158,12 @@ class _SpillRowsFn(beam.DoFn):
         # written in record batches of at most SPILL_BATCH_ROWS rows or SPILL_BATCH_BYTES (a batch
         # is what the shard writer reads to pick a row from it).
         table = mixtrain.sequences_to_table([sequence for sequence, _ in buffered], self._columns)
+        if any(column.num_chunks > 1 for column in table.columns):  # a slice must be one record batch
+            table = table.combine_chunks()
         ends = _batch_ends([size for _, size in buffered])
         with self._fs.open(path, "wb") as handle, pa.ipc.new_file(handle, self._schema) as writer:
             for start, end in zip((0, *ends), ends):
-                writer.write_batch(table.slice(start, end - start).combine_chunks().to_batches()[0])
+                writer.write_table(table.slice(start, end - start))  # no copy (combine_chunks would copy even one chunk)
         yield shard, SpilledFile(path, tuple(sequence.sequence_id for sequence, _ in buffered), tuple(size for _, size in buffered),
                                  tuple(dict(sequence.extra_stats) for sequence, _ in buffered),
                                  tuple(dict(sequence.video_notes) for sequence, _ in buffered), ends)
@@ -210,7 +212,7 @@ class _SpilledRowReader:
     def __init__(self, fs, schema: pa.Schema, keep: int = 16):
         self._fs = fs
         self._schema = schema
-        self._open: OrderedDict = OrderedDict()  # path -> [IPC reader, source, (index, batch) last read]
+        self._open: OrderedDict = OrderedDict()  # path -> [IPC reader, source, (index, batch) read and not done with]
         self._keep = keep
 
     def group(self, rows: list[SpilledRow]) -> pa.Table:
@@ -226,7 +228,10 @@ class _SpilledRowReader:
             pieces += self._rows(path, found[0].batch_ends, [row.position for row in found])
             ids += [row.sequence_id for row in found]
         table = pa.Table.from_batches(pieces, schema=self._schema)
-        table = table.take(sorted(range(len(ids)), key=ids.__getitem__)).combine_chunks()
+        order = sorted(range(len(ids)), key=ids.__getitem__)
+        if order != list(range(len(ids))):  # a copy of the group: not for one file's rows, or a long episode's own group
+            table = table.take(order)
+        table = table.combine_chunks()
         wanted = [row.sequence_id for row in rows]
         if table.column("sequence_id").to_pylist() != wanted:
             got = next(i for i, (a, b) in enumerate(zip(table.column("sequence_id").to_pylist(), wanted, strict=True)) if a != b)
@@ -257,6 +262,8 @@ class _SpilledRowReader:
             local = [position - first for position in positions[start:stop]]
             contiguous = local[-1] - local[0] + 1 == len(local)
             pieces.append(batch.slice(local[0], len(local)) if contiguous else batch.take(pa.array(local)))
+            if positions[stop - 1] == batch_ends[index] - 1:  # its last row read: a later group takes none of it
+                entry[2] = (-1, None)  # (a long episode is a batch of its own: never kept)
             start = stop
         return pieces
 
