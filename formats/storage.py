@@ -141,11 +141,14 @@ def _special_kind(local: str) -> str | None:
 
 def check_regular(fs: fsspec.AbstractFileSystem, path: str) -> None:
     """Refuse, without opening it, a local path that is a FIFO, device or socket: opening a FIFO
-    blocks until a writer appears (a hung launcher), a device never ends. Object stores hold none."""
+    blocks until a writer appears (a hung launcher), a device never ends. Object stores hold none.
+    And a folder: metadata naming one (a shard listed as ".") got IsADirectoryError from open."""
     local = local_path(fs, path)
     kind = _special_kind(local) if local is not None else None
     if kind:
         raise FormatError(f"{path}: is a {kind}, not a regular file; refused without opening it")
+    if local is not None and os.path.isdir(local):
+        raise FormatError(f"{path}: is a folder, not a file")
 
 
 def _real_path(root: str, relative: str) -> str:

@@ -402,3 +402,58 @@ def test_an_rlds_num_bytes_that_is_no_int64_count(tmp_path, value):
     fs, root = storage.open_root(str(tmp_path / "ds"))
     with pytest.raises(FormatError, match=re.escape(f"{root}/dataset_info.json: splits[0].numBytes must be a non-negative integer, found")):
         rlds.plan(fs, root, {"fps": 10})
+
+
+def test_an_rlds_file_format_that_is_not_a_string(tmp_path):
+    """harness rlds_json (a one-hour run): `"fileFormat": [...]` reached `in CONTAINERS` (TypeError: unhashable)."""
+    from formats.sources import rlds
+    from formats.sources.rlds.sample import SyntheticRLDS
+    from formats.sources.rlds.sample import write_dataset as write_rlds
+
+    write_rlds(str(tmp_path / "ds"), SyntheticRLDS(splits={"train": (3, 2)}, shards={"train": 1}))
+    info_path = tmp_path / "ds" / "dataset_info.json"
+    info = json.loads(info_path.read_text())
+    info["fileFormat"] = ["tfrecord"]
+    info_path.write_text(json.dumps(info))
+    fs, root = storage.open_root(str(tmp_path / "ds"))
+    with pytest.raises(FormatError, match=re.escape(f"{root}/dataset_info.json: fileFormat must be a string, found ['tfrecord']")):
+        rlds.plan(fs, root, {"fps": 10})
+
+
+@pytest.mark.parametrize("info, message", [
+    ("h264", "has info 'h264'; expected an object"),  # harness lerobot_json (a one-hour run): AttributeError on str.get
+    ({"video.fps": _PAST_FLOAT}, "has info.video.fps 1000"),  # by hand: would reach mixtrain.json, which our reader refuses
+    ({"video.width": "640"}, "has info.video.width '640'; expected a positive integer"),
+])
+def test_a_lerobot_camera_info_that_is_not_what_lerobot_writes(tmp_path, info, message):
+    root = tmp_path / "ds"
+    write_lerobot(str(root), SyntheticLeRobot(lengths=(3,)))
+    meta = json.loads((root / "meta/info.json").read_text())
+    camera = next(key for key, spec in meta["features"].items() if spec["dtype"] == "video")
+    meta["features"][camera]["info"] = info
+    (root / "meta/info.json").write_text(json.dumps(meta))
+    fs, url = storage.open_root(str(root))
+    with pytest.raises(FormatError, match=re.escape(f"{url}/meta/info.json: feature {camera!r} {message}")):
+        lerobot_v3.plan(fs, url, {})
+
+
+def test_a_shard_listed_as_the_dataset_folder(tmp_path):
+    """harness mixtrain_json (a one-hour run): `"shards": ["."]` opened the dataset's folder as a
+    shard (OSError from Arrow); a folder named by any metadata is now refused before opening it."""
+    root = _mixtrain(tmp_path / "out", sidecar=b'{"mixtrain": "1.0", "column_types": {}, "shards": ["."]}')
+    with pytest.raises(FormatError, match=re.escape(f"{root}/.: is a folder, not a file")):
+        reader.open_dataset(str(root)).scan()
+
+
+@pytest.mark.parametrize("task_id, found", [("Infinity", "inf"), ("2.7", "2.7"), ('"3"', "'3'")])
+def test_an_ortf_task_id_that_is_not_an_integer(ortf, tmp_path, task_id, found):
+    """harness ortf_json (a one-hour run): `"task_id": Infinity` overflowed int(); 2.7 was read as
+    task 2 (another task's instruction on the episode), silently."""
+    from formats.sources import ortf as ortf_source
+
+    root = tmp_path / "ds"
+    shutil.copytree(ortf, root)
+    (root / "meta/tasks.jsonl").write_text('{"task_id": ' + task_id + ', "instruction": "x"}\n')
+    fs, url = storage.open_root(str(root))
+    with pytest.raises(FormatError, match=re.escape(f"{url}/meta/tasks.jsonl: line 1: task_id must be an integer, found {found}")):
+        ortf_source.plan(fs, url, {})

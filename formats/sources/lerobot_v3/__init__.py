@@ -56,6 +56,7 @@ from formats.sequence import (
     episode_field_columns,
     episode_field_values,
     finite_number,
+    quoted,
 )
 from formats.sources import Source
 from formats.sources.lerobot_v3.rows import EpisodeRef, Reader, episode_images
@@ -241,6 +242,7 @@ def _parse_features(features: dict, path: str) -> list[_Feature]:
             raise FormatError(f"{path}: feature {key!r} has no dtype")
         dtype = spec["dtype"]
         shape = _shape(spec.get("shape"), key, path)
+        _check_video_info(spec, key, path)
         if dtype in ("video", "image"):
             parsed.append(_Feature(key, column_name(key, camera=True), VIDEO, dtype, shape))
         elif dtype in ("string", "language") or shape == (1,):
@@ -252,6 +254,22 @@ def _parse_features(features: dict, path: str) -> list[_Feature]:
                 raise FormatError(f"{path}: feature {key!r} has unknown dtype {dtype!r}") from error
             parsed.append(_Feature(key, column_name(key), "trajectory", dtype, shape))
     return parsed
+
+
+def _check_video_info(spec: dict, key: str, path: str) -> None:
+    """A feature's `info` (`video_info` from lerobot's v1 -> v2.0 converter), when there is one: an
+    object, and the numbers a camera column takes from it numbers (they reach mixtrain.json)."""
+    for name in ("info", "video_info"):
+        info = spec.get(name)
+        if info is None:
+            continue
+        if not isinstance(info, dict):
+            raise FormatError(f"{path}: feature {key!r} has {name} {quoted(info)}; expected an object")
+        for field, (valid, wanted) in {"video.fps": (lambda v: finite_number(v) and v > 0, "a positive number"),
+                                       "video.width": (lambda v: type(v) is int and v > 0, "a positive integer"),
+                                       "video.height": (lambda v: type(v) is int and v > 0, "a positive integer")}.items():
+            if info.get(field) is not None and not valid(info[field]):
+                raise FormatError(f"{path}: feature {key!r} has {name}.{field} {quoted(info[field])}; expected {wanted}")
 
 
 # Values per step of one feature beyond which a declared shape is a corrupt info.json, refused

@@ -204,9 +204,12 @@ def _tasks(fs, root: str) -> dict[int, dict]:
             continue
         try:
             task = json.loads(line)
-            tasks[int(task["task_id"])] = task
+            task_id = task["task_id"]
         except (KeyError, TypeError, ValueError, RecursionError) as error:  # ValueError: bad JSON, the int digit limit; nesting
             raise FormatError(f"{path}: line {number} is not a task object with a task_id: {error}") from error
+        if type(task_id) is not int:  # int64 (ORTF v0.2): 2.7 was truncated to another task's id, Infinity overflowed
+            raise FormatError(f"{path}: line {number}: task_id must be an integer, found {quoted(task_id)}")
+        tasks[task_id] = task
     return tasks
 
 

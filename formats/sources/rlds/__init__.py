@@ -183,8 +183,9 @@ def _count(value: Any) -> int | None:
 
 def _check_info(info: dict, path: str) -> None:
     """The dataset_info.json fields this reader interprets, with their JSON types and plausible sizes."""
-    if info.get("name") is not None and not isinstance(info["name"], str):
-        raise FormatError(f"{path}: name must be a string, found {info['name']!r}")
+    for key in ("name", "fileFormat"):
+        if info.get(key) is not None and not isinstance(info[key], str):
+            raise FormatError(f"{path}: {key} must be a string, found {info[key]!r}"[:300])
     splits = info.get("splits", [])
     if not isinstance(splits, list) or not all(isinstance(split, dict) for split in splits):
         raise FormatError(f"{path}: splits must be a list of objects, found {splits!r}"[:300])
