@@ -457,3 +457,12 @@ def test_an_ortf_task_id_that_is_not_an_integer(ortf, tmp_path, task_id, found):
     fs, url = storage.open_root(str(root))
     with pytest.raises(FormatError, match=re.escape(f"{url}/meta/tasks.jsonl: line 1: task_id must be an integer, found {found}")):
         ortf_source.plan(fs, url, {})
+
+
+@pytest.mark.parametrize("episode_id, number", [("12", 12), ("\u00b2", 4), ("9" * 5_000, 4), ("ep-3", 4)])
+def test_an_ortf_episode_id_that_only_looks_numeric(episode_id, number):
+    """By hand, the class of RLDS's "²" count: an episode id str.isdigit accepts and int() refuses
+    (a superscript digit; 5,000 digits, past int()'s limit) names the video by the episode's row."""
+    from formats.sources import ortf as ortf_source
+
+    assert ortf_source._episode_number({"episode_id": episode_id}, 4) == number

@@ -55,6 +55,10 @@ def _newest_log_entry(dst):
 DAMAGE = {
     ("iceberg", "catalog emptied"): (lambda dst: (dst / "catalog.db").write_bytes(b""), "catalog.db has no Iceberg table"),
     ("iceberg", "catalog deleted"): (lambda dst: (dst / "catalog.db").unlink(), "catalog.db has no Iceberg table"),
+    # "²" is a digit to str.isdigit, not to int(): the newest-metadata pick raised ValueError
+    ("iceberg", "catalog deleted, a stray metadata file"): (
+        lambda dst: ((dst / "catalog.db").unlink(), (dst / "metadata" / "\u00b2-x.metadata.json").write_text("{}")),
+        "catalog.db has no Iceberg table"),
     ("delta", "log deleted"): (lambda dst: shutil.rmtree(dst / "_delta_log"), "_delta_log: not found, but 2 committed run(s)"),
     ("delta", "log emptied"): (lambda dst: [p.unlink() for p in (dst / "_delta_log").iterdir()], "_delta_log: the Delta log cannot"),
     ("delta", "first entry deleted"): (lambda dst: sorted((dst / "_delta_log").glob("*.json"))[0].unlink(),

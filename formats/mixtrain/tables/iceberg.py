@@ -87,13 +87,17 @@ def open_table(output_url: str, catalog: str = "", table: str = ""):
         return None
 
 
+def _version_number(prefix: str) -> int:
+    """A metadata file's leading version number, -1 when it has none ("²" is a digit to isdigit, not to int)."""
+    return int(prefix) if prefix.isascii() and prefix.isdigit() else -1
+
+
 def lost_table(fs, output: str, output_url: str, settings: TableSettings, runs: list[str]) -> str:
     """The refusal for committed runs whose table the catalog does not have (an emptied or
     deleted catalog.db): how to register the newest metadata file again."""
     name = settings.table or DEFAULT_TABLE
     found = fs.glob(storage.join(output, "metadata", "*.metadata.json"))
-    newest = max(found, key=lambda path: (int(posixpath.basename(path).split("-", 1)[0] or 0)
-                                          if posixpath.basename(path).split("-", 1)[0].isdigit() else -1, path), default=None)
+    newest = max(found, key=lambda path: (_version_number(posixpath.basename(path).split("-", 1)[0]), path), default=None)
     where = f"the catalog {settings.catalog}" if settings.catalog else f"{storage.join(output, CATALOG_FILE)}"
     head = (f"{output}: {len(runs)} committed run(s) (latest {runs[-1]}) but {where} has no Iceberg table {name}; nothing was "
             "converted (a new table would orphan their snapshots)")

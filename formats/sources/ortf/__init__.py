@@ -537,7 +537,8 @@ def _default_video(row: dict, key: str, position: int, chunk_files: dict) -> str
 
 def _episode_number(row: dict, position: int) -> int:
     episode_id = str(row["episode_id"])
-    return int(episode_id) if episode_id.isdigit() else position
+    numeric = episode_id.isascii() and episode_id.isdigit() and len(episode_id) <= 18  # "²" is a digit to isdigit, not to int
+    return int(episode_id) if numeric else position
 
 
 def _episode_camera(row: dict, key: str, spec: ColumnSpec, sensor: dict, chunk_files: dict, position: int,
