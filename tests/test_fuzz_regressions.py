@@ -466,3 +466,11 @@ def test_an_ortf_episode_id_that_only_looks_numeric(episode_id, number):
     from formats.sources import ortf as ortf_source
 
     assert ortf_source._episode_number({"episode_id": episode_id}, 4) == number
+
+
+def test_a_sidecar_count_past_int64(tmp_path):
+    """By hand, the 10**400 class: `num_sequences` passed as a non-negative integer, and
+    `len(dataset)` raised OverflowError (a count must fit an index)."""
+    root = _mixtrain(tmp_path / "out", sidecar=json.dumps({"mixtrain": "1.0", "column_types": {}, "num_sequences": _PAST_FLOAT}).encode())
+    with pytest.raises(FormatError, match=re.escape("num_sequences must be a non-negative integer below 2**63, found 1000")):
+        len(reader.open_dataset(str(root)))

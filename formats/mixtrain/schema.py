@@ -39,13 +39,13 @@ Check = tuple[Callable[[Any], bool], str]
 _STRING: Check = (lambda v: isinstance(v, str), "a string")
 _BOOL: Check = (lambda v: isinstance(v, bool), "true or false")
 _OBJECT: Check = (lambda v: isinstance(v, dict), "an object")
-_COUNT: Check = (lambda v: _is_int(v) and v >= 0, "a non-negative integer")
+_COUNT: Check = (lambda v: _is_int(v) and 0 <= v < 1 << 63, "a non-negative integer below 2**63")  # len(dataset) takes it
 _DIM: Check = (lambda v: _is_int(v) and 0 < v < 1 << 31, "a positive integer below 2**31 (an Arrow fixed-size list's limit)")
 _POSITIVE: Check = (lambda v: finite_number(v) and v > 0, "a positive number")  # readers take float(fps)
 _STRINGS: Check = (lambda v: isinstance(v, list) and all(isinstance(item, str) for item in v), "a list of strings")
 _INTS: Check = (lambda v: isinstance(v, list) and all(_is_int(item) for item in v), "a list of integers")
-_SIZE: Check = (lambda v: isinstance(v, dict) and all(_is_int(v.get(k)) and v[k] > 0 for k in ("width", "height")),
-                "an object with positive integer width and height")
+_SIZE: Check = (lambda v: isinstance(v, dict) and all(_is_int(v.get(k)) and 0 < v[k] < 1 << 31 for k in ("width", "height")),
+                "an object with positive integer width and height below 2**31")
 _UNITS: Check = (lambda v: isinstance(v, (str, dict)) or (isinstance(v, list) and all(isinstance(item, (str, type(None))) for item in v)),
                  "a string, a list of strings or an object")
 
