@@ -259,10 +259,12 @@ def path_component(name: str, what: str) -> str:
 
 
 def quoted(value: object, limit: int = 60) -> str:
-    """repr() of a value from the data for a message: control characters escaped, and a long one cut."""
+    """repr() of a value from the data for a message: control characters escaped, and a long one
+    cut (a 200,000-character list or a 10**4000 made a message of that size)."""
     if isinstance(value, str) and len(value) > limit:
         return f"{value[:limit]!r}... ({len(value)} characters)"
-    return repr(value)
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 # How far the median step may stray from 1 / fps before the declared rate counts as contradicted.
@@ -326,6 +328,20 @@ def episode_field_columns(types: dict[str, pa.DataType], source_prefix: str = ""
 def episode_field_values(row: Any, names: list[str], convert: Any = None) -> tuple[tuple[str, Any], ...]:
     """(column, value) of those fields for one episode's row (`convert`: e.g. numpy -> Python)."""
     return tuple((column_name(name), convert(row[name]) if convert else row[name]) for name in names)
+
+
+def is_int(value: Any) -> bool:
+    """A JSON integer (bool is an int to Python, not to JSON)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def int64_text(text: str) -> int | None:
+    """The int64 a decimal text spells, or None: only ASCII digits ("²" is a digit to str.isdigit,
+    and int() refuses it), at most 19 of them (int() refuses 5,000), below 2**63."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 19):
+        return None
+    value = int(text)
+    return value if value < 1 << 63 else None
 
 
 def finite_number(value: Any) -> bool:

@@ -19,7 +19,7 @@ import pyarrow as pa
 
 import formats
 from formats import errors, mixtrain, sources, storage
-from formats.mixtrain import array_layout, fingerprint, tables
+from formats.mixtrain import array_layout, fingerprint, schema, tables
 from formats.sequence import SCALAR, TRAJECTORY, VIDEO, DatasetMeta
 from formats.sources import Source, SourceRef
 from formats.video import policy
@@ -181,6 +181,10 @@ def _make_plan(options: Any, *, output_url: str, created_at: str, previous_root:
             _refuse_forced_source(fs, root, source)
         plan_options = source_options(source, options)
         meta, refs = source.plan(fs, root, plan_options)
+    # What the source's metadata puts in the columns, checked as mixtrain.json will hold it: a
+    # value our own reader refuses (a camera fps of null, a pix_fmt of 5) is refused now, not published.
+    schema.check_sidecar({"column_types": mixtrain.column_types(meta.columns)},
+                         f"{storage.local_path(fs, root) or storage.url_for(fs, root)} ({source.id} metadata, as mixtrain.json would hold it)")
     mixtrain.check_output_names(meta.columns, (ref.sequence_id or ref.unit_prefix for ref in refs),
                                 storage.local_path(fs, root) or storage.url_for(fs, root))
     if not refs or sources.sequence_count(refs) == 0:

@@ -14,6 +14,7 @@ import pytest
 from formats import storage
 from formats.errors import FormatError
 from formats.read import reader
+from formats.sequence import column_name
 from formats.sources import lerobot_v3
 from formats.sources.l5kit.zarr_v2 import ZarrArray, write_array
 from formats.sources.lerobot_v3.sample import SyntheticLeRobot
@@ -420,21 +421,65 @@ def test_an_rlds_file_format_that_is_not_a_string(tmp_path):
         rlds.plan(fs, root, {"fps": 10})
 
 
-@pytest.mark.parametrize("info, message", [
-    ("h264", "has info 'h264'; expected an object"),  # harness lerobot_json (a one-hour run): AttributeError on str.get
-    ({"video.fps": _PAST_FLOAT}, "has info.video.fps 1000"),  # by hand: would reach mixtrain.json, which our reader refuses
-    ({"video.width": "640"}, "has info.video.width '640'; expected a positive integer"),
-])
-def test_a_lerobot_camera_info_that_is_not_what_lerobot_writes(tmp_path, info, message):
+def _lerobot_with_camera_info(tmp_path, change) -> tuple:
     root = tmp_path / "ds"
     write_lerobot(str(root), SyntheticLeRobot(lengths=(3,)))
     meta = json.loads((root / "meta/info.json").read_text())
     camera = next(key for key, spec in meta["features"].items() if spec["dtype"] == "video")
-    meta["features"][camera]["info"] = info
+    change(meta["features"][camera])
     (root / "meta/info.json").write_text(json.dumps(meta))
+    return root, camera
+
+
+@pytest.mark.parametrize("info, message", [
+    ("h264", "has info 'h264'; expected an object"),  # harness lerobot_json (a one-hour run): AttributeError on str.get
+    ({"video.is_depth_map": "false"}, "has info.video.is_depth_map 'false'; expected true or false"),  # bool("false"): depth
+])
+def test_a_lerobot_camera_info_that_is_not_what_lerobot_writes(tmp_path, info, message):
+    root, camera = _lerobot_with_camera_info(tmp_path, lambda spec: spec.update(info=info))
     fs, url = storage.open_root(str(root))
     with pytest.raises(FormatError, match=re.escape(f"{url}/meta/info.json: feature {camera!r} {message}")):
         lerobot_v3.plan(fs, url, {})
+
+
+@pytest.mark.parametrize("info, key, found, extra", [
+    ({"video.fps": _PAST_FLOAT}, "fps", "a positive number, found 1000", []),
+    ({"video.fps": None}, "fps", "a positive number, found None", []),
+    ({"video.width": "640"}, "resolution", "an object with positive integer width and height below 2**31, found", []),
+    ({"video.pix_fmt": 5}, "pix_fmt", "a string, found 5", ["--video=reencode"]),  # was TypeError in the encode policy
+])
+def test_camera_metadata_mixtrain_json_cannot_hold_is_refused_at_planning(tmp_path, capsys, info, key, found, extra):
+    """By hand, after the review: values a source's metadata puts in a column reached mixtrain.json,
+    which our own reader then refused. The plan is checked as mixtrain.json will hold it."""
+    from mixtrain_convert import convert
+
+    root, camera = _lerobot_with_camera_info(tmp_path, lambda spec: spec["info"].update(info))
+    code = convert([f"--input={root}", f"--output={tmp_path / 'out'}", "--runner=FnApiRunner", "--progress=off", *extra])
+    error = capsys.readouterr().err.strip()
+    column = column_name(camera, camera=True)
+    assert code == 1 and not (tmp_path / "out").exists() and "\n" not in error
+    assert error.startswith(f"error: {root} (lerobot_v3 metadata, as mixtrain.json would hold it): "
+                            f"column_types.{column}.{key} must be {found}"), error
+
+
+def test_lerobot_names_as_an_object_of_one_list_are_the_list(tmp_path):
+    """lerobot v2.x (and datasets converted from it) write names as {"motors": [...]}: kept verbatim,
+    mixtrain.json held an object our reader refuses (names must be a list of strings)."""
+    from formats.read import reader as dataset_reader
+    from mixtrain_convert import convert
+
+    root = tmp_path / "ds"
+    write_lerobot(str(root), SyntheticLeRobot(lengths=(3,), cameras=()))
+    meta = json.loads((root / "meta/info.json").read_text())
+    dims = meta["features"]["action"]["shape"][0]
+    meta["features"]["action"]["names"] = {"motors": [f"joint_{i}" for i in range(dims)]}
+    meta["features"]["observation.state"]["names"] = {"a": ["x"], "b": ["y"]}  # not one list: kept as it was, elsewhere
+    (root / "meta/info.json").write_text(json.dumps(meta))
+    assert convert([f"--input={root}", f"--output={tmp_path / 'out'}", "--runner=FnApiRunner", "--progress=off"]) == 0
+    column_types = dataset_reader.open_dataset(str(tmp_path / "out")).column_types
+    assert column_types["action"]["names"] == [f"joint_{i}" for i in range(dims)]
+    assert "names" not in column_types["obs_state"]
+    assert column_types["obs_state"]["source_names"] == {"a": ["x"], "b": ["y"]}
 
 
 def test_a_shard_listed_as_the_dataset_folder(tmp_path):
@@ -459,7 +504,8 @@ def test_an_ortf_task_id_that_is_not_an_integer(ortf, tmp_path, task_id, found):
         ortf_source.plan(fs, url, {})
 
 
-@pytest.mark.parametrize("episode_id, number", [("12", 12), ("\u00b2", 4), ("9" * 5_000, 4), ("ep-3", 4)])
+@pytest.mark.parametrize("episode_id, number", [("12", 12), ("1700000000000000000", 1700000000000000000), ("\u00b2", 4),
+                                               ("9" * 5_000, 4), ("9" * 19, 4), ("ep-3", 4)])
 def test_an_ortf_episode_id_that_only_looks_numeric(episode_id, number):
     """By hand, the class of RLDS's "²" count: an episode id str.isdigit accepts and int() refuses
     (a superscript digit; 5,000 digits, past int()'s limit) names the video by the episode's row."""
@@ -474,3 +520,34 @@ def test_a_sidecar_count_past_int64(tmp_path):
     root = _mixtrain(tmp_path / "out", sidecar=json.dumps({"mixtrain": "1.0", "column_types": {}, "num_sequences": _PAST_FLOAT}).encode())
     with pytest.raises(FormatError, match=re.escape("num_sequences must be a non-negative integer below 2**63, found 1000")):
         len(reader.open_dataset(str(root)))
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"task_id": 0, "instruction": {"text": "x"}}', "line 1: instruction must be a string, found {'text': 'x'}"),
+    ('{"task_id": 0, "instruction": "x", "type": 7}', "line 1: type must be a string, found 7"),
+    ('{"task_id": 3.0, "instruction": "x"}', None),  # a float column's to_json: task 3
+])
+def test_ortf_task_fields_become_string_columns(ortf, tmp_path, line, message):
+    """Review of the fuzz fixes: an instruction that is not a string passed planning and loading and
+    failed in the shard writer (ArrowTypeError), which --on_error=skip cannot skip."""
+    from formats.sources import ortf as ortf_source
+
+    root = tmp_path / "ds"
+    shutil.copytree(ortf, root)
+    (root / "meta/tasks.jsonl").write_text(line + "\n")
+    fs, url = storage.open_root(str(root))
+    if message is None:
+        assert ortf_source._tasks(fs, url) == {3: {"task_id": 3.0, "instruction": "x"}}
+        return
+    with pytest.raises(FormatError, match=re.escape(f"{url}/meta/tasks.jsonl: {message}")):
+        ortf_source.plan(fs, url, {})
+
+
+def test_a_statistic_past_a_floats_range_in_the_html_report(tmp_path):
+    """Review of the fuzz fixes: stats.json's numbers were any integers; the HTML report's float()
+    of 10**400 raised OverflowError. Refused where stats.json is read (check_stats)."""
+    from formats.mixtrain.schema import check_stats
+
+    with pytest.raises(FormatError, match=re.escape("stats.json: action.mean must be")):
+        check_stats({"action": {"mean": [_PAST_FLOAT], "count": [3]}}, "stats.json")
+    check_stats({"action": {"mean": [float("nan"), 2**62], "count": [3]}}, "stats.json")  # NaN read back, and big finite ints, pass

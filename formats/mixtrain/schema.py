@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from formats.errors import FormatError
-from formats.sequence import finite_number
+from formats.sequence import finite_number, is_int, quoted
 
 __all__ = ["check_sidecar", "check_stats", "TRAJECTORY_DTYPES"]
 
@@ -26,8 +26,7 @@ TRAJECTORY_DTYPES = {"bool", "int8", "int16", "int32", "int64", "uint8", "uint16
 LAYOUTS = ("lists", "bytes")
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+_is_int = is_int
 
 
 def _is_number(value: Any) -> bool:
@@ -75,9 +74,7 @@ def _check(value: dict, checks: dict[str, Check], where: str, prefix: str) -> No
             raise FormatError(f"{where}: {prefix}{key} must be {wanted}, found {_shown(value[key])}")
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+_shown = quoted
 
 
 def check_sidecar(sidecar: Any, where: str) -> None:
@@ -116,7 +113,7 @@ def _numbers(value: Any) -> bool:
     """A stat's value: a number or null, or lists of them (images: [C, 1, 1])."""
     if isinstance(value, list):
         return all(_numbers(item) for item in value)
-    return value is None or _is_number(value)
+    return value is None or isinstance(value, float) or (_is_int(value) and finite_number(value))  # 10**400: float() overflows
 
 
 def _shape(value: Any) -> tuple | None:

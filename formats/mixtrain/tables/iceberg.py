@@ -24,6 +24,7 @@ from formats import storage
 from formats.errors import ConversionError
 from formats.mixtrain.publish import stop_point
 from formats.mixtrain.tables import TableSettings, lake
+from formats.sequence import int64_text
 
 __all__ = ["publish", "open_table", "current_state", "catalog_properties", "DEFAULT_TABLE", "CATALOG_FILE"]
 
@@ -88,8 +89,9 @@ def open_table(output_url: str, catalog: str = "", table: str = ""):
 
 
 def _version_number(prefix: str) -> int:
-    """A metadata file's leading version number, -1 when it has none ("²" is a digit to isdigit, not to int)."""
-    return int(prefix) if prefix.isascii() and prefix.isdigit() else -1
+    """A metadata file's leading version number, -1 when it has none."""
+    number = int64_text(prefix)
+    return -1 if number is None else number
 
 
 def lost_table(fs, output: str, output_url: str, settings: TableSettings, runs: list[str]) -> str:

@@ -258,18 +258,26 @@ def _parse_features(features: dict, path: str) -> list[_Feature]:
 
 def _check_video_info(spec: dict, key: str, path: str) -> None:
     """A feature's `info` (`video_info` from lerobot's v1 -> v2.0 converter), when there is one: an
-    object, and the numbers a camera column takes from it numbers (they reach mixtrain.json)."""
+    object, whose depth flags are true or false (bool("false") is True). The values a camera column
+    takes from it are checked with the whole plan, as mixtrain.json will hold them (pipelines/plan.py)."""
     for name in ("info", "video_info"):
         info = spec.get(name)
         if info is None:
             continue
         if not isinstance(info, dict):
             raise FormatError(f"{path}: feature {key!r} has {name} {quoted(info)}; expected an object")
-        for field, (valid, wanted) in {"video.fps": (lambda v: finite_number(v) and v > 0, "a positive number"),
-                                       "video.width": (lambda v: type(v) is int and v > 0, "a positive integer"),
-                                       "video.height": (lambda v: type(v) is int and v > 0, "a positive integer")}.items():
-            if info.get(field) is not None and not valid(info[field]):
-                raise FormatError(f"{path}: feature {key!r} has {name}.{field} {quoted(info[field])}; expected {wanted}")
+        for field in ("is_depth_map", "video.is_depth_map"):
+            if info.get(field) is not None and not isinstance(info[field], bool):
+                raise FormatError(f"{path}: feature {key!r} has {name}.{field} {quoted(info[field])}; expected true or false")
+
+
+def _names_list(names: Any) -> list[str] | None:
+    """A feature's per-value `names` as a list of strings: lerobot writes a list, or (v2.x, and
+    datasets converted from it) an object of one list, {"motors": [...]}. None for another shape,
+    which is kept as it is under `source_names`."""
+    if isinstance(names, dict) and len(names) == 1:
+        names = next(iter(names.values()))
+    return names if isinstance(names, list) and all(isinstance(name, str) for name in names) else None
 
 
 # Values per step of one feature beyond which a declared shape is a corrupt info.json, refused
@@ -335,7 +343,8 @@ def _check_declared_dtype(feature: _Feature, data_types: dict[str, pa.DataType],
 def _column_for(feature: _Feature, spec: dict, data_types: dict[str, pa.DataType], fps: float) -> ColumnSpec:
     meta: dict[str, Any] = {"source": feature.key}
     if spec.get("names") is not None:
-        meta["names"] = spec["names"]
+        names = _names_list(spec["names"])
+        meta["names" if names is not None else "source_names"] = names if names is not None else spec["names"]
     info = spec.get("info") or spec.get("video_info") or {}  # `video_info`: what lerobot's v1 -> v2.0 converter wrote
     if feature.kind == VIDEO and feature.dtype == "image":
         width, height = _image_size(feature.shape, spec.get("names"))

@@ -50,6 +50,8 @@ from formats.sequence import (
     episode_field_columns,
     episode_field_values,
     finite_number,
+    int64_text,
+    is_int,
     path_component,
     quoted,
     safe_sequence_id,
@@ -118,7 +120,7 @@ def _check_manifest_types(manifest: dict, path: str) -> None:
     """The manifest fields this reader interprets, checked for their JSON types (a list where the
     spec has an object, a word where it has a number) so a bad manifest is one clear line."""
     def fail(where: str, wanted: str, value) -> None:
-        found = type(value).__name__ if wanted in ("an object", "a list", "a string") else repr(value)
+        found = type(value).__name__ if wanted in ("an object", "a list", "a string") else quoted(value)
         raise FormatError(f"{path}: {where} must be {wanted}, found {found}")
 
     def positive_number(value) -> bool:
@@ -207,8 +209,13 @@ def _tasks(fs, root: str) -> dict[int, dict]:
             task_id = task["task_id"]
         except (KeyError, TypeError, ValueError, RecursionError) as error:  # ValueError: bad JSON, the int digit limit; nesting
             raise FormatError(f"{path}: line {number} is not a task object with a task_id: {error}") from error
-        if type(task_id) is not int:  # int64 (ORTF v0.2): 2.7 was truncated to another task's id, Infinity overflowed
+        if isinstance(task_id, float) and task_id.is_integer():  # 3.0: a float column's to_json
+            task_id = int(task_id)
+        if not is_int(task_id):  # int64 (ORTF v0.2): 2.7 was truncated to another task's id, Infinity overflowed
             raise FormatError(f"{path}: line {number}: task_id must be an integer, found {quoted(task_id)}")
+        for key in ("instruction", "type"):  # they become string columns: anything else failed in the writer
+            if task.get(key) is not None and not isinstance(task[key], str):
+                raise FormatError(f"{path}: line {number}: {key} must be a string, found {quoted(task[key])}")
         tasks[task_id] = task
     return tasks
 
@@ -536,9 +543,8 @@ def _default_video(row: dict, key: str, position: int, chunk_files: dict) -> str
 
 
 def _episode_number(row: dict, position: int) -> int:
-    episode_id = str(row["episode_id"])
-    numeric = episode_id.isascii() and episode_id.isdigit() and len(episode_id) <= 18  # "²" is a digit to isdigit, not to int
-    return int(episode_id) if numeric else position
+    number = int64_text(str(row["episode_id"]))
+    return position if number is None else number
 
 
 def _episode_camera(row: dict, key: str, spec: ColumnSpec, sensor: dict, chunk_files: dict, position: int,

@@ -43,6 +43,8 @@ from formats.sequence import (
     base_columns,
     check_unique_columns,
     column_name,
+    int64_text,
+    is_int,
     path_component,
 )
 from formats.sources import Source, SourceOption
@@ -174,11 +176,9 @@ def _count(value: Any) -> int | None:
     """A TFDS count (JSON integer, or the decimal string protobuf's JSON writes for int64); None
     for anything else, a negative count and one past int64 included (JSON integers have no size,
     and 10**400 bytes overflowed the float a shard's size estimate is)."""
-    if isinstance(value, str) and value.isascii() and value.isdigit() and len(value) <= 19:  # "²" is a digit to isdigit
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        return None
-    return value if 0 <= value < 1 << 63 else None
+    if isinstance(value, str):
+        return int64_text(value)
+    return value if is_int(value) and 0 <= value < 1 << 63 else None
 
 
 def _check_info(info: dict, path: str) -> None:
