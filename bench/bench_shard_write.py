@@ -18,9 +18,9 @@ and `agents` (L5Kit-like structs), plus `traj`: 20 row groups of 1,024 sequences
 
 Then the whole shard step (transforms/write.py `_WriteShardFn`: spilled rows read back in id
 order, encoded, statistics on their thread) on `traj`'s sequences spilled by two "workers" into
-files of 8 MB: spill files of one row per record batch (as before, a read per row) against the
-default SPILL_BATCH_ROWS, the same shard bytes checked. CPU and wall seconds, fastest of
-`--repeat`.
+files of 8 MB, by 2 to 1,024 bundles (a file each: Dataflow's many bundles give many files): spill
+files of one row per record batch (as before, a read per row) against the default
+SPILL_BATCH_ROWS, the same shard bytes checked. CPU and wall seconds, fastest of `--repeat`.
 """
 
 from __future__ import annotations
@@ -59,20 +59,21 @@ def _traj() -> list[pa.Table]:
             for start in range(0, table.num_rows, 1024)]
 
 
-def _shard_step(sequences: list[Sequence], batch_rows: int, repeat: int) -> tuple[float, float, bytes]:
-    """(CPU s, wall s, shard bytes) of the shard writer on `sequences` spilled with `batch_rows`
-    rows per record batch; the spilling itself (on the workers) is not counted."""
+def _shard_step(sequences: list[Sequence], batch_rows: int, bundles: int, repeat: int) -> tuple[float, float, bytes]:
+    """(CPU s, wall s, shard bytes) of the shard writer on `sequences` spilled by `bundles`
+    bundles (a spill file each) with `batch_rows` rows per record batch; the spilling itself (on
+    the workers) is not counted."""
     from transforms import write
 
     best, data = (float("inf"), float("inf")), b""
     for _ in range(repeat):
         with tempfile.TemporaryDirectory() as folder:
             staging = storage.url_for(*storage.open_root(folder))
-            spill, records = write._SpillRowsFn(staging, TRAJ_COLUMNS, num_shards=1), []
+            spill, records = write._SpillRowsFn(staging, TRAJ_COLUMNS, num_shards=1, shard_rows=len(sequences)), []
             spill.setup()
             saved, write.SPILL_BATCH_ROWS = write.SPILL_BATCH_ROWS, batch_rows
             try:
-                for bundle in (sequences[::2], sequences[1::2]):  # two workers' bundles, ids interleaved
+                for bundle in (sequences[k::bundles] for k in range(bundles)):  # the workers' bundles, ids interleaved
                     spill.start_bundle()
                     records += [record for sequence in bundle for record in spill.process(sequence)]
                     records += [value.value for value in spill.finish_bundle()]
@@ -124,13 +125,15 @@ def main() -> None:
     from transforms import write
 
     sequences = _traj_sequences()
-    one_cpu, one_wall, one = _shard_step(sequences, 1, args.repeat)
-    many_cpu, many_wall, many = _shard_step(sequences, write.SPILL_BATCH_ROWS, args.repeat)
-    if one != many:
-        raise SystemExit("shard step: the spill batch size changed the shard's bytes")
-    print(f"\nshard step, {len(sequences)} sequences: spill batches of 1 row {one_cpu:.3f} CPU s {one_wall:.3f} s wall; "
-          f"of {write.SPILL_BATCH_ROWS} rows {many_cpu:.3f} CPU s {many_wall:.3f} s wall; "
-          f"ratio {one_cpu / many_cpu:.2f}x CPU, {one_wall / many_wall:.2f}x wall (same shard bytes)")
+    print(f"\nshard step, {len(sequences)} sequences     batches of 1 row (CPU / wall s)   default batches   ratio CPU / wall")
+    for bundles in (2, 64, 256, 1024):  # spill files: Dataflow's many bundles give many
+        one_cpu, one_wall, one = _shard_step(sequences, 1, bundles, args.repeat)
+        many_cpu, many_wall, many = _shard_step(sequences, write.SPILL_BATCH_ROWS, bundles, args.repeat)
+        if one != many:
+            raise SystemExit(f"shard step, {bundles} spill files: the spill batch size changed the shard's bytes")
+        print(f"  {bundles:>4} spill files            {one_cpu:6.3f} / {one_wall:6.3f}               {many_cpu:6.3f} / {many_wall:6.3f}"
+              f"     {one_cpu / many_cpu:.2f}x / {one_wall / many_wall:.2f}x")
+    print("ratio: the shard step on spill files of 1-row batches (a read per row, as before) over the default (same shard bytes)")
 
 
 if __name__ == "__main__":

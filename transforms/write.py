@@ -118,10 +118,11 @@ class SpilledRow:
 class _SpillRowsFn(beam.DoFn):
     """Sequences -> Arrow rows in IPC files under the staging folder, and a (shard, SpilledFile) record per file."""
 
-    def __init__(self, staging_url: str, columns: list[ColumnSpec], num_shards: int):
+    def __init__(self, staging_url: str, columns: list[ColumnSpec], num_shards: int, shard_rows: int | None = None):
         self._staging_url = staging_url
         self._columns = columns
         self._num_shards = num_shards
+        self._shard_rows = shard_rows  # the rows a shard is planned to hold, when the plan knows
 
     def setup(self):
         self._fs, self._root = storage.open_root(self._staging_url)
@@ -160,7 +161,7 @@ class _SpillRowsFn(beam.DoFn):
         table = mixtrain.sequences_to_table([sequence for sequence, _ in buffered], self._columns)
         if any(column.num_chunks > 1 for column in table.columns):  # a slice must be one record batch
             table = table.combine_chunks()
-        ends = _batch_ends([size for _, size in buffered])
+        ends = _batch_ends([size for _, size in buffered], _batch_rows(len(buffered), self._shard_rows))
         with self._fs.open(path, "wb") as handle, pa.ipc.new_file(handle, self._schema) as writer:
             for start, end in zip((0, *ends), ends):
                 writer.write_table(table.slice(start, end - start))  # no copy (combine_chunks would copy even one chunk)
@@ -173,12 +174,21 @@ SPILL_BATCH_ROWS = 64
 SPILL_BATCH_BYTES = 1 << 20
 
 
-def _batch_ends(sizes: list[int]) -> tuple[int, ...]:
-    """Where a spill file's record batches end: at SPILL_BATCH_ROWS rows or SPILL_BATCH_BYTES,
+def _batch_rows(file_rows: int, shard_rows: int | None) -> int:
+    """Rows per record batch of a spill file: about what one of the shard's row groups takes from
+    it (ROW_GROUP_ROWS x its share of the shard), at most SPILL_BATCH_ROWS. A small file among many
+    (many bundles) gets small batches: a row group reading one row of a 64-row batch decoded 64."""
+    if not shard_rows:
+        return SPILL_BATCH_ROWS
+    return max(1, min(SPILL_BATCH_ROWS, mixtrain.ROW_GROUP_ROWS * file_rows // shard_rows))
+
+
+def _batch_ends(sizes: list[int], batch_rows: int = SPILL_BATCH_ROWS) -> tuple[int, ...]:
+    """Where a spill file's record batches end: at `batch_rows` rows or SPILL_BATCH_BYTES,
     whichever comes first (a long episode is a batch of its own)."""
     ends, rows, size = [], 0, 0
     for position, row_size in enumerate(sizes):
-        if rows and (rows >= SPILL_BATCH_ROWS or size + row_size > SPILL_BATCH_BYTES):
+        if rows and (rows >= batch_rows or size + row_size > SPILL_BATCH_BYTES):
             ends.append(position)
             rows, size = 0, 0
         rows += 1
@@ -209,11 +219,16 @@ class _SpilledRowReader:
     batch: rows come in sequence-id order, which jumps between the files of different workers and
     bundles, and a row group takes a range of each file's (id-ordered) rows."""
 
-    def __init__(self, fs, schema: pa.Schema, keep: int = 16):
+    def __init__(self, fs, schema: pa.Schema, keep: int = 16, keep_bytes: int = 32 << 20):
         self._fs = fs
         self._schema = schema
-        self._open: OrderedDict = OrderedDict()  # path -> [IPC reader, source, (index, batch) read and not done with]
+        self._open: OrderedDict = OrderedDict()  # path -> (IPC reader, source)
         self._keep = keep
+        # Batches read and not done with, (path, index) -> batch: a file's next row groups take
+        # their rows, and with more files than `keep` open (many bundles) each would read it again.
+        self._batches: dict = {}
+        self._batch_bytes = 0
+        self._keep_bytes = keep_bytes
 
     def group(self, rows: list[SpilledRow]) -> pa.Table:
         """`rows` (in id order) as one table of one chunk per column, in their order."""
@@ -240,37 +255,48 @@ class _SpilledRowReader:
 
     def _rows(self, path: str, batch_ends: tuple[int, ...], positions: list[int]) -> list[pa.RecordBatch]:
         """The rows at `positions` (ascending) of one spill file, a slice of each batch they are in."""
-        entry = self._open.get(path)
-        if entry is None:
-            local = storage.local_path(self._fs, path)
-            # Plain reads, not a memory map: mapped pages would stay resident while the file is open.
-            source = pa.OSFile(local) if local else storage.open_input(self._fs, path)
-            entry = self._open[path] = [pa.ipc.open_file(source), source, (-1, None)]
-            while len(self._open) > self._keep:
-                self._open.popitem(last=False)[1][1].close()
-        self._open.move_to_end(path)
         pieces, start = [], 0
         while start < len(positions):
             index = bisect.bisect_right(batch_ends, positions[start])
             first = batch_ends[index - 1] if index else 0
             stop = bisect.bisect_left(positions, batch_ends[index], start)
-            if entry[2][0] != index:
-                entry[2] = (index, entry[0].get_batch(index))
-            batch = entry[2][1]
-            if batch.num_rows != batch_ends[index] - first:
-                raise FormatError(f"{path}: batch {index} holds {batch.num_rows} rows, not {batch_ends[index] - first} (damaged staging)")
+            batch = self._batches.pop((path, index), None)
+            if batch is None:
+                batch = self._reader(path).get_batch(index)
+                if batch.num_rows != batch_ends[index] - first:
+                    raise FormatError(f"{path}: batch {index} holds {batch.num_rows} rows, not {batch_ends[index] - first} (damaged staging)")
+            else:
+                self._batch_bytes -= batch.nbytes
             local = [position - first for position in positions[start:stop]]
             contiguous = local[-1] - local[0] + 1 == len(local)
             pieces.append(batch.slice(local[0], len(local)) if contiguous else batch.take(pa.array(local)))
-            if positions[stop - 1] == batch_ends[index] - 1:  # its last row read: a later group takes none of it
-                entry[2] = (-1, None)  # (a long episode is a batch of its own: never kept)
+            # Kept when rows are left for a later group (a long episode is a batch of its own) and it
+            # fits: the batches kept are as needed as this one (the groups cycle through the files),
+            # so a full cache keeps them rather than evicting what the next group reads.
+            if positions[stop - 1] < batch_ends[index] - 1 and self._batch_bytes + batch.nbytes <= self._keep_bytes:
+                self._batches[(path, index)] = batch
+                self._batch_bytes += batch.nbytes
             start = stop
         return pieces
 
+    def _reader(self, path: str) -> pa.ipc.RecordBatchFileReader:
+        entry = self._open.get(path)
+        if entry is None:
+            local = storage.local_path(self._fs, path)
+            # Plain reads, not a memory map: mapped pages would stay resident while the file is open.
+            source = pa.OSFile(local) if local else storage.open_input(self._fs, path)
+            entry = self._open[path] = (pa.ipc.open_file(source), source)
+            while len(self._open) > self._keep:
+                self._open.popitem(last=False)[1][1].close()
+        self._open.move_to_end(path)
+        return entry[0]
+
     def close(self):
-        for _, source, _ in self._open.values():
+        for _, source in self._open.values():
             source.close()
         self._open.clear()
+        self._batches.clear()
+        self._batch_bytes = 0
 
 
 def group_stats(table: pa.Table, rows: list[SpilledRow], columns: list[ColumnSpec]) -> dict[str, ColumnStats]:
@@ -590,7 +616,8 @@ class WriteMixtrain(beam.PTransform):
         tallies = inputs.get(TALLIES) or sequences.pipeline | "NoTallies" >> beam.Create([])
         shards = (
             sequences
-            | "SpillRows" >> beam.ParDo(_SpillRowsFn(self._staging_url, self._meta.columns, self._num_shards))
+            | "SpillRows" >> beam.ParDo(_SpillRowsFn(self._staging_url, self._meta.columns, self._num_shards,
+                                                     self._planned.sequences // self._num_shards if self._planned else None))
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShards" >> beam.ParDo(_WriteShardFn(self._staging_url, self._meta.columns, self._on_error, self._table))
         )
