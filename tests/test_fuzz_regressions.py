@@ -551,3 +551,40 @@ def test_a_statistic_past_a_floats_range_in_the_html_report(tmp_path):
     with pytest.raises(FormatError, match=re.escape("stats.json: action.mean must be")):
         check_stats({"action": {"mean": [_PAST_FLOAT], "count": [3]}}, "stats.json")
     check_stats({"action": {"mean": [float("nan"), 2**62], "count": [3]}}, "stats.json")  # NaN read back, and big finite ints, pass
+
+
+def test_an_rlds_file_path_template_that_reads_an_attribute(tmp_path):
+    """harness rlds_json (a 13-minute run): `{SPLIT.LIFE}` in filepathTemplate: str.format looked the
+    attribute up on the split's name (AttributeError)."""
+    from formats.sources import rlds
+    from formats.sources.rlds.sample import SyntheticRLDS
+    from formats.sources.rlds.sample import write_dataset as write_rlds
+
+    write_rlds(str(tmp_path / "ds"), SyntheticRLDS(splits={"train": (3, 2)}, shards={"train": 1}))
+    info_path = tmp_path / "ds" / "dataset_info.json"
+    info = json.loads(info_path.read_text())
+    info["splits"][0]["filepathTemplate"] = "{SPLIT.LIFE}-{SHARD_INDEX}"
+    info_path.write_text(json.dumps(info))
+    fs, root = storage.open_root(str(tmp_path / "ds"))
+    with pytest.raises(FormatError, match=re.escape(f"{root}/dataset_info.json: splits[0].filepathTemplate '{{SPLIT.LIFE}}-{{SHARD_INDEX}}' "
+                                                    "is not a valid template: 'str' object has no attribute 'LIFE'")):
+        rlds.plan(fs, root, {"fps": 10})
+
+
+@pytest.mark.parametrize("shape", [[6], [1]])
+def test_a_lerobot_dtype_numpy_cannot_encode(lerobot, tmp_path, shape):
+    """harness lerobot_json (a 2-minute run): `"dtype": "\\ud800"` made np.dtype raise
+    UnicodeEncodeError (a ValueError), which the dtype checks did not catch."""
+    root = tmp_path / "ds"
+    shutil.copytree(lerobot, root)
+    info = json.loads((root / "meta/info.json").read_text())
+    info["features"]["new_feature"] = {"dtype": "\ud800", "shape": shape}  # in no data file: no data type to compare with
+    (root / "meta/info.json").write_text(json.dumps(info))
+    fs, url = storage.open_root(str(root))
+    if shape == [6]:
+        with pytest.raises(FormatError, match=re.escape(f"{url}/meta/info.json: feature 'new_feature' has unknown dtype '\\ud800'")):
+            lerobot_v3.plan(fs, url, {})
+    else:  # a per-step value of a type numpy does not know: the data file's own type decides, and it has none
+        with pytest.raises(FormatError, match=re.escape(f"{url}/meta/info.json: feature 'new_feature' is declared in info.json "
+                                                        "but missing from the data files")):
+            lerobot_v3.plan(fs, url, {})

@@ -187,7 +187,10 @@ def plan_episodes(fs: fsspec.AbstractFileSystem, root: str, info: dict, layout: 
     data_types = _data_types(fs, root, refs, [f.key for f in parsed if f.dtype != "video"], footers)
     for feature in parsed:
         _check_declared_dtype(feature, data_types, info_path)
-        columns.append(_column_for(feature, features[feature.key], data_types, fps))
+        try:
+            columns.append(_column_for(feature, features[feature.key], data_types, fps))
+        except FormatError as error:
+            raise in_context(error, file=info_path) from None
     _probe_images(fs, root, refs, columns, footers)
     if multi_task:
         columns.append(ColumnSpec.steps("task_index", pa.int32(), source="task_index",
@@ -250,8 +253,8 @@ def _parse_features(features: dict, path: str) -> list[_Feature]:
         else:
             try:
                 np.dtype(dtype)
-            except TypeError as error:
-                raise FormatError(f"{path}: feature {key!r} has unknown dtype {dtype!r}") from error
+            except (TypeError, ValueError) as error:  # ValueError: "\ud800" cannot be encoded (UnicodeEncodeError)
+                raise FormatError(f"{path}: feature {key!r} has unknown dtype {quoted(dtype)}") from error
             parsed.append(_Feature(key, column_name(key), "trajectory", dtype, shape))
     return parsed
 
@@ -375,7 +378,7 @@ def _column_for(feature: _Feature, spec: dict, data_types: dict[str, pa.DataType
     if feature.dtype not in ("string", "language"):
         try:
             return ColumnSpec.steps(feature.column, pa.from_numpy_dtype(np.dtype(feature.dtype)), **meta)
-        except (TypeError, pa.ArrowNotImplementedError):
+        except (TypeError, ValueError, pa.ArrowNotImplementedError):  # ValueError: a dtype "\ud800" numpy cannot encode
             pass
     if feature.dtype == "string":
         return ColumnSpec.steps(feature.column, pa.string(), **meta)

@@ -46,6 +46,7 @@ from formats.sequence import (
     int64_text,
     is_int,
     path_component,
+    quoted,
 )
 from formats.sources import Source, SourceOption
 from formats.sources.rlds.records import CONTAINERS, Reader, RecordRef, ShardRef, expand_ref, features_and_parser
@@ -224,8 +225,8 @@ def _check_info(info: dict, path: str) -> None:
             except KeyError as error:
                 raise FormatError(f"{path}: {where}.filepathTemplate {template!r} has an unknown placeholder {error.args[0]!r} "
                                   f"(known: {', '.join(TEMPLATE_FIELDS)})") from error
-            except (ValueError, IndexError) as error:
-                raise FormatError(f"{path}: {where}.filepathTemplate {template!r} is not a valid template: {error}") from error
+            except (ValueError, IndexError, AttributeError, TypeError) as error:  # "{split.LIFE}": an attribute of a str
+                raise FormatError(f"{path}: {where}.filepathTemplate {quoted(template)} is not a valid template: {error}") from error
 
 
 def _splits(info: dict, info_path: str, wanted) -> list[str]:
