@@ -59,8 +59,9 @@ class _WriteVideosFn(beam.DoFn):
     def setup(self):
         self._source_fs, self._source_root = storage.open_root(self._source_url)
         self._out_fs, self._out_root = storage.open_root(self._staging_url)
-        if self._codec_threads is None and os.environ.get(CODEC_THREADS_ENV, "").isdigit():
-            self._codec_threads = int(os.environ[CODEC_THREADS_ENV]) or None
+        threads = os.environ.get(CODEC_THREADS_ENV, "")
+        if self._codec_threads is None and threads.isascii() and threads.isdigit():  # "²" is a digit to isdigit, not to int
+            self._codec_threads = int(threads) or None
 
     def finish_bundle(self):
         progress.flush()

@@ -67,7 +67,8 @@ def _load(output_url: str, version: int | None = None):
 def _check_newest_entry(fs, log: str) -> None:
     """The newest commit of the log must be whole (commits are written put-if-absent, complete):
     an emptied or cut one would otherwise read as a commit without actions, its run silently lost."""
-    entries = sorted(path for path in fs.glob(storage.join(log, "*.json")) if posixpath.basename(path)[:20].isdigit())
+    entries = sorted(path for path in fs.glob(storage.join(log, "*.json"))  # a "²" is a digit to isdigit: not an entry's
+                     if posixpath.basename(path)[:20].isascii() and posixpath.basename(path)[:20].isdigit())
     if not entries:
         return
     text = fs.cat_file(entries[-1])
