@@ -36,6 +36,7 @@ __all__ = ["open_root", "STORES", "object_store_options", "s3_endpoint", "s3_reg
 # pyarrow reads the length the file's last 8 bytes claim into memory before parsing it (a 4 GB claim
 # in a sparse file: 3.9 GB peak RSS, 20 s, then "Couldn't deserialize thrift").
 MAX_PARQUET_FOOTER_BYTES = 64 << 20
+MAX_NAME_BYTES = 255  # a file or folder name's limit on every file system we write to (NAME_MAX)
 
 
 def open_root(url: str) -> tuple[fsspec.AbstractFileSystem, str]:
@@ -108,6 +109,9 @@ def resolve_inside(root: str, relative: str, *, what: str, fs: fsspec.AbstractFi
     normalized = posixpath.normpath(relative)
     if normalized == ".." or normalized.startswith("../"):
         raise FormatError(f"{what} {relative!r} escapes the dataset root")
+    if any(len(part.encode()) > MAX_NAME_BYTES for part in normalized.split("/")):  # ENAMETOOLONG from open
+        shown = repr(relative) if len(relative) <= 60 else f"{relative[:60]!r}... ({len(relative)} characters)"
+        raise FormatError(f"{what} {shown} is not a valid file name (a part longer than {MAX_NAME_BYTES} bytes)")
     path = posixpath.join(root, normalized)
     if fs is not None and local_path(fs, path) is not None:
         real = _real_path(root, normalized)

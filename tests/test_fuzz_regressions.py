@@ -588,3 +588,12 @@ def test_a_lerobot_dtype_numpy_cannot_encode(lerobot, tmp_path, shape):
         with pytest.raises(FormatError, match=re.escape(f"{url}/meta/info.json: feature 'new_feature' is declared in info.json "
                                                         "but missing from the data files")):
             lerobot_v3.plan(fs, url, {})
+
+
+def test_a_shard_name_longer_than_a_file_system_takes(tmp_path):
+    """harness mixtrain_json (a 17-minute run): a shard named by 5,000 characters reached open(),
+    which raised OSError (ENAMETOOLONG). Refused where any metadata path is resolved."""
+    root = _mixtrain(tmp_path / "out", sidecar=json.dumps({"mixtrain": "1.0", "column_types": {}, "shards": ["a" * 5000]}).encode())
+    with pytest.raises(FormatError, match=re.escape(f"shard {'a' * 60!r}... (5000 characters) is not a valid file name "
+                                                    "(a part longer than 255 bytes)")):
+        reader.open_dataset(str(root)).scan()

@@ -124,6 +124,8 @@ class Dataset:
             return storage.open_input(self.fs, path)
         except FileNotFoundError:
             raise FormatError(f"{path}: listed in mixtrain.json but missing") from None
+        except OSError as error:  # unreadable, a name the file system refuses: one line, not a traceback
+            raise FormatError(f"{path}: cannot open the shard: {error.strerror or error}") from None
 
     def _read(self, shard: str, columns: list[str], where: Filter | None, *, coalesce: bool = True) -> pa.Table:
         # coalesce (Arrow's pre_buffer): nearby column chunks in one request, fewer round trips on
