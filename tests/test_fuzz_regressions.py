@@ -597,3 +597,16 @@ def test_a_shard_name_longer_than_a_file_system_takes(tmp_path):
     with pytest.raises(FormatError, match=re.escape(f"shard {'a' * 60!r}... (5000 characters) is not a valid file name "
                                                     "(a part longer than 255 bytes)")):
         reader.open_dataset(str(root)).scan()
+
+
+def test_a_lerobot_trajectory_dtype_arrow_does_not_hold(lerobot, tmp_path):
+    """harness lerobot_json (a 35-minute run): a dtype numpy knows and Arrow does not ("V8", a
+    void) passed the feature parser and raised ArrowNotImplementedError building the column."""
+    root = tmp_path / "ds"
+    shutil.copytree(lerobot, root)
+    info = json.loads((root / "meta/info.json").read_text())
+    info["features"]["action"]["dtype"] = "V8"
+    (root / "meta/info.json").write_text(json.dumps(info))
+    fs, url = storage.open_root(str(root))
+    with pytest.raises(FormatError, match=re.escape(f"{url}/meta/info.json: feature 'action' has unknown dtype 'V8'")):
+        lerobot_v3.plan(fs, url, {})

@@ -252,8 +252,8 @@ def _parse_features(features: dict, path: str) -> list[_Feature]:
             parsed.append(_Feature(key, column_name(key), "steps", dtype, shape))
         else:
             try:
-                np.dtype(dtype)
-            except (TypeError, ValueError) as error:  # ValueError: "\ud800" cannot be encoded (UnicodeEncodeError)
+                pa.from_numpy_dtype(np.dtype(dtype))  # numpy's, and one Arrow holds ("V8": numpy's, not Arrow's)
+            except (TypeError, ValueError, pa.ArrowException) as error:  # ValueError: "\ud800" cannot be encoded
                 raise FormatError(f"{path}: feature {key!r} has unknown dtype {quoted(dtype)}") from error
             parsed.append(_Feature(key, column_name(key), "trajectory", dtype, shape))
     return parsed
