@@ -610,3 +610,16 @@ def test_a_lerobot_trajectory_dtype_arrow_does_not_hold(lerobot, tmp_path):
     fs, url = storage.open_root(str(root))
     with pytest.raises(FormatError, match=re.escape(f"{url}/meta/info.json: feature 'action' has unknown dtype 'V8'")):
         lerobot_v3.plan(fs, url, {})
+
+
+def test_a_lerobot_shape_whose_product_overflows_a_float(lerobot, tmp_path):
+    """harness lerobot_json (a 30-minute run): a shape of 10**200 x 10**200 was refused, but its
+    message formatted the product as a float (OverflowError)."""
+    root = tmp_path / "ds"
+    shutil.copytree(lerobot, root)
+    info = json.loads((root / "meta/info.json").read_text())
+    info["features"]["action"]["shape"] = [10**200, 10**200]
+    (root / "meta/info.json").write_text(json.dumps(info))
+    fs, url = storage.open_root(str(root))
+    with pytest.raises(FormatError, match=re.escape(f"{url}/meta/info.json: feature 'action' has shape [10000")):
+        lerobot_v3.plan(fs, url, {})

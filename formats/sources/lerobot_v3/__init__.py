@@ -295,7 +295,8 @@ def _shape(shape, key: str, path: str) -> tuple[int, ...]:
     if not isinstance(shape, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape):
         raise FormatError(f"{path}: feature {key!r} has shape {shape!r}; expected a list of positive integers like [6]")
     if math.prod(shape) > MAX_FEATURE_VALUES:
-        raise FormatError(f"{path}: feature {key!r} has shape {shape!r}: {math.prod(shape):.3g} values per frame is not plausible")
+        raise FormatError(f"{path}: feature {key!r} has shape {quoted(shape)}: more than {MAX_FEATURE_VALUES:.0e} values per frame "
+                          "is not plausible")  # (its product as a float overflowed past 10**308)
     return tuple(shape)
 
 
