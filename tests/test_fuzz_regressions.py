@@ -218,19 +218,25 @@ def test_ortf_scene_objects_nested_too_deeply(ortf, tmp_path):
         ortf_source.load(fs, url, ref, meta)
 
 
-def test_an_rlds_split_whose_num_bytes_is_null_is_planned(tmp_path):
-    """harness rlds_json: `"numBytes": null` passed the checks (null reads as absent) and then
-    reached float(None) when sizing the shards (TypeError)."""
-    from formats.sources import rlds
+def _rlds_with_info(tmp_path, change) -> tuple:
+    """The RLDS sample with its dataset_info.json edited by `change`: (fs, root)."""
     from formats.sources.rlds.sample import SyntheticRLDS
     from formats.sources.rlds.sample import write_dataset as write_rlds
 
     write_rlds(str(tmp_path / "ds"), SyntheticRLDS(splits={"train": (3, 2)}, shards={"train": 1}))
     info_path = tmp_path / "ds" / "dataset_info.json"
     info = json.loads(info_path.read_text())
-    info["splits"][0]["numBytes"] = None
+    change(info)
     info_path.write_text(json.dumps(info))
-    fs, root = storage.open_root(str(tmp_path / "ds"))
+    return storage.open_root(str(tmp_path / "ds"))
+
+
+def test_an_rlds_split_whose_num_bytes_is_null_is_planned(tmp_path):
+    """harness rlds_json: `"numBytes": null` passed the checks (null reads as absent) and then
+    reached float(None) when sizing the shards (TypeError)."""
+    from formats.sources import rlds
+
+    fs, root = _rlds_with_info(tmp_path, lambda info: info["splits"][0].update({"numBytes": None}))
     meta, shards = rlds.plan(fs, root, {"fps": 10})
     assert [(shard.split, shard.records, shard.nbytes) for shard in shards] == [("train", 2, 0.0)]
 
@@ -392,15 +398,8 @@ def test_an_rlds_num_bytes_that_is_no_int64_count(tmp_path, value):
     """A count past int64 (float overflow sizing the shards), a negative one (accepted), a
     superscript digit (str.isdigit says yes, int() raises) and 5,000 digits (past int()'s limit)."""
     from formats.sources import rlds
-    from formats.sources.rlds.sample import SyntheticRLDS
-    from formats.sources.rlds.sample import write_dataset as write_rlds
 
-    write_rlds(str(tmp_path / "ds"), SyntheticRLDS(splits={"train": (3, 2)}, shards={"train": 1}))
-    info_path = tmp_path / "ds" / "dataset_info.json"
-    info = json.loads(info_path.read_text())
-    info["splits"][0]["numBytes"] = value
-    info_path.write_text(json.dumps(info))
-    fs, root = storage.open_root(str(tmp_path / "ds"))
+    fs, root = _rlds_with_info(tmp_path, lambda info: info["splits"][0].update({"numBytes": value}))
     with pytest.raises(FormatError, match=re.escape(f"{root}/dataset_info.json: splits[0].numBytes must be a non-negative integer, found")):
         rlds.plan(fs, root, {"fps": 10})
 
@@ -408,15 +407,8 @@ def test_an_rlds_num_bytes_that_is_no_int64_count(tmp_path, value):
 def test_an_rlds_file_format_that_is_not_a_string(tmp_path):
     """harness rlds_json (a one-hour run): `"fileFormat": [...]` reached `in CONTAINERS` (TypeError: unhashable)."""
     from formats.sources import rlds
-    from formats.sources.rlds.sample import SyntheticRLDS
-    from formats.sources.rlds.sample import write_dataset as write_rlds
 
-    write_rlds(str(tmp_path / "ds"), SyntheticRLDS(splits={"train": (3, 2)}, shards={"train": 1}))
-    info_path = tmp_path / "ds" / "dataset_info.json"
-    info = json.loads(info_path.read_text())
-    info["fileFormat"] = ["tfrecord"]
-    info_path.write_text(json.dumps(info))
-    fs, root = storage.open_root(str(tmp_path / "ds"))
+    fs, root = _rlds_with_info(tmp_path, lambda info: info.update({"fileFormat": ["tfrecord"]}))
     with pytest.raises(FormatError, match=re.escape(f"{root}/dataset_info.json: fileFormat must be a string, found ['tfrecord']")):
         rlds.plan(fs, root, {"fps": 10})
 
@@ -557,15 +549,8 @@ def test_an_rlds_file_path_template_that_reads_an_attribute(tmp_path):
     """harness rlds_json (a 13-minute run): `{SPLIT.LIFE}` in filepathTemplate: str.format looked the
     attribute up on the split's name (AttributeError)."""
     from formats.sources import rlds
-    from formats.sources.rlds.sample import SyntheticRLDS
-    from formats.sources.rlds.sample import write_dataset as write_rlds
 
-    write_rlds(str(tmp_path / "ds"), SyntheticRLDS(splits={"train": (3, 2)}, shards={"train": 1}))
-    info_path = tmp_path / "ds" / "dataset_info.json"
-    info = json.loads(info_path.read_text())
-    info["splits"][0]["filepathTemplate"] = "{SPLIT.LIFE}-{SHARD_INDEX}"
-    info_path.write_text(json.dumps(info))
-    fs, root = storage.open_root(str(tmp_path / "ds"))
+    fs, root = _rlds_with_info(tmp_path, lambda info: info["splits"][0].update({"filepathTemplate": "{SPLIT.LIFE}-{SHARD_INDEX}"}))
     with pytest.raises(FormatError, match=re.escape(f"{root}/dataset_info.json: splits[0].filepathTemplate '{{SPLIT.LIFE}}-{{SHARD_INDEX}}' "
                                                     "is not a valid template: 'str' object has no attribute 'LIFE'")):
         rlds.plan(fs, root, {"fps": 10})
