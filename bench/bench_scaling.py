@@ -51,6 +51,14 @@ def _stat(pid: int) -> tuple[int, float] | None:
         return None
 
 
+def _command(pid: int) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
+
+
 def _tree(root: int) -> dict[int, int]:
     """Every live descendant of `root` (and root) -> its parent."""
     parents = {}
@@ -78,6 +86,7 @@ def sampled(command: list[str]) -> dict:
     process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=errors, text=True)
     cpu: dict[int, list[tuple[float, float]]] = {}
     parent_of: dict[int, int] = {}
+    command_of: dict[int, bytes] = {}
     while process.poll() is None:
         now = time.time() - started
         for pid, parent in _tree(process.pid).items():
@@ -85,6 +94,8 @@ def sampled(command: list[str]) -> dict:
             if stat is not None:
                 cpu.setdefault(pid, []).append((now, stat[1]))
                 parent_of.setdefault(pid, parent)
+                if pid not in command_of:
+                    command_of[pid] = _command(pid)
         time.sleep(PERIOD)
     wall = time.time() - started
     errors.seek(0)
@@ -98,9 +109,12 @@ def sampled(command: list[str]) -> dict:
     for series in cpu.values():
         for (_, before), (t, after) in zip(series, series[1:]):
             buckets[min(int(t / 0.5), len(buckets) - 1)] += after - before
-    # Local workers are forked by the zygote, the launcher's child: the zygote's children.
+    # Local workers are forked by the zygote, the launcher's child: the zygote's children, which
+    # carry the launcher's command line (the children of Beam's `sh -c ... local_workers connect`
+    # clients, also the launcher's children, are the short-lived clients, not workers).
     zygotes = {pid for pid, parent in parent_of.items() if parent == process.pid}
-    workers = [series[-1][1] for pid, series in cpu.items() if parent_of.get(pid) in zygotes]
+    launcher = command_of.get(process.pid)
+    workers = [series[-1][1] for pid, series in cpu.items() if parent_of.get(pid) in zygotes and command_of.get(pid) == launcher]
     return {"wall": wall, "cpu": sum(series[-1][1] for series in cpu.values()), "marks": marks,
             "launcher_cpu": cpu.get(process.pid, [(0, 0.0)])[-1][1], "workers": sorted(workers, reverse=True),
             "cores": [round(b / 0.5, 1) for b in buckets]}

@@ -18,8 +18,6 @@ import sys
 import threading
 import time
 
-from apache_beam.metrics import Metrics
-
 __all__ = ["ENV", "DASK_TOPIC", "FIELDS", "NAMESPACE", "report", "flush"]
 
 ENV = "MIXTRAIN_PROGRESS_SOCKET"
@@ -57,6 +55,8 @@ os.register_at_fork(after_in_child=_after_fork)
 def report(**counts: int) -> None:
     """Add `counts` (keys of FIELDS) to the run's totals."""
     global _flushing
+    from apache_beam.metrics import Metrics  # here: the launcher's receiver (pipelines/progress.py) imports this module before Beam
+
     for key, value in counts.items():
         if value:
             Metrics.counter(NAMESPACE, FIELDS[key]).inc(int(value))
