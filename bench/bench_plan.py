@@ -1,6 +1,7 @@
 """Planning and job-graph size on the launcher, against the episode count (issue 20).
 
     python bench/bench_plan.py [--episodes=100000,400000,1000000] [--baseline=/work/main] [--dataflow]
+    python bench/bench_plan.py --launcher [--episodes=20000,100000] [--baseline=/work/main] [--repeats=3]
 
 Workload: a LeRobot v3 dataset of metadata only (meta/info.json, meta/episodes/*.parquet of
 50,000 episodes each, meta/tasks.parquet) with one camera, 100 frames per episode and 1,000
@@ -58,6 +59,38 @@ if dataflow:
 done = time.perf_counter()
 print(json.dumps({"refs": len(plan.refs), "graph_bytes": size, "import_s": imported - started, "plan_build_s": built - imported,
                   "total_s": done - started, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+# The launcher as a user runs it (`python -m pipelines.convert`, local runner) from process start
+# until it hands the built pipeline to the runner: imports, the plan (early, in a forked planner,
+# where the code has one: pipelines/early_plan.py), the plan files and the graph. It leaves there.
+LAUNCHER = r"""
+import importlib.abc, importlib.machinery, json, os, resource, sys, time
+started = time.perf_counter()
+
+class _Hook(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name != "pipelines.conversion":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        load = spec.loader.exec_module
+        def exec_module(module):
+            load(module)
+            def stop(self, *args, **kwargs):
+                ready = time.perf_counter() - started
+                children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+                print(json.dumps({"ready_s": ready, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                                  "children_rss_mb": children}), file=sys.__stdout__, flush=True)
+                os._exit(0)
+            module.beam.Pipeline.run = stop
+        spec.loader.exec_module = exec_module
+        return spec
+
+sys.meta_path.insert(0, _Hook())
+sys.argv = ["pipelines.convert", f"--input={sys.argv[1]}", f"--output={sys.argv[2]}", "--progress=off", "--direct_num_workers=1"]
+from pipelines import convert
+convert.main()
 """
 
 
@@ -120,15 +153,54 @@ def measure(code: pathlib.Path, src: pathlib.Path, out: pathlib.Path, dataflow: 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def measure_launcher(code: pathlib.Path, src: pathlib.Path, out: pathlib.Path) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(code))
+    shutil.rmtree(out, ignore_errors=True)
+    done = subprocess.run([sys.executable, "-c", LAUNCHER, str(src), str(out)], cwd=code, env=env, capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if not lines:
+        return {"error": (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]}
+    return json.loads(lines[-1])
+
+
+def launcher_rows(codes, work: pathlib.Path, counts: list[int], repeats: int) -> None:
+    """--launcher: process start -> the pipeline handed to the runner, best of `repeats`, this code
+    and the baseline alternately."""
+    print(f"{'episodes':>9} {'code':>8} {'ready s':>8} {'launcher RSS MB':>15} {'+ children MB':>13}")
+    for episodes in counts:
+        src = work / f"lerobot_{episodes}"
+        write_metadata_dataset(src, episodes)
+        best: dict[str, dict] = {}
+        for _ in range(repeats):
+            for name, code in codes:
+                result = measure_launcher(code, src, work / "out")
+                if "error" in result:
+                    print(f"{episodes:>9} {name:>8} failed: {result['error']}")
+                    continue
+                if name not in best or result["ready_s"] < best[name]["ready_s"]:
+                    best[name] = result
+        for name, result in best.items():
+            print(f"{episodes:>9} {name:>8} {result['ready_s']:>8.2f} {result['rss_mb']:>15.0f} {result['children_rss_mb']:>13.0f}")
+        if "this" in best and "baseline" in best:
+            print(f"{episodes:>9} {'ratio':>8} {best['this']['ready_s'] / best['baseline']['ready_s']:>8.2f}", flush=True)
+        shutil.rmtree(src, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", default="100000,400000,1000000")
     parser.add_argument("--baseline", default="", help="another checkout (e.g. /work/main) measured in the same run")
     parser.add_argument("--dataflow", action="store_true", help="also time the DataflowRunner dry run (offline)")
+    parser.add_argument("--launcher", action="store_true",
+                        help="time `python -m pipelines.convert` from process start to the built pipeline instead")
+    parser.add_argument("--repeats", type=int, default=3, help="with --launcher: runs per code, the best kept")
     args = parser.parse_args()
     work = pathlib.Path(tempfile.mkdtemp(prefix="bench_plan_"))
     codes = [("this", ROOT)] + ([("baseline", pathlib.Path(args.baseline))] if args.baseline else [])
     try:
+        if args.launcher:
+            launcher_rows(codes, work, [int(n) for n in args.episodes.split(",")], args.repeats)
+            return
         print(f"{'episodes':>9} {'code':>8} {'runner':>8} {'graph MB':>9} {'plan+build s':>12} {'total s':>8} {'peak RSS MB':>11}")
         for episodes in (int(n) for n in args.episodes.split(",")):
             src = work / f"lerobot_{episodes}"

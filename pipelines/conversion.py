@@ -34,9 +34,10 @@ from formats.text import for_terminal
 from pipelines import cli, failures, local_workers, preflight
 from pipelines.beam_flags import DASK_FLAGS
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
+from pipelines.early_plan import EarlyPlan
 from pipelines.plan import ConversionPlan, blame, make_plan, requested_encoding, without_cycle_collection
 from pipelines.progress import Progress
-from pipelines.session import Interrupted
+from pipelines.session import Interrupted, new_run_id
 from transforms import staged_plan
 from transforms.errors import ERRORS
 from transforms.read import TALLIES, ReadSequences, stage_refs
@@ -130,7 +131,7 @@ def codec_threads(options: PipelineOptions) -> int | None:
 
 
 def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str, *, write_assets: bool = True,
-                   plan_folder: staged_plan.PlanFolder | None = None) -> ConversionPlan:
+                   plan_folder: staged_plan.PlanFolder | None = None, early_plan: EarlyPlan | None = None) -> ConversionPlan:
     """Plan on the launcher (`pipelines.plan.make_plan`) and add the conversion it describes to
     `pipeline`. `write_assets=False` (dry runs, templates) leaves the output untouched: no asset
     is copied into the staging, and the plan files go elsewhere (below).
@@ -139,7 +140,9 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     written to files the workers read (`transforms/staged_plan.py`), never into the graph: to
     `plan_folder` when given (a classic template's, beside it), else to the staging folder's `_plan/`
     (removed before publication), or with `write_assets=False` to a temporary folder on the
-    launcher, removed when the process exits: a dry run builds the graph and runs nothing."""
+    launcher, removed when the process exits: a dry run builds the graph and runs nothing.
+    `early_plan`: the plan being made while Beam was imported (`pipelines/early_plan.py`), taken
+    when it was made with the arguments below."""
     out_fs, out_root = storage.open_root(options.output)
     output_url = storage.url_for(out_fs, out_root)
     settings = table_settings(options, run_id)
@@ -147,8 +150,10 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     if lake.is_lake(settings.format):  # the table's state before planning: a commit refuses to land on a newer one
         settings = dataclasses.replace(settings, base=lake.current_state(output_url, settings))
         previous_root = lake.previous_run_root(out_fs, out_root, output_url, settings)
-    plan = make_plan(options, output_url=output_url, previous_root=previous_root,
-                     created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+    plan = early_plan.result(output_url=output_url, previous_root=previous_root, incremental=options.incremental) if early_plan else None
+    if plan is None:
+        plan = make_plan(options, output_url=output_url, previous_root=previous_root,
+                         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
     meta = plan.meta
     staging = staging_root(out_fs, out_root, run_id, options)
     staging_url = storage.url_for(out_fs, staging)
@@ -291,7 +296,8 @@ def _check_command_line(argv: list[str], options: ConvertOptions, all_options: P
 
 
 def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = None, run_id: str | None = None,
-        started: float | None = None, log_path: str | None = None, zygote: local_workers.Zygote | None = None) -> int:
+        started: float | None = None, log_path: str | None = None, zygote: local_workers.Zygote | None = None,
+        early_plan: EarlyPlan | None = None) -> int:
     """Convert as the command line `argv` says; returns the exit status.
 
     Failures print one `error:` line on `console` (stderr) naming the file and the sequence, plus
@@ -347,7 +353,8 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                         lake.begin_run(out_fs, staging)
             pipeline = beam.Pipeline(runner=_runner(all_options, zygote), options=all_options)
             template_plan = staged_plan.PlanFolder.create(template_plan_url(all_options, run_id)) if launch_only == "template" else None
-            plan = build_pipeline(pipeline, options, run_id, write_assets=not launch_only, plan_folder=template_plan)
+            plan = build_pipeline(pipeline, options, run_id, write_assets=not launch_only, plan_folder=template_plan,
+                                  early_plan=early_plan)
             total = sources.sequence_count(plan.to_convert)
             what = f"{total} sequences" if total is not None else f"{len(plan.to_convert)} source units"
             reused = len(plan.refs) - len(plan.to_convert)
@@ -483,12 +490,6 @@ def _lake_summary(fs, root: str, options: ConvertOptions, run_id: str, seconds: 
     if skipped:
         line += f"; skipped {skipped}, listed in {storage.join(root, value.get('errors', mixtrain.ERRORS_FILE))}"
     return line, skipped
-
-
-def new_run_id() -> str:
-    import uuid
-
-    return time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
 
 def _usage(console: TextIO, error: UsageError) -> None:

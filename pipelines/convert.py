@@ -72,11 +72,11 @@ def main() -> None:
     if code is not None:
         sys.exit(code)
     args, _ = cli.parse(argv)
-    from pipelines import conversion, local_workers
-    from pipelines.session import LogError, Session
+    from pipelines import early_plan
+    from pipelines.session import Interrupted, LogError, Session, new_run_id
 
-    run_id = conversion.new_run_id()
-    zygote = None
+    run_id = new_run_id()
+    zygote = planner = None
     session = Session(run_id, args.log_file, args.verbose)
     try:
         session.__enter__()
@@ -85,10 +85,18 @@ def main() -> None:
         sys.exit(EXIT_USAGE)
     with contextlib.closing(session):
         try:
+            if early_plan.wanted():  # the plan is made in a forked process while Beam is imported here
+                planner = early_plan.EarlyPlan.start(args)
+            from pipelines import conversion, local_workers
+
             if local_workers.wanted(argv):  # local multi-process workers: forked from this process's imports
                 zygote = local_workers.Zygote()
             code = conversion.run(argv, console=session.console, run_id=run_id, started=STARTED,
-                                  log_path=str(session.log_path) if session.log_path else None, zygote=zygote)
+                                  log_path=str(session.log_path) if session.log_path else None, zygote=zygote,
+                                  early_plan=planner)
+        except Interrupted as interrupt:  # before the conversion began (conversion.run answers for itself after)
+            print(f"error: interrupted ({for_terminal(interrupt)}): the output was left as it was", file=session.console)
+            code = interrupt.exit_code
         except Exception as error:  # noqa: BLE001 - a fault of ours: one line here, the traceback in the log
             logging.getLogger("mixtrain-convert").error("internal error", exc_info=error)
             print(f"error: internal error: {type(error).__name__}: {for_terminal(error)}", file=session.console)
@@ -97,6 +105,8 @@ def main() -> None:
             code = EXIT_FAILED
         finally:
             session.ignore_signals()
+            if planner is not None:
+                planner.cancel()
             if zygote is not None:
                 zygote.stop()
     exit_without_teardown(code)

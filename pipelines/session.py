@@ -21,7 +21,7 @@ import tempfile
 import threading
 from typing import TextIO
 
-__all__ = ["Interrupted", "LogError", "Session", "default_log_dir"]
+__all__ = ["Interrupted", "LogError", "Session", "default_log_dir", "new_run_id"]
 
 KEEP_LOGS = 20
 EXIT_SIGNALS = {signal.SIGINT: 130, signal.SIGTERM: 143}
@@ -38,6 +38,14 @@ class Interrupted(BaseException):
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
         self.exit_code = EXIT_SIGNALS[signum]
+
+
+def new_run_id() -> str:
+    """This run's name: its log, its staging folder and its temporary folder carry it."""
+    import time
+    import uuid
+
+    return time.strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
 
 def default_log_dir() -> pathlib.Path:

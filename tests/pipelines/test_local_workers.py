@@ -1,6 +1,7 @@
 """Local multi-process workers are forked from the warm zygote (itself forked from the launcher:
 their command lines are the launcher's), and nothing outlives the launcher."""
 
+import contextlib
 import os
 import pathlib
 import signal
@@ -106,20 +107,23 @@ def test_workers_are_forked_from_the_zygote(tmp_path):
 
 
 def test_without_a_zygote_workers_start_cold_and_the_run_completes(tmp_path):
-    """A zygote that died (here: killed as soon as it appears) costs speed, never the run."""
+    """A zygote that died (here: killed as soon as it appears) costs speed, never the run. The
+    launcher's forked children are the early planner (pipelines/early_plan.py), then the zygote:
+    both are killed (a killed planner costs speed too: the launcher plans itself)."""
     source = tmp_path / "src"
     write_dataset(str(source), SyntheticLeRobot(lengths=[40] * 12, episodes_per_video_file=4))
     env, record = _recording_interpreters(tmp_path)
     process = _convert(source, tmp_path / "out", env)
     seen: dict[int, str] = {}
-    killed = False
+    killed: set[int] = set()
     while process.poll() is None:
         table = _processes()
         seen.update(_descendants(process.pid, table))
         for pid, (ppid, command) in table.items():
-            if not killed and ppid == process.pid and "pipelines.convert" in command:  # the zygote
-                os.kill(pid, signal.SIGKILL)
-                killed = True
+            if pid not in killed and ppid == process.pid and "pipelines.convert" in command:  # the planner or the zygote
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
         time.sleep(0.01)
     assert killed and process.returncode == 0, process.stderr.read()
     assert any("sdk_worker_main" in line for line in record.read_text().splitlines()), sorted(seen.values())

@@ -1,0 +1,161 @@
+"""The plan made in a forked process while the launcher imports Beam (pipelines/early_plan.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from formats import errors, samples, storage
+from pipelines import cli, early_plan, plan
+from pipelines.early_plan import EarlyPlan
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(not early_plan.wanted(), reason="the early planner forks: Linux only")
+
+
+def _args(src, dst, *extra):
+    return cli.parse([f"--input={src}", f"--output={dst}", *extra])[0]
+
+
+def _output_url(dst) -> str:
+    return storage.url_for(*storage.open_root(str(dst)))
+
+
+def _zombie_free(pid: int) -> bool:
+    """The planner was reaped: no process (not even a zombie) has its pid as our child."""
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    return False
+
+
+def test_the_launcher_forks_the_planner_before_any_heavy_import():
+    probe = subprocess.run([sys.executable, "-c", "import sys, pipelines.convert, pipelines.early_plan, pipelines.progress; "
+                            "print(sorted(m for m in ('apache_beam', 'pyarrow', 'numpy', 'av', 'fsspec') if m in sys.modules))"],
+                           cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert probe.stdout.strip() == "[]", probe.stderr
+
+
+@pytest.mark.parametrize("source", ["lerobot_v3", "lerobot_v2", "ortf", "rlds", "l5kit"])
+def test_the_early_plan_is_the_plan_the_launcher_would_make(tmp_path, source):
+    src, dst = tmp_path / source, tmp_path / "out"
+    samples.get(source).small(str(src))
+    args = _args(src, dst, *samples.get(source).convert_args)
+    planner = EarlyPlan.start(args)
+    pid = planner._pid
+    early = planner.result(output_url=_output_url(dst), previous_root=str(dst), incremental=False, grace=None)
+    assert early is not None and _zombie_free(pid)
+    made = plan.make_plan(args, output_url=_output_url(dst), created_at=early.sidecar_extra["created_at"])
+    assert early.source.id == made.source.id == source
+    for field in dataclasses.fields(plan.ConversionPlan):
+        if field.name not in ("source", "fingerprints"):
+            assert getattr(early, field.name) == getattr(made, field.name), field.name
+    assert early.fingerprints.context == made.fingerprints.context and early.fingerprints.signed == made.fingerprints.signed
+    assert early.fingerprints.units == made.fingerprints.units and len(made.fingerprints.units) >= 2
+    assert list(early.fingerprints.units) == list(made.fingerprints.units)  # the refs' order
+
+
+def test_a_refusal_of_the_planner_is_raised_by_the_launcher_as_make_plan_raises_it(tmp_path):
+    src, dst = tmp_path / "lerobot", tmp_path / "out"
+    samples.get("lerobot_v3").small(str(src))
+    info = json.loads((src / "meta" / "info.json").read_text())
+    info["fps"] = "thirty"
+    (src / "meta" / "info.json").write_text(json.dumps(info))
+    args = _args(src, dst)
+    with pytest.raises(errors.ConversionError) as made:
+        plan.make_plan(args, output_url=_output_url(dst), created_at="")
+    planner = EarlyPlan.start(args)
+    with pytest.raises(errors.ConversionError) as early:
+        planner.result(output_url=_output_url(dst), previous_root=str(dst), incremental=False, grace=None)
+    assert type(early.value) is type(made.value) and str(early.value) == str(made.value)
+    assert "fps" in str(early.value)
+
+
+def test_an_option_refused_for_this_dataset_keeps_its_hint(tmp_path):
+    src, dst = tmp_path / "lerobot", tmp_path / "out"
+    samples.get("lerobot_v3").small(str(src))
+    args = _args(src, dst, "--video_crf=20")  # the sample's cameras are copied: the crf would change nothing
+    with pytest.raises(cli.UsageError) as made:
+        plan.make_plan(args, output_url=_output_url(dst), created_at="")
+    with pytest.raises(cli.UsageError) as early:
+        EarlyPlan.start(args).result(output_url=_output_url(dst), previous_root=str(dst), incremental=False, grace=None)
+    assert (str(early.value), early.value.hint) == (str(made.value), made.value.hint) and made.value.hint
+
+
+def test_a_killed_planner_leaves_the_planning_to_the_launcher(tmp_path):
+    src, dst = tmp_path / "ortf", tmp_path / "out"
+    samples.get("ortf").small(str(src))
+    planner = EarlyPlan.start(_args(src, dst))
+    pid = planner._pid
+    os.kill(pid, signal.SIGKILL)
+    assert planner.result(output_url=_output_url(dst), previous_root=str(dst), incremental=False, grace=None) is None
+    assert _zombie_free(pid)
+
+
+def test_a_plan_made_for_other_arguments_is_not_used(tmp_path):
+    src, dst = tmp_path / "ortf", tmp_path / "out"
+    samples.get("ortf").small(str(src))
+    args = _args(src, dst, "--incremental")
+    assert EarlyPlan.start(args).result(output_url=_output_url(tmp_path / "elsewhere"), previous_root=str(dst),
+                                        incremental=False, grace=None) is None
+    # --incremental into a lake table: the launcher finds the previous run in the table, not at the output's root
+    assert EarlyPlan.start(args).result(output_url=_output_url(dst), previous_root=str(dst / "runs" / "x"),
+                                        incremental=True, grace=None) is None
+    assert EarlyPlan.start(args).result(output_url=_output_url(dst), previous_root=str(dst), incremental=True, grace=None) is not None
+
+
+class _Unpicklable(errors.ConversionError):
+    def __init__(self, *, why: str):
+        super().__init__(why)
+
+
+def test_an_error_that_does_not_survive_pickling_makes_the_launcher_plan_itself(tmp_path, monkeypatch):
+    src, dst = tmp_path / "ortf", tmp_path / "out"
+    samples.get("ortf").small(str(src))
+
+    def refuse(*_args, **_kwargs):
+        raise _Unpicklable(why="only this process can make this one")
+
+    monkeypatch.setattr(plan, "make_plan", refuse)  # in the forked planner only: it is forked after this
+    planner = EarlyPlan.start(_args(src, dst))
+    monkeypatch.undo()
+    assert planner.result(output_url=_output_url(dst), previous_root=str(dst), incremental=False, grace=None) is None
+
+
+def test_cancel_stops_a_planner_nobody_asked(tmp_path):
+    src, dst = tmp_path / "ortf", tmp_path / "out"
+    samples.get("ortf").small(str(src))
+    planner = EarlyPlan.start(_args(src, dst))
+    pid = planner._pid
+    planner.cancel()
+    planner.cancel()
+    assert _zombie_free(pid)
+    assert planner.result(output_url=_output_url(dst), previous_root=str(dst), incremental=False, grace=None) is None
+
+
+def test_a_planner_not_done_when_the_launcher_is_ready_is_stopped(tmp_path, monkeypatch):
+    """A plan that takes longer than Beam's import is too big to be worth sending: the launcher
+    plans itself instead of waiting (a slow plan, here a planner that sleeps)."""
+    src, dst = tmp_path / "ortf", tmp_path / "out"
+    samples.get("ortf").small(str(src))
+
+    def slow(*_args, **_kwargs):
+        time.sleep(60)
+
+    monkeypatch.setattr(plan, "make_plan", slow)
+    planner = EarlyPlan.start(_args(src, dst))
+    monkeypatch.undo()
+    pid = planner._pid
+    started = time.monotonic()
+    assert planner.result(output_url=_output_url(dst), previous_root=str(dst), incremental=False) is None
+    assert time.monotonic() - started < early_plan.GRACE_SECONDS + 5 and _zombie_free(pid)
