@@ -6,9 +6,16 @@ import os
 import pathlib
 import shutil
 
-import pytest
+# Before anything imports gcsfs, which reads this once, at import: its experimental GCS
+# (zonal/hierarchical buckets) probes every bucket over gRPC, which the tests' GCS emulator does not
+# speak. Set only in the fixtures that use the emulator, it came too late whenever an earlier test
+# in the same process had imported gcsfs (the Dask, Dataflow and determinism tests): the Iceberg-on-
+# GCS test then hung in the probe (tests/pipelines/test_lake_gcs.py after test_dask_runner.py).
+os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
 
-from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
+import pytest  # noqa: E402
+
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset  # noqa: E402
 
 os.environ.setdefault("SVT_LOG", "1")
 
