@@ -10,7 +10,6 @@ converted with --on_error=skip but some sequences were skipped; 130 / 143 interr
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import importlib.util
 import logging
 import os
@@ -35,7 +34,7 @@ from pipelines import cli, failures, local_workers, preflight
 from pipelines.beam_flags import DASK_FLAGS
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
 from pipelines.early_plan import EarlyPlan
-from pipelines.plan import ConversionPlan, blame, make_plan, requested_encoding, without_cycle_collection
+from pipelines.plan import ConversionPlan, blame, created_now, make_plan, requested_encoding, without_cycle_collection
 from pipelines.progress import Progress
 from pipelines.session import Interrupted, new_run_id
 from transforms import staged_plan
@@ -132,8 +131,8 @@ def codec_threads(options: PipelineOptions) -> int | None:
 
 def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str, *, write_assets: bool = True,
                    plan_folder: staged_plan.PlanFolder | None = None, early_plan: EarlyPlan | None = None) -> ConversionPlan:
-    """Plan on the launcher (`pipelines.plan.make_plan`) and add the conversion it describes to
-    `pipeline`. `write_assets=False` (dry runs, templates) leaves the output untouched: no asset
+    """Plan (`pipelines.plan.make_plan`, or the early planner's plan) and add the conversion it
+    describes to `pipeline`. `write_assets=False` (dry runs, templates) leaves the output untouched: no asset
     is copied into the staging, and the plan files go elsewhere (below).
 
     The plan's per-unit data (the refs, the fingerprints, the ids an --incremental run reuses) is
@@ -141,8 +140,8 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     `plan_folder` when given (a classic template's, beside it), else to the staging folder's `_plan/`
     (removed before publication), or with `write_assets=False` to a temporary folder on the
     launcher, removed when the process exits: a dry run builds the graph and runs nothing.
-    `early_plan`: the plan being made while Beam was imported (`pipelines/early_plan.py`), taken
-    when it was made with the arguments below."""
+    `early_plan`: the planner forked before Beam was imported (`pipelines/early_plan.py`), whose
+    plan is taken when it is done and was made for this output (never under --incremental)."""
     out_fs, out_root = storage.open_root(options.output)
     output_url = storage.url_for(out_fs, out_root)
     settings = table_settings(options, run_id)
@@ -150,10 +149,9 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     if lake.is_lake(settings.format):  # the table's state before planning: a commit refuses to land on a newer one
         settings = dataclasses.replace(settings, base=lake.current_state(output_url, settings))
         previous_root = lake.previous_run_root(out_fs, out_root, output_url, settings)
-    plan = early_plan.result(output_url=output_url, previous_root=previous_root, incremental=options.incremental) if early_plan else None
+    plan = early_plan.result(output_url=output_url) if early_plan is not None and not options.incremental else None
     if plan is None:
-        plan = make_plan(options, output_url=output_url, previous_root=previous_root,
-                         created_at=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"))
+        plan = make_plan(options, output_url=output_url, previous_root=previous_root, created_at=created_now())
     meta = plan.meta
     staging = staging_root(out_fs, out_root, run_id, options)
     staging_url = storage.url_for(out_fs, staging)

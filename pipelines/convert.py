@@ -85,8 +85,9 @@ def main() -> None:
         sys.exit(EXIT_USAGE)
     with contextlib.closing(session):
         try:
-            if early_plan.wanted():  # the plan is made in a forked process while Beam is imported here
-                planner = early_plan.EarlyPlan.start(args)
+            if early_plan.wanted(args):  # the plan is made in a forked process while Beam is imported here
+                planner = early_plan.EarlyPlan()
+                planner.start(args)
             from pipelines import conversion, local_workers
 
             if local_workers.wanted(argv):  # local multi-process workers: forked from this process's imports

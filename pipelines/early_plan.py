@@ -9,22 +9,23 @@ made it (`pipelines.conversion.build_pipeline`), after checking the command line
 options and preparing the output exactly as before.
 
 The early plan is only ever a head start, never a different plan: it is `make_plan` on the same
-command line, and it is used only where the launcher would have called `make_plan` with the same
-arguments (the output's URL, and for --incremental the previous output's root: a lake table's
-previous run is found in the table, so the launcher plans an --incremental lake run itself), and
-only when the planner is done by then (GRACE_SECONDS, below: a plan that takes longer than Beam's
-import is too big to be worth sending). A refusal the planner hit is raised in the launcher as it
-was raised there, at the moment the launcher would have planned, so the checks before planning
-still answer first; whatever else goes wrong with the planner (an error that does not survive
-pickling, a crash, a kill, not done in time) makes the launcher plan itself, as it did before.
-The planner writes nothing but its answer to a pipe, takes SIGINT and SIGTERM with the default
-action (it just ends), and is killed when the launcher no longer needs it.
+command line, used only where the launcher would have called `make_plan` with the same arguments
+(the same output URL) and only when the planner is done by then (GRACE_SECONDS, below: a plan that
+takes longer than Beam's import is too big to be worth sending). An --incremental run is planned
+on the launcher, as before: it reads the previous output, which must wait for the launcher's
+check that no other run is publishing there. A refusal the planner hit is raised in the launcher
+as it was raised there, at the moment the launcher would have planned, so the checks before
+planning still answer first; a refusal that does not cross a pipe whole (one with a cause: the
+launcher names a full disk from its cause), a crash, a kill, or a planner not done in time make
+the launcher plan itself, as it did before. The planner sends only its answer, through a pipe
+(its log lines and warnings go to the run's log like the launcher's), takes SIGINT and SIGTERM
+with the default action (it just ends), dies with the launcher (PR_SET_PDEATHSIG), and is killed
+when the launcher no longer needs it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime
 import logging
 import os
 import pickle
@@ -41,64 +42,84 @@ __all__ = ["EarlyPlan", "wanted"]
 _LOG = logging.getLogger("mixtrain-convert")
 _LENGTH = struct.Struct(">Q")
 # How long a ready launcher waits for a planner that is not done. The plan crosses the pipe
-# pickled: 5 us a LeRobot ref each way, and 1.3 GB more memory at 400,000 episodes, so a planner
-# still at work when the launcher is ready has a plan too big to be worth sending (measured:
-# 1.33x the launcher's time at 100,000 episodes, 1.5x at 400,000 when the launcher always
-# waited). It is stopped and the launcher plans, as it did without it: a large plan loses at
-# most this, a small one gains up to the whole of its planning.
+# pickled (2-3 us a LeRobot ref each way, and the planner's copy of it in memory meanwhile), so a
+# planner still at work when the launcher is ready has a plan too big to be worth sending (when
+# the launcher always waited: 1.33x its time at 100,000 episodes, 1.5x at 400,000). It is stopped
+# and the launcher plans, as it did without it: a large plan loses at most this, a small one
+# gains up to the whole of its planning.
 GRACE_SECONDS = 0.2
+# And a plan of more refs than this is not sent even when it is done in time (a slow import):
+# the fingerprints it carries (computed in the planner) would stay in the launcher's memory.
+MAX_REFS = 100_000
+_PR_SET_PDEATHSIG = 1
 
 
-def wanted() -> bool:
+def wanted(args: Any) -> bool:
     """Whether to plan early: on Linux (fork is unavailable on Windows and unsafe on macOS after
-    some imports)."""
-    return sys.platform.startswith("linux")
+    some imports), and not for --incremental (see the module docstring)."""
+    return sys.platform.startswith("linux") and not args.incremental
 
 
-def _created_at() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+def _crosses_whole(error: BaseException) -> bool:
+    """The refusal reads the same in the launcher: no cause or context (which pickling drops and
+    the launcher's messages search), and type, arguments and attributes equal after the trip."""
+    if error.__cause__ is not None or error.__context__ is not None:
+        return False
+    try:
+        back = pickle.loads(pickle.dumps(error, protocol=pickle.HIGHEST_PROTOCOL))  # noqa: S301 - our own bytes
+    except Exception:  # noqa: BLE001
+        return False
+    return type(back) is type(error) and back.args == error.args and vars(back) == vars(error) and str(back) == str(error)
 
 
 def _outcome(args: Any) -> tuple:
-    """What the planner sends back, after the `make_plan` arguments it used (output URL, previous
-    root): ("plan", plan), ("error", exception, its traceback text), or ("replan", why) when the
-    launcher should plan itself."""
+    """What the planner sends back: the output URL it planned for, then ("plan", plan), ("error",
+    exception, its traceback text), or ("replan", why) when the launcher should plan itself."""
     from formats import storage  # here, not above: the launcher forks before importing anything heavy
+    from pipelines import plan as planning
 
     try:
-        out_fs, out_root = storage.open_root(args.output)
-        output_url = storage.url_for(out_fs, out_root)
+        output_url = storage.url_for(*storage.open_root(args.output))
     except Exception as error:  # noqa: BLE001 - the launcher's own checks say it, before planning
-        return (None, None, "replan", f"{type(error).__name__} opening the output")
-    arguments = (output_url, out_root)
+        return (None, "replan", f"{type(error).__name__} opening the output")
     try:
-        from pipelines.plan import make_plan
-
-        plan = make_plan(args, output_url=output_url, previous_root=out_root, created_at=_created_at())
-        # The fingerprints as the publish step will read them, computed here too (a quarter of
-        # planning at 20,000 episodes): the same units, in the same order.
-        plan = dataclasses.replace(plan, fingerprints=dataclasses.replace(plan.fingerprints, known=plan.fingerprints.units))
-        return (*arguments, "plan", plan)
-    except Exception as error:  # noqa: BLE001 - sent back whole when it survives pickling, else the launcher replans
-        text = "".join(traceback.format_exception(error))
-        try:
-            pickle.loads(pickle.dumps(error, protocol=pickle.HIGHEST_PROTOCOL))  # noqa: S301 - our own bytes
-        except Exception:  # noqa: BLE001
-            return (*arguments, "replan", f"{type(error).__name__} does not survive pickling")
-        return (*arguments, "error", error, text)
+        plan = planning.make_plan(args, output_url=output_url, created_at=planning.created_now())
+    except Exception as error:  # noqa: BLE001 - sent back whole when it can be, else the launcher replans
+        if not _crosses_whole(error):
+            return (output_url, "replan", f"the planner's {type(error).__name__} does not cross a pipe whole")
+        return (output_url, "error", error, "".join(traceback.format_exception(type(error), error, error.__traceback__)))
+    if len(plan.refs) > MAX_REFS:
+        return (output_url, "replan", f"{len(plan.refs)} refs: more than {MAX_REFS} are planned on the launcher")
+    # The fingerprints as the publish step will read them, computed here too (a quarter of
+    # planning at 20,000 episodes): the same units, in the same order.
+    return (output_url, "plan", dataclasses.replace(plan, fingerprints=dataclasses.replace(plan.fingerprints, known=plan.fingerprints.units)))
 
 
-def _planner(args: Any, write_fd: int) -> None:
+def _die_with(parent: int) -> None:
+    """SIGKILL this process when the launcher dies (a planner blocked on a slow store would
+    otherwise live on, holding the launcher's stdout open)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # no prctl: the launcher's cancel and the broken pipe still end it
+        pass
+    if os.getppid() != parent:  # the launcher died before the line above
+        os._exit(1)
+
+
+def _planner(args: Any, write_fd: int, parent: int) -> None:
     """The forked child: plan, write the answer, leave without any clean-up of the launcher's."""
     code = 0
     try:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, signal.SIG_DFL)
-        logging.disable(logging.CRITICAL)  # the launcher's log is the launcher's
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, signal.SIGTERM))
+        _die_with(parent)
         try:
             data = pickle.dumps(_outcome(args), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as error:  # noqa: BLE001 - a plan that cannot be pickled: the launcher plans itself
-            data = pickle.dumps((None, None, "replan", f"the plan does not pickle: {type(error).__name__}"), protocol=pickle.HIGHEST_PROTOCOL)
+            data = pickle.dumps((None, "replan", f"the plan does not pickle: {type(error).__name__}"), protocol=pickle.HIGHEST_PROTOCOL)
         with os.fdopen(write_fd, "wb") as pipe:
             pipe.write(_LENGTH.pack(len(data)))
             pipe.write(data)
@@ -110,35 +131,43 @@ def _planner(args: Any, write_fd: int) -> None:
 class EarlyPlan:
     """A planner process forked before the launcher's heavy imports; see the module docstring."""
 
-    def __init__(self, pid: int, read_fd: int):
-        self._pid = pid
-        self._read_fd = read_fd
+    def __init__(self) -> None:
+        self._pid: int | None = None
+        self._read_fd: int | None = None
 
-    @classmethod
-    def start(cls, args: Any) -> EarlyPlan | None:
-        """Fork the planner for the command line `args` (what `cli.parse` returned), or None when
-        the fork fails (the launcher then plans itself)."""
+    def start(self, args: Any) -> bool:
+        """Fork the planner for the command line `args` (what `cli.parse` returned); False when
+        the fork fails (the launcher then plans itself). SIGINT and SIGTERM wait until the fork is
+        done and each side holds what it needs (the child its own signal handling, this object the
+        child's pid, for `cancel`): an interrupt in between would unwind the child through the
+        launcher's clean-up, or lose the child."""
         read_fd, write_fd = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
+        parent = os.getpid()
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, (signal.SIGINT, signal.SIGTERM))
         try:
-            with warnings.catch_warnings():  # Python 3.12+ warns of forking with threads (--verbose's log copier)
-                warnings.simplefilter("ignore", DeprecationWarning)
-                pid = os.fork()
-        except OSError:
-            os.close(read_fd)
+            try:
+                with warnings.catch_warnings():  # Python 3.12+ warns of forking with threads (--verbose's log copier)
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    pid = os.fork()
+            except OSError:
+                os.close(read_fd)
+                os.close(write_fd)
+                return False
+            if pid == 0:
+                os.close(read_fd)
+                _planner(args, write_fd, parent)
             os.close(write_fd)
-            return None
-        if pid == 0:
-            os.close(read_fd)
-            _planner(args, write_fd)
-        os.close(write_fd)
-        return cls(pid, read_fd)
+            self._pid, self._read_fd = pid, read_fd
+            return True
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
-    def result(self, *, output_url: str, previous_root: str | None, incremental: bool, grace: float | None = GRACE_SECONDS):
+    def result(self, *, output_url: str, grace: float | None = GRACE_SECONDS):
         """The plan the planner made, when it was done (or is within `grace` seconds; None: however
-        long it takes) and made with these arguments of `make_plan`; raises what the planner
-        raised; None when the launcher must plan itself."""
+        long it takes) and made for this output URL; raises what the planner raised; None when the
+        launcher must plan itself."""
         if self._pid is None:
             return None
         try:
@@ -147,17 +176,18 @@ class EarlyPlan:
             self.cancel()
         if outcome is None:
             return None
-        planned_url, planned_previous, kind, *rest = outcome
+        planned_url, kind, *rest = outcome
         if kind == "replan":
             _LOG.info("planning on the launcher: %s", rest[0])
             return None
-        if planned_url != output_url or (incremental and planned_previous != previous_root):
-            _LOG.info("planning on the launcher: the early plan was made for another previous output")
+        if planned_url != output_url:
+            _LOG.info("planning on the launcher: the early plan was made for %s, not %s", planned_url, output_url)
             return None
         if kind == "error":
             error, text = rest
-            error.add_note(f"(raised while planning in the early planner; its traceback:)\n{text}")
+            _LOG.info("the early planner refused the input; its traceback:\n%s", text)
             raise error
+        _LOG.info("the plan was made by the early planner while Beam was imported")
         return rest[0]
 
     def _receive(self, grace: float | None):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
 import gc
 import math
 from typing import Any
@@ -26,7 +27,7 @@ from formats.video import policy
 from pipelines import cli
 from pipelines.cli import UsageError
 
-__all__ = ["ConversionPlan", "make_plan", "without_cycle_collection", "estimate_num_shards", "requested_encoding", "source_options"]
+__all__ = ["ConversionPlan", "make_plan", "created_now", "without_cycle_collection", "estimate_num_shards", "requested_encoding", "source_options"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -128,6 +129,11 @@ def estimate_num_shards(meta: DatasetMeta, refs: list[SourceRef], target_mb: flo
     total = sum((ref.estimated_steps or 0) * bytes_per_step + ref.estimated_bytes for ref in refs)
     limit = len(refs) if all(ref.estimated_steps is not None for ref in refs) else max(len(refs), 1) * 1000
     return max(1, min(limit or 1, math.ceil(total / (target_mb * 1e6))))
+
+
+def created_now() -> str:
+    """The plan's `created_at`: now, in UTC, to the second."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
 
 
 def make_plan(options: Any, *, output_url: str, created_at: str, previous_root: str | None = "") -> ConversionPlan:

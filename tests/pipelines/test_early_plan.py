@@ -19,7 +19,7 @@ from pipelines.early_plan import EarlyPlan
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(not early_plan.wanted(), reason="the early planner forks: Linux only")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the early planner forks: Linux only")
 
 
 def _args(src, dst, *extra):
@@ -28,6 +28,12 @@ def _args(src, dst, *extra):
 
 def _output_url(dst) -> str:
     return storage.url_for(*storage.open_root(str(dst)))
+
+
+def _started(args) -> EarlyPlan:
+    planner = EarlyPlan()
+    assert planner.start(args)
+    return planner
 
 
 def _zombie_free(pid: int) -> bool:
@@ -51,9 +57,9 @@ def test_the_early_plan_is_the_plan_the_launcher_would_make(tmp_path, source):
     src, dst = tmp_path / source, tmp_path / "out"
     samples.get(source).small(str(src))
     args = _args(src, dst, *samples.get(source).convert_args)
-    planner = EarlyPlan.start(args)
+    planner = _started(args)
     pid = planner._pid
-    early = planner.result(output_url=_output_url(dst), previous_root=str(dst), incremental=False, grace=None)
+    early = planner.result(output_url=_output_url(dst), grace=None)
     assert early is not None and _zombie_free(pid)
     made = plan.make_plan(args, output_url=_output_url(dst), created_at=early.sidecar_extra["created_at"])
     assert early.source.id == made.source.id == source
@@ -74,9 +80,9 @@ def test_a_refusal_of_the_planner_is_raised_by_the_launcher_as_make_plan_raises_
     args = _args(src, dst)
     with pytest.raises(errors.ConversionError) as made:
         plan.make_plan(args, output_url=_output_url(dst), created_at="")
-    planner = EarlyPlan.start(args)
+    planner = _started(args)
     with pytest.raises(errors.ConversionError) as early:
-        planner.result(output_url=_output_url(dst), previous_root=str(dst), incremental=False, grace=None)
+        planner.result(output_url=_output_url(dst), grace=None)
     assert type(early.value) is type(made.value) and str(early.value) == str(made.value)
     assert "fps" in str(early.value)
 
@@ -88,30 +94,27 @@ def test_an_option_refused_for_this_dataset_keeps_its_hint(tmp_path):
     with pytest.raises(cli.UsageError) as made:
         plan.make_plan(args, output_url=_output_url(dst), created_at="")
     with pytest.raises(cli.UsageError) as early:
-        EarlyPlan.start(args).result(output_url=_output_url(dst), previous_root=str(dst), incremental=False, grace=None)
+        _started(args).result(output_url=_output_url(dst), grace=None)
     assert (str(early.value), early.value.hint) == (str(made.value), made.value.hint) and made.value.hint
 
 
 def test_a_killed_planner_leaves_the_planning_to_the_launcher(tmp_path):
     src, dst = tmp_path / "ortf", tmp_path / "out"
     samples.get("ortf").small(str(src))
-    planner = EarlyPlan.start(_args(src, dst))
+    planner = _started(_args(src, dst))
     pid = planner._pid
     os.kill(pid, signal.SIGKILL)
-    assert planner.result(output_url=_output_url(dst), previous_root=str(dst), incremental=False, grace=None) is None
+    assert planner.result(output_url=_output_url(dst), grace=None) is None
     assert _zombie_free(pid)
 
 
-def test_a_plan_made_for_other_arguments_is_not_used(tmp_path):
+def test_a_plan_made_for_another_output_is_not_used_and_incremental_runs_are_planned_on_the_launcher(tmp_path):
     src, dst = tmp_path / "ortf", tmp_path / "out"
     samples.get("ortf").small(str(src))
-    args = _args(src, dst, "--incremental")
-    assert EarlyPlan.start(args).result(output_url=_output_url(tmp_path / "elsewhere"), previous_root=str(dst),
-                                        incremental=False, grace=None) is None
-    # --incremental into a lake table: the launcher finds the previous run in the table, not at the output's root
-    assert EarlyPlan.start(args).result(output_url=_output_url(dst), previous_root=str(dst / "runs" / "x"),
-                                        incremental=True, grace=None) is None
-    assert EarlyPlan.start(args).result(output_url=_output_url(dst), previous_root=str(dst), incremental=True, grace=None) is not None
+    assert _started(_args(src, dst)).result(output_url=_output_url(tmp_path / "elsewhere"), grace=None) is None
+    assert _started(_args(src, dst)).result(output_url=_output_url(dst), grace=None) is not None
+    # --incremental reads the previous output: not before the launcher checked that no other run publishes there
+    assert early_plan.wanted(_args(src, dst)) and not early_plan.wanted(_args(src, dst, "--incremental"))
 
 
 class _Unpicklable(errors.ConversionError):
@@ -127,20 +130,20 @@ def test_an_error_that_does_not_survive_pickling_makes_the_launcher_plan_itself(
         raise _Unpicklable(why="only this process can make this one")
 
     monkeypatch.setattr(plan, "make_plan", refuse)  # in the forked planner only: it is forked after this
-    planner = EarlyPlan.start(_args(src, dst))
+    planner = _started(_args(src, dst))
     monkeypatch.undo()
-    assert planner.result(output_url=_output_url(dst), previous_root=str(dst), incremental=False, grace=None) is None
+    assert planner.result(output_url=_output_url(dst), grace=None) is None
 
 
 def test_cancel_stops_a_planner_nobody_asked(tmp_path):
     src, dst = tmp_path / "ortf", tmp_path / "out"
     samples.get("ortf").small(str(src))
-    planner = EarlyPlan.start(_args(src, dst))
+    planner = _started(_args(src, dst))
     pid = planner._pid
     planner.cancel()
     planner.cancel()
     assert _zombie_free(pid)
-    assert planner.result(output_url=_output_url(dst), previous_root=str(dst), incremental=False, grace=None) is None
+    assert planner.result(output_url=_output_url(dst), grace=None) is None
 
 
 def test_a_planner_not_done_when_the_launcher_is_ready_is_stopped(tmp_path, monkeypatch):
@@ -153,9 +156,66 @@ def test_a_planner_not_done_when_the_launcher_is_ready_is_stopped(tmp_path, monk
         time.sleep(60)
 
     monkeypatch.setattr(plan, "make_plan", slow)
-    planner = EarlyPlan.start(_args(src, dst))
+    planner = _started(_args(src, dst))
     monkeypatch.undo()
     pid = planner._pid
     started = time.monotonic()
-    assert planner.result(output_url=_output_url(dst), previous_root=str(dst), incremental=False) is None
+    assert planner.result(output_url=_output_url(dst)) is None
     assert time.monotonic() - started < early_plan.GRACE_SECONDS + 5 and _zombie_free(pid)
+
+
+def test_a_refusal_with_a_cause_is_planned_again_on_the_launcher(tmp_path, monkeypatch):
+    """The launcher's messages read an error's cause (a full disk names the output), which pickling drops."""
+    src, dst = tmp_path / "ortf", tmp_path / "out"
+    samples.get("ortf").small(str(src))
+
+    def full(*_args, **_kwargs):
+        try:
+            raise OSError(28, "No space left on device", str(dst))
+        except OSError as error:
+            raise errors.ConversionError(f"{src}: cannot read the input") from error
+
+    monkeypatch.setattr(plan, "make_plan", full)
+    planner = _started(_args(src, dst))
+    monkeypatch.undo()
+    assert planner.result(output_url=_output_url(dst), grace=None) is None
+
+
+def _convert_script(body: str) -> str:
+    return "import sys\nfrom pipelines import early_plan\n" + body + "\nfrom pipelines import convert\nconvert.main()\n"
+
+
+def test_convert_forks_the_planner_before_importing_beam_and_takes_its_plan(tmp_path):
+    src, dst, log = tmp_path / "lerobot", tmp_path / "out", tmp_path / "run.log"
+    samples.get("lerobot_v3").small(str(src))
+    script = _convert_script(
+        "early_plan.GRACE_SECONDS = 120  # however loaded the machine: this test is about taking the plan\n"
+        "start = early_plan.EarlyPlan.start\n"
+        "def recorded(self, args):\n"
+        "    print('beam imported at the fork:', 'apache_beam' in sys.modules, flush=True)\n"
+        "    return start(self, args)\n"
+        "early_plan.EarlyPlan.start = recorded\n"
+        f"sys.argv = ['pipelines.convert', '--input={src}', '--output={dst}', '--progress=off', '--log_file={log}']")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
+    assert done.stdout.splitlines()[0] == "beam imported at the fork: False"
+    assert "the plan was made by the early planner while Beam was imported" in log.read_text()
+    episodes = json.loads((src / "meta" / "info.json").read_text())["total_episodes"]
+    assert episodes >= 2 and json.loads((dst / "mixtrain.json").read_text())["num_sequences"] == episodes
+
+
+def test_a_killed_launcher_takes_the_planner_along(tmp_path):
+    src, dst = tmp_path / "ortf", tmp_path / "out"
+    samples.get("ortf").small(str(src))
+    script = ("import os, sys, time\nfrom pipelines import cli, early_plan, plan\n"
+              "plan.make_plan = lambda *a, **k: time.sleep(120)\n"
+              f"planner = early_plan.EarlyPlan()\nplanner.start(cli.parse(['--input={src}', '--output={dst}'])[0])\n"
+              "print(planner._pid, flush=True)\ntime.sleep(120)\n")
+    launcher = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    child = int(launcher.stdout.readline())
+    os.kill(launcher.pid, signal.SIGKILL)
+    launcher.wait(timeout=30)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{child}"):
+        time.sleep(0.05)
+    assert not os.path.exists(f"/proc/{child}")  # gone (reaped by init), not planning on for two minutes
