@@ -149,7 +149,11 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     if lake.is_lake(settings.format):  # the table's state before planning: a commit refuses to land on a newer one
         settings = dataclasses.replace(settings, base=lake.current_state(output_url, settings))
         previous_root = lake.previous_run_root(out_fs, out_root, output_url, settings)
-    plan = early_plan.result(output_url=output_url) if early_plan is not None and not options.incremental else None
+    plan = None
+    if early_plan is not None and options.incremental:  # never forked for it (early_plan.wanted); stopped if it was
+        early_plan.cancel()
+    elif early_plan is not None:
+        plan = early_plan.result(output_url=output_url)
     if plan is None:
         plan = make_plan(options, output_url=output_url, previous_root=previous_root, created_at=created_now())
     meta = plan.meta

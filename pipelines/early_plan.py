@@ -10,13 +10,13 @@ options and preparing the output exactly as before.
 
 The early plan is only ever a head start, never a different plan: it is `make_plan` on the same
 command line, used only where the launcher would have called `make_plan` with the same arguments
-(the same output URL) and only when the planner is done by then (GRACE_SECONDS, below: a plan that
+(the same output URL; its created_at is when it planned) and only when the planner is done by then (GRACE_SECONDS, below: a plan that
 takes longer than Beam's import is too big to be worth sending). An --incremental run is planned
 on the launcher, as before: it reads the previous output, which must wait for the launcher's
 check that no other run is publishing there. A refusal the planner hit is raised in the launcher
 as it was raised there, at the moment the launcher would have planned, so the checks before
-planning still answer first; a refusal that does not cross a pipe whole (one with a cause: the
-launcher names a full disk from its cause), a crash, a kill, or a planner not done in time make
+planning still answer first; a refusal that does not cross a pipe whole (one with a cause or a
+context, which pickling drops: the launcher names a full disk from them), a crash, a kill, or a planner not done in time make
 the launcher plan itself, as it did before. The planner sends only its answer, through a pipe
 (its log lines and warnings go to the run's log like the launcher's), takes SIGINT and SIGTERM
 with the default action (it just ends), dies with the launcher (PR_SET_PDEATHSIG), and is killed
@@ -96,14 +96,16 @@ def _outcome(args: Any) -> tuple:
 
 
 def _die_with(parent: int) -> None:
-    """SIGKILL this process when the launcher dies (a planner blocked on a slow store would
-    otherwise live on, holding the launcher's stdout open)."""
+    """SIGKILL this process when the launcher's thread that forked it (its main thread: the
+    whole launcher) ends; a planner blocked on a slow store would otherwise live on, holding the
+    launcher's stdout open."""
     try:
         import ctypes
 
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except (OSError, AttributeError):  # no prctl: the launcher's cancel and the broken pipe still end it
-        pass
+        if ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+            _LOG.info("the early planner could not ask to die with the launcher (prctl failed)")
+    except (ImportError, OSError, AttributeError):  # no prctl: the launcher's cancel and the broken pipe still end it
+        _LOG.info("the early planner could not ask to die with the launcher (no prctl)")
     if os.getppid() != parent:  # the launcher died before the line above
         os._exit(1)
 
@@ -140,7 +142,8 @@ class EarlyPlan:
         the fork fails (the launcher then plans itself). SIGINT and SIGTERM wait until the fork is
         done and each side holds what it needs (the child its own signal handling, this object the
         child's pid, for `cancel`): an interrupt in between would unwind the child through the
-        launcher's clean-up, or lose the child."""
+        launcher's clean-up, or lose the child. (Blocked in this thread; the launcher's one other
+        thread, --verbose's log copier, blocks them for good.)"""
         read_fd, write_fd = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()

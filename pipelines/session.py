@@ -139,6 +139,7 @@ class Session:
 
 
 def _tee(read_end: int, log_fd: int, console_fd: int) -> None:
+    signal.pthread_sigmask(signal.SIG_BLOCK, tuple(EXIT_SIGNALS))  # signals are the main thread's to take (early_plan.start)
     with os.fdopen(read_end, "rb", buffering=0) as source:
         while chunk := source.read(65536):
             os.write(log_fd, chunk)

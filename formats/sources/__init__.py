@@ -75,12 +75,24 @@ _POSITIONAL_FIELDS: dict[type, tuple[str, ...]] = {}  # a ref class -> `_positio
 
 def _positional_fields(cls: type) -> tuple[str, ...]:
     """The field names `cls(*values)` takes, in order, when rebuilding an instance from them is
-    exactly what pickling does; () when it is not (see SourceRef.__reduce_ex__)."""
-    if not dataclasses.is_dataclass(cls) or "__init__" not in vars(cls) or not hasattr(cls, "__dataclass_fields__"):
+    exactly what pickling does; () when it is not (see SourceRef.__reduce_ex__): the class is a
+    dataclass itself, with the constructor dataclasses wrote (exec'd, so its code comes from no
+    file), no __post_init__ (it would run again), every field in the constructor by position, and
+    no class of its own up the MRO that pickles its own way (a state method other than the ones
+    `slots=True` writes)."""
+    if "__dataclass_fields__" not in vars(cls) or "__init__" not in vars(cls) or hasattr(cls, "__post_init__"):
         return ()
-    for klass in cls.__mro__[:cls.__mro__.index(SourceRef)]:
-        if {"__reduce__", "__reduce_ex__", "__getnewargs__", "__getnewargs_ex__"} & set(vars(klass)) - {"__getstate__", "__setstate__"}:
+    if not getattr(getattr(cls.__init__, "__code__", None), "co_filename", "").startswith("<"):
+        return ()  # an __init__ written by hand, in the class body or below
+    for klass in cls.__mro__:
+        if klass in (object, SourceRef):
+            continue
+        own = vars(klass)
+        if {"__reduce__", "__reduce_ex__", "__getnewargs__", "__getnewargs_ex__"} & set(own):
             return ()
+        for name in ("__getstate__", "__setstate__"):
+            if name in own and getattr(own[name], "__name__", "") not in ("_dataclass_getstate", "_dataclass_setstate"):
+                return ()
     fields = dataclasses.fields(cls)
     names = tuple(field.name for field in fields)
     try:
@@ -106,9 +118,9 @@ class SourceRef:
         """A plain dataclass ref pickles as (class, field values): a slotted frozen dataclass's own
         pickling restores each field through Python-level state handling, 1.5-1.8x the time both
         ways (plan files, the early planner's answer; 20,000 LeRobot refs: 0.13 -> 0.08 s dumped,
-        0.14 -> 0.07 s loaded). Only where the class's constructor takes exactly its fields, in
-        order, by position (not kw_only fields, an InitVar, a field left out of __init__, an
-        __init__ of its own) and nothing below SourceRef pickles it its own way; else the default."""
+        0.14 -> 0.07 s loaded). Only where that rebuilds the ref exactly (`_positional_fields`:
+        not kw_only fields, an InitVar, a field left out of __init__, an __init__ written by
+        hand, a __post_init__, a class that pickles its own way); else the default."""
         cls = type(self)
         names = _POSITIONAL_FIELDS.get(cls)
         if names is None:
