@@ -385,7 +385,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         _usage(console, error)
         return EXIT_USAGE
     except Interrupted as interrupt:
-        print(f"error: interrupted ({for_terminal(interrupt)}): the output was left as it was", file=console, flush=True)
+        print(f"error: {for_terminal(interrupt.message())}", file=console, flush=True)
         return interrupt.exit_code
     except Exception as error:  # noqa: BLE001 - every failure becomes one line and a clean output
         message = failures.output_message(error, options.output) or failures.user_message(error)

@@ -96,7 +96,7 @@ def main() -> None:
                                   log_path=str(session.log_path) if session.log_path else None, zygote=zygote,
                                   early_plan=planner)
         except Interrupted as interrupt:  # before the conversion began (conversion.run answers for itself after)
-            print(f"error: interrupted ({for_terminal(interrupt)}): the output was left as it was", file=session.console)
+            print(f"error: {for_terminal(interrupt.message())}", file=session.console)
             code = interrupt.exit_code
         except Exception as error:  # noqa: BLE001 - a fault of ours: one line here, the traceback in the log
             logging.getLogger("mixtrain-convert").error("internal error", exc_info=error)

@@ -37,6 +37,8 @@ import traceback
 import warnings
 from typing import Any
 
+from pipelines import local_workers
+
 __all__ = ["EarlyPlan", "wanted"]
 
 _LOG = logging.getLogger("mixtrain-convert")
@@ -55,9 +57,9 @@ _PR_SET_PDEATHSIG = 1
 
 
 def wanted(args: Any) -> bool:
-    """Whether to plan early: on Linux (fork is unavailable on Windows and unsafe on macOS after
-    some imports), and not for --incremental (see the module docstring)."""
-    return sys.platform.startswith("linux") and not args.incremental
+    """Whether to plan early: where the launcher can fork, and not for --incremental (see the
+    module docstring)."""
+    return local_workers.can_fork() and not args.incremental
 
 
 def _crosses_whole(error: BaseException) -> bool:

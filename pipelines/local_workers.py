@@ -31,11 +31,16 @@ import warnings
 BEAM_WORKER = ("-m", "apache_beam.runners.worker.sdk_worker_main")
 
 
+def can_fork() -> bool:
+    """Whether this launcher forks helpers (the zygote, the early planner): on Linux; elsewhere
+    fork is unavailable (Windows) or unsafe after some imports (macOS)."""
+    return sys.platform.startswith("linux")
+
+
 def wanted(argv: list[str]) -> bool:
     """The command line asks for local multi-process workers (DirectRunner is the default runner),
-    on Linux: elsewhere fork is unavailable (Windows) or unsafe after some imports (macOS), and
-    Beam's own cold workers are used."""
-    if not sys.platform.startswith("linux"):
+    where the launcher can fork (`can_fork`); elsewhere Beam's own cold workers are used."""
+    if not can_fork():
         return False
     from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
 

@@ -39,6 +39,10 @@ class Interrupted(BaseException):
         self.signum = signum
         self.exit_code = EXIT_SIGNALS[signum]
 
+    def message(self) -> str:
+        """The run's one line for it (after "error: "), wherever the interrupt unwound to."""
+        return f"interrupted ({self}): the output was left as it was"
+
 
 def new_run_id() -> str:
     """This run's name: its log, its staging folder and its temporary folder carry it."""
