@@ -9,6 +9,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -118,8 +119,12 @@ def test_a_plan_made_for_another_output_is_not_used_and_incremental_runs_are_pla
 
 
 class _Unpicklable(errors.ConversionError):
+    """Holds a lock: no pickler sends it (whatever a library installed for exceptions: distributed's
+    tblib support pickles keyword-only constructors, which a first version of this class relied on)."""
+
     def __init__(self, *, why: str):
         super().__init__(why)
+        self.lock = threading.Lock()
 
 
 def test_an_error_that_does_not_survive_pickling_makes_the_launcher_plan_itself(tmp_path, monkeypatch):
