@@ -224,3 +224,28 @@ def test_a_killed_launcher_takes_the_planner_along(tmp_path):
     while time.monotonic() < deadline and os.path.exists(f"/proc/{child}"):
         time.sleep(0.05)
     assert not os.path.exists(f"/proc/{child}")  # gone (reaped by init), not planning on for two minutes
+
+
+def test_ctrl_c_while_beam_is_imported_is_one_line_and_leaves_nothing(tmp_path):
+    """SIGINT to the launcher's process group (a Ctrl-C) while it imports Beam and the planner plans:
+    one `error:` line, exit 130, no output, and no planner left behind."""
+    src, dst = tmp_path / "lerobot", tmp_path / "out"
+    samples.get("lerobot_v3").small(str(src))
+    launcher = subprocess.Popen([sys.executable, "-m", "pipelines.convert", f"--input={src}", f"--output={dst}", "--progress=off",
+                                 f"--log_file={tmp_path / 'run.log'}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+    time.sleep(0.4)  # Beam's import takes 1.3 s or more: the launcher is in it, the planner at work
+    os.killpg(launcher.pid, signal.SIGINT)
+    _, stderr = launcher.communicate(timeout=60)
+    assert launcher.returncode == 130 and stderr == "error: interrupted (SIGINT): the output was left as it was\n", stderr
+    assert not dst.exists() and not list(tmp_path.glob(".out*"))
+    leftovers = [pid for pid in os.listdir("/proc") if pid.isdigit() and str(dst).encode() in _cmdline(pid)]
+    assert leftovers == []
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
