@@ -1,6 +1,7 @@
 """Scaling: the conversion at 1, 2, 4 ... local workers, where its cores go, and its serial head and tail.
 
     python bench/bench_scaling.py [--workers=1,2,4,8,16] [--only=traj,copy,reencode] [--scale=1] [--peers]
+                                  [--peer-procs=16] [--budget=SECONDS] [--out=results.jsonl]
     python bench/bench_scaling.py --proxies        # the 2-core proxies of issue 28 (below)
 
 Workloads, written here with the project's synthetic LeRobot v3 writer (the issue's, at --scale=1):
@@ -13,8 +14,13 @@ first and the last converted sequence) while this script samples /proc of it and
 descendants every 0.1 s. Per run it prints wall time, CPU seconds, the serial head (process start to
 the first converted sequence) and tail (last converted sequence to exit), the cores busy per 0.5 s,
 and the balance of the workers (busiest worker's CPU over the mean). Ratios are against the
-one-worker run and, with --peers, against bench/peer.py (one process) and bench/peer_parallel.py
-(the same loop in N processes), measured in the same run.
+one-worker run and, with --peers, against bench/peer.py (one process; for copy also its --mp4-floor)
+and bench/peer_parallel.py (the same loop in N processes, N from --peer-procs, default every worker
+count), measured in the same run. Copy with --peers also runs the largest worker count with the
+default verification, for its CPU against the unverified copy's. Re-encode prints its parallel
+efficiency: wall against (its own CPU seconds / workers). The last lines are issue 28's "done when"
+ratios for what was measured. --out appends one JSON line per measurement as it comes (a run cut
+short still reports); --budget skips what would start after that many seconds.
 
 --proxies runs traj with 2 workers and with 8 workers (uniform episodes) and checks the issue's
 proxies: head <= 1.5 s and tail <= 1.0 s with 2 workers; busiest worker <= 1.2x the mean with 8.
@@ -150,10 +156,43 @@ def convert(src: pathlib.Path, dst: pathlib.Path, workers: int, extra: list[str]
             f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing", *extra]
 
 
-def timed(command: list[str]) -> float:
+def timed(command: list[str]) -> tuple[float, float]:
+    """Wall and CPU seconds (user + system of the process and its children) of one command."""
+    before = os.times()
     started = time.perf_counter()
     subprocess.run(command, cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-    return time.perf_counter() - started
+    wall, after = time.perf_counter() - started, os.times()
+    return wall, (after.children_user - before.children_user) + (after.children_system - before.children_system)
+
+
+def done_when(name: str, runs: dict, peers: dict) -> list[str]:
+    """Issue 28's "done when" ratios for one workload, from what this run measured."""
+    lines, most = [], max(runs)
+    top = runs[most]
+    if 1 in runs and most > 1:
+        lines.append(f"({name}) 1 -> {most} workers: speed-up {runs[1]['wall'] / top['wall']:.2f}x"
+                     + (" (target >= 8)" if name == "traj" else ""))
+    walls = [runs[n]["wall"] for n in sorted(runs)]
+    if len(walls) > 1:
+        grows = [f"{a}->{b}" for a, b, x, y in zip(sorted(runs), sorted(runs)[1:], walls, walls[1:]) if y > x]
+        lines.append(f"({name}) wall grows when the workers grow: {', '.join(grows) or 'never'}")
+    if name == "reencode":
+        lines.append(f"({name}) {most} workers: wall / (own CPU / {most}) = {top['wall'] / (top['cpu'] / most):.2f} (target <= 1.2)")
+    targets = {"traj": (1.5, 0.6), "copy": (1.2, 0.25)}
+    if f"parallel x{most}" in peers:
+        target = targets.get(name, (None, None))[0]
+        lines.append(f"({name}) {most} workers / parallel peer x{most}: {top['wall'] / peers[f'parallel x{most}'][0]:.2f}"
+                     + (f" (target <= {target})" if target else ""))
+    if "one process" in peers:
+        target = targets.get(name, (None, None))[1]
+        lines.append(f"({name}) {most} workers / one-process peer: {top['wall'] / peers['one process'][0]:.2f}"
+                     + (f" (target <= {target})" if target else ""))
+    if "mp4 floor" in peers:
+        lines.append(f"({name}) {most} workers / one-process MP4 floor: {top['wall'] / peers['mp4 floor'][0]:.2f} (target <= 0.5)")
+    if "verified" in peers:
+        lines.append(f"({name}) default verification's CPU / the unverified copy's, {most} workers: "
+                     f"{peers['verified'][1] / top['cpu']:.2f} (target <= 1.5)")
+    return lines
 
 
 def main() -> None:
@@ -162,43 +201,78 @@ def main() -> None:
     parser.add_argument("--only", default="traj,copy,reencode")
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--peers", action="store_true", help="also time bench/peer.py and bench/peer_parallel.py")
+    parser.add_argument("--peer-procs", default="", help="the parallel peer's process counts (default: every worker count)")
     parser.add_argument("--proxies", action="store_true", help="the 2-core proxies: traj with 2 and 8 workers, checked")
     parser.add_argument("--work", default="", help="keep the generated sources here (reused when present)")
+    parser.add_argument("--out", default="", help="append one JSON line per measurement to this file")
+    parser.add_argument("--budget", type=float, default=0.0, help="start nothing after this many seconds (0: no limit)")
     args = parser.parse_args()
+    started = time.perf_counter()
     work = pathlib.Path(args.work or tempfile.mkdtemp(prefix="bench_scaling_"))
     work.mkdir(parents=True, exist_ok=True)
     specs = workloads(args.scale)
     only = ["traj"] if args.proxies else args.only.split(",")
     counts = [2, 8] if args.proxies else [int(n) for n in args.workers.split(",")]
+    peer_procs = [int(n) for n in args.peer_procs.split(",")] if args.peer_procs else counts
+    out = open(args.out, "a") if args.out else None
     ratios = []
+
+    def record(**row) -> None:
+        if out is not None:
+            row["t"] = round(time.perf_counter() - started, 1)
+            out.write(json.dumps(row) + "\n")
+            out.flush()
+
+    def in_budget(what: str) -> bool:
+        if args.budget and time.perf_counter() - started > args.budget:
+            print(f"  {what:<24} skipped: past --budget", flush=True)
+            return False
+        return True
+
+    record(machine=os.uname().nodename, cores=os.cpu_count(), python=sys.version.split()[0])
     try:
         for name in only:
             spec, extra = specs[name]
             src = work / name
+            if not in_budget(f"{name} (generate)"):
+                continue
             if not (src / "meta" / "info.json").exists():
+                generated = time.perf_counter()
                 write_dataset(str(src), spec)
+                record(workload=name, run="generate", wall=round(time.perf_counter() - generated, 2))
             print(f"== {name} ({len(spec.lengths)} episodes)", flush=True)
-            runs = {}
+            runs, peers = {}, {}
+            dst = work / f"{name}_out"
             for workers in counts:
-                dst = work / f"{name}_out"
+                if not in_budget(f"{workers} worker(s)"):
+                    continue
                 shutil.rmtree(dst, ignore_errors=True)
                 runs[workers] = sampled(convert(src, dst, workers, extra))
                 print(describe(f"{workers} worker(s)", runs[workers]), flush=True)
-            first = counts[0]
-            for workers in counts[1:]:
-                ratios.append(f"({name}) {first} -> {workers} workers: speed-up {runs[first]['wall'] / runs[workers]['wall']:.2f}x")
-            if args.peers:
+                record(workload=name, worker_count=workers, **runs[workers])
+            if args.peers and name != "reencode" and runs:
                 peer_out = work / f"{name}_peer"
-                shutil.rmtree(peer_out, ignore_errors=True)
-                peer = timed([sys.executable, "bench/peer.py", str(src), str(peer_out)])
-                print(f"  {'peer (one process)':<24} wall {peer:6.2f} s", flush=True)
-                for workers in counts:
+                commands = {"one process": [sys.executable, "bench/peer.py", str(src), str(peer_out)]}
+                if name == "copy":
+                    commands["mp4 floor"] = [*commands["one process"], "--mp4-floor"]
+                for procs in peer_procs:
+                    commands[f"parallel x{procs}"] = [sys.executable, "bench/peer_parallel.py", str(src), str(peer_out),
+                                                      "--procs", str(procs)]
+                if name == "copy":
+                    verify = [arg for arg in convert(src, dst, max(runs), extra) if arg != "--verify_copies=false"]
+                    commands["verified"] = [sys.executable, "-m", "pipelines.convert", *verify[2:]]
+                for label, command in commands.items():
+                    if not in_budget(label):
+                        continue
                     shutil.rmtree(peer_out, ignore_errors=True)
-                    parallel = timed([sys.executable, "bench/peer_parallel.py", str(src), str(peer_out), "--procs", str(workers)])
-                    print(f"  {f'parallel peer x{workers}':<24} wall {parallel:6.2f} s", flush=True)
-                    ratios.append(f"({name}) {workers} workers / parallel peer x{workers}: {runs[workers]['wall'] / parallel:.2f}; "
-                                  f"/ one-process peer: {runs[workers]['wall'] / peer:.2f}")
-            if args.proxies:
+                    shutil.rmtree(dst, ignore_errors=True)
+                    peers[label] = timed(command)
+                    shown = f"{max(runs)} workers, default verification" if label == "verified" else f"peer, {label}"
+                    print(f"  {shown:<24} wall {peers[label][0]:6.2f} s  CPU {peers[label][1]:7.2f} s", flush=True)
+                    record(workload=name, run=label, wall=peers[label][0], cpu=peers[label][1])
+            if runs:
+                ratios += done_when(name, runs, peers)
+            if args.proxies and 2 in runs and 8 in runs:
                 two, eight = runs[2], runs[8]
                 ratios += [f"(proxy) process start -> first converted sequence, 2 workers: {two['head']:.2f} s (target <= 1.5)",
                            f"(proxy) last converted sequence -> exit, 2 workers: {two['tail']:.2f} s (target <= 1.0)",
@@ -209,6 +283,7 @@ def main() -> None:
     print()
     for line in ratios:
         print(line)
+        record(ratio=line)
 
 
 if __name__ == "__main__":
