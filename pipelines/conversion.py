@@ -129,6 +129,16 @@ def codec_threads(options: PipelineOptions) -> int | None:
     return local_workers.codec_threads(options.view_as(DirectOptions).direct_num_workers)
 
 
+def local_partitions(options: PipelineOptions) -> int | None:
+    """Into how many parts the local runner deals each stage's input (Beam's FnApiRunner:
+    --direct_num_workers, 0 for one per CPU), so that the refs' batches can be dealt evenly
+    (`transforms.read.ref_batches`); None where the runner spreads work on its own terms."""
+    if options.view_as(StandardOptions).runner not in preflight.LOCAL_RUNNERS:
+        return None
+    workers = options.view_as(DirectOptions).direct_num_workers
+    return (os.cpu_count() or 1) if workers == 0 else max(1, workers or 1)
+
+
 def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str, *, write_assets: bool = True,
                    plan_folder: staged_plan.PlanFolder | None = None, early_plan: EarlyPlan | None = None) -> ConversionPlan:
     """Plan (`pipelines.plan.make_plan`, or the early planner's plan) and add the conversion it
@@ -165,9 +175,11 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     plan_folder = plan_folder or staged_plan.PlanFolder.create(storage.join(staging_url, staged_plan.PLAN_DIR) if write_assets
                                                                else _launcher_folder())
     with without_cycle_collection():
-        files = stage_refs(plan.to_convert, plan_folder)
+        workers = local_partitions(options)
+        files = stage_refs(plan.to_convert, plan_folder, workers)
         stage_fingerprints(plan.fingerprints, plan_folder)
-    read = pipeline | "Read" >> ReadSequences(plan.source, plan.source_url, meta, plan_folder, files, options.on_error)
+    read = pipeline | "Read" >> ReadSequences(plan.source, plan.source_url, meta, plan_folder, files, options.on_error,
+                                              spread_batches=workers is None)
     videos = read["sequences"] | "Videos" >> WriteVideos(plan.source_url, staging_url, meta.fps or 30.0, plan.encode, plan.sizes,
                                                          options.video_stats, options.on_error, options.verify_copies,
                                                          plan.copied, codec_threads(options))

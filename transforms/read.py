@@ -30,16 +30,22 @@ TALLIES = "tallies"
 # large groups still gives the workers at least MIN_BATCHES batches (2 x 8 workers) and no batch
 # holds more than MAX_BATCH_REFS refs (one DoFn call that long cannot be rebalanced). Each extra
 # piece costs one more decode of the group's shared data: at most MIN_BATCHES extra decodes from
-# the first rule over the whole run, and one per MAX_BATCH_REFS refs from the second.
+# the first rule over the whole run, and one per MAX_BATCH_REFS refs from the second. That is the
+# rule where the number of workers is not known (Dataflow, Dask); where it is (`workers`, the local
+# runner), the batches are dealt to them instead (`_dealt`).
 MIN_BATCHES = 16
 MAX_BATCH_REFS = 2000
 REFS_PER_FILE = 2000  # whole batches per plan file, until it holds this many refs
 
 
-def ref_batches(refs: list[SourceRef]) -> list[list[SourceRef]]:
-    """The refs in plan order, cut into batches for the workers: consecutive refs of the same
-    read group (not None) form one batch, cut into even pieces of at most
-    min(MAX_BATCH_REFS, ceil(len(refs) / MIN_BATCHES)) refs; every ref without a group is a batch of one."""
+def ref_batches(refs: list[SourceRef], workers: int | None = None) -> list[list[SourceRef]]:
+    """The refs in plan order, cut into batches for the workers.
+
+    `workers` None: consecutive refs of the same read group (not None) form one batch, cut into
+    even pieces of at most min(MAX_BATCH_REFS, ceil(len(refs) / MIN_BATCHES)) refs; every ref
+    without a group is a batch of one. `workers` N: `_dealt`."""
+    if workers is not None and refs:
+        return _dealt(refs, workers)
     limit = max(1, min(MAX_BATCH_REFS, math.ceil(len(refs) / MIN_BATCHES)))
     batches: list[list[SourceRef]] = []
     group: list[SourceRef] = []
@@ -66,6 +72,30 @@ def ref_batches(refs: list[SourceRef]) -> list[list[SourceRef]]:
     return batches
 
 
+def _dealt(refs: list[SourceRef], workers: int) -> list[list[SourceRef]]:
+    """Batches of equal work, as many per worker: the local runner hands the batches to its N
+    workers in turn (Beam's FnApiRunner deals the keys of a shuffle round-robin), so N x k batches
+    of equal steps end together, where batches cut by read group gave one worker a batch more
+    (64 re-encoded episodes on 16 workers: 17 batches, one worker 35 CPU s, the others 20).
+
+    Consecutive refs in plan order, cut where the running total of steps (`estimated_steps` + 1;
+    each ref 1 when some ref does not know its steps) crosses a multiple of the total / (N x k),
+    with k the fewest batches a worker needs to keep each under MAX_BATCH_REFS refs. A cut may fall
+    inside a read group: that group's shared data is then decoded by two readers, at most N x k - 1
+    times over the run."""
+    count = min(len(refs), max(1, workers) * max(1, math.ceil(len(refs) / (max(1, workers) * MAX_BATCH_REFS))))
+    steps = [ref.estimated_steps for ref in refs]
+    costs = [1 + value for value in steps] if all(isinstance(value, int) and value >= 0 for value in steps) else [1] * len(refs)
+    total = sum(costs)
+    batches: list[list[SourceRef]] = [[] for _ in range(count)]
+    done = 0
+    for ref, cost in zip(refs, costs):
+        # The batch that holds this ref's middle: integer arithmetic, so the cut is the same everywhere.
+        batches[min(count - 1, (2 * done + cost) * count // (2 * total))].append(ref)
+        done += cost
+    return [batch for batch in batches if batch]
+
+
 def refs_file(number: int) -> str:
     return f"refs-{number:06d}.pkl"
 
@@ -75,31 +105,34 @@ def staged_refs(plan_folder: staged_plan.PlanFolder):
     only when what arrived differs from the plan, to name what is missing)."""
     number = 0
     while staged_plan.exists(plan_folder, refs_file(number)):
-        for batch in staged_plan.read_value(plan_folder, refs_file(number)):
+        for batch in staged_plan.read_pieces(plan_folder, refs_file(number)):
             yield from batch
         number += 1
 
 
-def stage_refs(refs: list[SourceRef], plan_folder: staged_plan.PlanFolder) -> int:
-    """Write the refs' batches to plan files of about REFS_PER_FILE refs; returns how many files."""
+def stage_refs(refs: list[SourceRef], plan_folder: staged_plan.PlanFolder, workers: int | None = None) -> int:
+    """Write the refs' batches (`ref_batches`, for `workers`) to plan files, each batch a piece;
+    returns how many files. Batches dealt to known workers get a file each (the shuffle of the
+    file numbers deals them: `ReadSequences(spread_batches=False)`); otherwise whole batches fill
+    a file until it holds REFS_PER_FILE refs."""
     files, pending, count = 0, [], 0
-    for batch in ref_batches(refs):
+    for batch in ref_batches(refs, workers):
         pending.append(batch)
         count += len(batch)
-        if count >= REFS_PER_FILE:
-            staged_plan.write_value(plan_folder, refs_file(files), pending)
+        if count >= REFS_PER_FILE or workers is not None:
+            staged_plan.write_pieces(plan_folder, refs_file(files), pending)
             files, pending, count = files + 1, [], 0
     if pending:
-        staged_plan.write_value(plan_folder, refs_file(files), pending)
+        staged_plan.write_pieces(plan_folder, refs_file(files), pending)
         files += 1
     return files
 
 
 class _ReadRefBatchesFn(beam.DoFn):
-    """A plan file's number -> its batches of refs, each packed into one bytes value: Beam's coders
-    pickled every ref of a batch on its own, 6.5 times on the way through the shuffle that spreads
-    the batches (13,000 pickles for 2,000 episodes); bytes cross it as they are, and the loading
-    worker unpacks the batch once."""
+    """A plan file's number -> its batches of refs, each as one bytes value, as the file holds it
+    (pickled by `stage_refs`, signature checked here): Beam's coders pickled every ref of a batch
+    on its own, 6.5 times on the way through the shuffle that spreads the batches (13,000 pickles
+    for 2,000 episodes); bytes cross it as they are, and the loading worker unpacks the batch once."""
 
     def __init__(self, plan_folder: staged_plan.PlanFolder):
         self._plan_folder = plan_folder
@@ -107,12 +140,10 @@ class _ReadRefBatchesFn(beam.DoFn):
     def process(self, number: int):
         name = refs_file(number)
         try:
-            batches = staged_plan.read_value(self._plan_folder, name)
+            yield from staged_plan.read_pieces(self._plan_folder, name, packed=True)
         except FileNotFoundError as error:  # not worth retrying: say which plan is gone
             raise ConversionError(f"{storage.join(self._plan_folder.url, name)}: the run's plan file is missing (its folder was "
                                   "removed or overwritten while the job ran); rerun the conversion") from error
-        for batch in batches:
-            yield staged_plan.pack(batch)
 
 
 class _SourceFn(beam.DoFn):
@@ -189,6 +220,9 @@ class ReadSequences(beam.PTransform):
       meta: the DatasetMeta from the source's `plan`.
       plan_folder: the folder `stage_refs` wrote the refs to.
       files: how many files it wrote.
+      spread_batches: False where `stage_refs` dealt the batches to the workers, a file each:
+        the shuffle of the file numbers then spreads them, and the batches need no shuffle of
+        their own (one stage fewer before the first sequence).
 
     Example:
       files = stage_refs(refs, plan_folder)
@@ -196,8 +230,9 @@ class ReadSequences(beam.PTransform):
     """
 
     def __init__(self, source: Source, root_url: str, meta: DatasetMeta, plan_folder: staged_plan.PlanFolder, files: int,
-                 on_error: str = FAIL):
+                 on_error: str = FAIL, spread_batches: bool = True):
         super().__init__()
+        self._spread_batches = spread_batches
         self._source = source
         self._root_url = root_url
         self._meta = meta
@@ -210,8 +245,9 @@ class ReadSequences(beam.PTransform):
                    | "CountPlanFiles" >> beam.Create([self._files], reshuffle=False)
                    | "PlanFiles" >> beam.FlatMap(_numbers)
                    | "SpreadPlanFiles" >> beam.Reshuffle()
-                   | "ReadRefBatches" >> beam.ParDo(_ReadRefBatchesFn(self._plan_folder))
-                   | "SpreadRefs" >> beam.Reshuffle())
+                   | "ReadRefBatches" >> beam.ParDo(_ReadRefBatchesFn(self._plan_folder)))
+        if self._spread_batches:
+            batches = batches | "SpreadRefs" >> beam.Reshuffle()
         errors, tallies = [], []
         if self._source.expands_refs:
             expanded = batches | "Refs" >> beam.FlatMap(staged_plan.unpack) | "ExpandRefs" >> beam.ParDo(

@@ -95,7 +95,9 @@ def write_pieces(plan: PlanFolder, name: str, pieces: Iterable[Any]) -> None:
         handle.write(_HEADER.pack(_signature(plan, name, position, _END), _END_LENGTH))  # a file cut between pieces is refused
 
 
-def read_pieces(plan: PlanFolder, name: str) -> Iterator[Any]:
+def read_pieces(plan: PlanFolder, name: str, *, packed: bool = False) -> Iterator[Any]:
+    """The pieces `write_pieces` wrote, each checked against its signature; `packed`: as the
+    pickled bytes they were written as (what `unpack` takes), not unpickled here."""
     fs, source = _path(plan, name)
     data = memoryview(fs.cat_file(source))
     offset, position = 0, 0
@@ -112,7 +114,7 @@ def read_pieces(plan: PlanFolder, name: str) -> Iterator[Any]:
         if len(piece) != length or not hmac.compare_digest(signature, _signature(plan, name, position, piece)):
             raise ConversionError(f"{source}: a plan file this run did not write (its signature does not match); refusing to "
                                   "read it")
-        yield pickle.loads(piece)  # noqa: S301 - signed by this run's key, checked above
+        yield piece if packed else pickle.loads(piece)  # noqa: S301 - signed by this run's key, checked above
         offset, position = offset + _HEADER.size + length, position + 1
 
 

@@ -16,27 +16,27 @@ def _digest(folder):
     return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
-def _losing(monkeypatch, fn_class, lose):
-    """`fn_class.process` with every element for which `lose(element)` holds dropped, as a faulty
-    runner would (a batch of refs is given to `lose` unpacked)."""
-    process = fn_class.process
+def _losing(monkeypatch, lose):
+    """The load step with the refs for which `lose(ref)` holds dropped from its batches, as a
+    faulty runner would drop their elements (however the refs were batched)."""
+    process = read._LoadSequenceFn.process
 
-    def dropping(self, element, *args, **kwargs):
-        shown = staged_plan.unpack(element) if isinstance(element, bytes) else element
-        return [] if lose(shown) else process(self, element, *args, **kwargs)
+    def dropping(self, batch, *args, **kwargs):
+        refs = staged_plan.unpack(batch) if isinstance(batch, bytes) else batch
+        return process(self, [ref for ref in refs if not lose(ref)], *args, **kwargs)
 
-    monkeypatch.setattr(fn_class, "process", dropping)
+    monkeypatch.setattr(read._LoadSequenceFn, "process", dropping)
 
 
 @pytest.mark.parametrize("on_error", ["fail", "skip"])
-def test_a_lost_batch_fails_with_one_line_and_leaves_the_published_dataset(multi_file_dataset, tmp_path, capsys, monkeypatch, on_error):
+def test_lost_work_fails_with_one_line_and_leaves_the_published_dataset(multi_file_dataset, tmp_path, capsys, monkeypatch, on_error):
     src, _ = multi_file_dataset
     dst = tmp_path / "out"
     assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off"]) == convert.EXIT_OK
     before = _digest(dst)
     capsys.readouterr()
-    # The batches of episodes 2 and 3 never reach the load step.
-    _losing(monkeypatch, read._LoadSequenceFn, lambda batch: any(ref.sequence_id in ("episode_000002", "episode_000003") for ref in batch))
+    # Episodes 2 and 3 never reach the load step.
+    _losing(monkeypatch, lambda ref: ref.sequence_id in ("episode_000002", "episode_000003"))
     code = convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--overwrite", f"--on_error={on_error}"])
     err = capsys.readouterr().err
     assert code == convert.EXIT_FAILED
@@ -46,9 +46,9 @@ def test_a_lost_batch_fails_with_one_line_and_leaves_the_published_dataset(multi
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging left beside it
 
 
-def test_a_lost_batch_into_a_new_output_creates_nothing(multi_file_dataset, tmp_path, capsys, monkeypatch):
+def test_lost_work_into_a_new_output_creates_nothing(multi_file_dataset, tmp_path, capsys, monkeypatch):
     src, _ = multi_file_dataset
-    _losing(monkeypatch, read._LoadSequenceFn, lambda batch: any(ref.sequence_id == "episode_000006" for ref in batch))
+    _losing(monkeypatch, lambda ref: ref.sequence_id == "episode_000006")
     dst = tmp_path / "new" / "out"
     assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off"]) == convert.EXIT_FAILED
     assert capsys.readouterr().err == (f"error: {dst}: 6 of 7 planned sequences reached the publish step (lost: episode_000006); "
@@ -69,7 +69,7 @@ def test_sequences_counted_on_workers_are_checked_too(tmp_path, capsys, monkeypa
     """RLDS shards without shardLengths: the plan cannot count their episodes; each shard's count
     comes from the worker that indexed it, and an episode lost after that is caught."""
     src = _rlds_without_shard_lengths(tmp_path)
-    _losing(monkeypatch, read._LoadSequenceFn, lambda batch: batch[0].sequence_id == "train_00001_000000")
+    _losing(monkeypatch, lambda ref: ref.sequence_id == "train_00001_000000")
     dst = tmp_path / "out"
     assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--fps=10"]) == convert.EXIT_FAILED
     assert capsys.readouterr().err == (f"error: {dst}: 4 of 5 planned sequences reached the publish step; 4 converted, 0 skipped: "
@@ -94,16 +94,15 @@ def test_a_unit_that_never_reports_its_count_is_caught(tmp_path, capsys, monkeyp
     assert not dst.exists()
 
 
-def test_a_batch_delivered_twice_fails_too(multi_file_dataset, tmp_path, capsys, monkeypatch):
+def test_work_delivered_twice_fails_too(multi_file_dataset, tmp_path, capsys, monkeypatch):
     """Under --on_error=skip a duplicated sequence id is skipped as bad input; a runner that
     delivered a batch twice is not bad input and publishes nothing."""
     src, _ = multi_file_dataset
     process = read._LoadSequenceFn.process
 
-    def twice(self, batch):
+    def twice(self, batch):  # episode 4's element delivered twice
         loaded = list(process(self, batch))
-        refs = staged_plan.unpack(batch) if isinstance(batch, bytes) else batch
-        return loaded * 2 if any(ref.sequence_id == "episode_000004" for ref in refs) else loaded
+        return loaded + [sequence for sequence in loaded if getattr(sequence, "sequence_id", None) == "episode_000004"]
 
     monkeypatch.setattr(read._LoadSequenceFn, "process", twice)
     dst = tmp_path / "out"

@@ -30,7 +30,7 @@ def test_graph_size_does_not_grow_with_the_episodes(tmp_path):
     small, _, _ = _graph(tmp_path, 200)
     large, plan, plan_folder = _graph(tmp_path, 4000)
     assert abs(large - small) < 2_000 and large < 2_000_000, (small, large)
-    staged = [ref for number in range(2) for batch in staged_plan.read_value(plan_folder, refs_file(number)) for ref in batch]
+    staged = [ref for number in range(2) for batch in staged_plan.read_pieces(plan_folder, refs_file(number)) for ref in batch]
     assert staged == list(plan.to_convert) and len(staged) == 4000
     fingerprints = staged_fingerprints(plan_folder)
     assert fingerprints == {"context": plan.fingerprints.context, "units": plan.fingerprints.units}

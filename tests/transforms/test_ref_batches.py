@@ -52,7 +52,7 @@ def test_plan_files_hold_whole_batches(tmp_path, monkeypatch):
 
     plan_folder = staged_plan.PlanFolder.create(str(tmp_path))
     assert stage_refs(refs, plan_folder) == 6
-    files = [staged_plan.read_value(plan_folder, read.refs_file(number)) for number in range(6)]
+    files = [list(staged_plan.read_pieces(plan_folder, read.refs_file(number))) for number in range(6)]
     assert [[len(batch) for batch in batches] for batches in files] == [[3, 3]] * 5 + [[1, 1, 1]]
 
 
@@ -76,3 +76,59 @@ def test_batches_cross_the_shuffle_packed_and_a_missing_plan_file_is_one_line(tm
     (tmp_path / read.refs_file(5)).unlink()
     with pytest.raises(ConversionError, match=r"refs-000005\.pkl: the run's plan file is missing"):
         list(batches.process(5))
+
+
+@dataclasses.dataclass(frozen=True)
+class StepsRef(Ref):
+    steps: int | None = None
+
+    @property
+    def estimated_steps(self) -> int | None:
+        return self.steps
+
+
+def test_batches_dealt_to_known_workers_are_a_multiple_of_them_and_equal():
+    """The re-encode workload of issue 28: 64 equal episodes in data files of 50 and 14. Cut by
+    group they made 17 batches for 16 workers (one worker did two); dealt, 16 of 4."""
+    refs = [StepsRef(f"e{i}", f"file{i // 50}", 300) for i in range(64)]
+    batches = ref_batches(refs, workers=16)
+    assert [len(batch) for batch in batches] == [4] * 16
+    assert [ref for batch in batches for ref in batch] == refs
+    assert _shape(batches)[12] == [["e48", "e49", "e50", "e51"]][0]  # a cut inside a read group is allowed
+    assert len(ref_batches(refs)) == 17  # the rule where the workers are not known, unchanged
+
+
+def test_dealt_batches_hold_equal_steps_not_equal_counts():
+    lengths = [999] * 4 + [99] * 40 + [9] * 400  # 4,000 + 4,000 + 4,000 (each ref's steps + 1)
+    refs = [StepsRef(f"e{i}", "g", length) for i, length in enumerate(lengths)]
+    batches = ref_batches(refs, workers=3)
+    assert [len(batch) for batch in batches] == [4, 40, 400]
+    steps = [sum(1 + ref.steps for ref in batch) for batch in ref_batches(refs, workers=7)]
+    # Each batch within one ref's cost (the largest, 1,000) of its share, 12,000 / 7.
+    assert len(steps) == 7 and all(abs(value - 12_000 / 7) <= 1000 for value in steps)
+
+
+def test_dealt_batches_count_refs_when_some_steps_are_unknown():
+    refs = [StepsRef(f"e{i}", None, None if i == 3 else 1000 * i) for i in range(12)]
+    assert [len(batch) for batch in ref_batches(refs, workers=4)] == [3, 3, 3, 3]
+
+
+def test_dealt_batches_stay_under_the_batch_limit_and_a_few_refs_go_one_each():
+    refs = [StepsRef(f"e{i}", f"file{i // 500}", 50) for i in range(50_000)]
+    sizes = [len(batch) for batch in ref_batches(refs, workers=8)]
+    assert len(sizes) == 32 and set(sizes) == {1562, 1563} and max(sizes) <= read.MAX_BATCH_REFS  # 4 per worker
+    assert _shape(ref_batches(refs[:3], workers=16)) == [["e0"], ["e1"], ["e2"]]
+    assert ref_batches([], workers=16) == []
+    assert [len(batch) for batch in ref_batches(refs[:5000], workers=1)] == [1667, 1666, 1667]
+
+
+def test_stage_refs_deals_for_the_workers_it_is_given(tmp_path):
+    from transforms import staged_plan
+
+    refs = [StepsRef(f"e{i}", "g", 10) for i in range(40)]
+    plan_folder = staged_plan.PlanFolder.create(str(tmp_path))
+    assert stage_refs(refs, plan_folder, workers=8) == 8  # a file each: the shuffle of the file numbers deals them
+    files = [list(staged_plan.read_pieces(plan_folder, read.refs_file(number))) for number in range(8)]
+    assert [[len(batch) for batch in batches] for batches in files] == [[5]] * 8
+    packed = list(staged_plan.read_pieces(plan_folder, read.refs_file(7), packed=True))
+    assert len(packed) == 1 and staged_plan.unpack(packed[0]) == refs[35:]
