@@ -43,7 +43,7 @@ from transforms.errors import ERRORS, FAIL, SKIP
 from transforms.progress import flush, report
 from transforms.read import TALLIES, staged_refs
 from transforms.reuse import KEPT_IDS
-from transforms.stats import MergeShardStatsFn
+from transforms.stats import MergeShardsFn
 
 __all__ = ["WriteMixtrain", "ShardResult", "Planned", "stage_fingerprints", "staged_fingerprints"]
 
@@ -340,12 +340,20 @@ class _WriteShardFn(beam.DoFn):
         reader = _SpilledRowReader(self._fs, self._schema)
         # A row group's statistics are computed on a thread while the next groups are read and
         # encoded (numpy and Arrow release the GIL), folded in row-group order: the same numbers.
+        # The next row group is read on a thread of its own while this one is encoded: the shard is
+        # the run's tail, and Parquet's encoding alone (one thread) is half of its step.
         pending: collections.deque = collections.deque()
+        groups = _row_groups(ordered) if ordered else [[]]
         try:
-            with concurrent.futures.ThreadPoolExecutor(STATS_THREADS, thread_name_prefix="mixtrain-stats") as pool:
+            with (concurrent.futures.ThreadPoolExecutor(STATS_THREADS, thread_name_prefix="mixtrain-stats") as pool,
+                  concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="mixtrain-shard-read") as reading):
+                upcoming = reading.submit(reader.group, groups[0])
                 with self._fs.open(path, "wb") as handle, mixtrain.shard_writer(handle, self._schema, row_by_row=True) as writer:
-                    for group in _row_groups(ordered) if ordered else [[]]:
-                        pending.append(self._write_group(writer, reader.group(group), group, result, pool))
+                    for number, group in enumerate(groups):
+                        table = upcoming.result()
+                        if number + 1 < len(groups):
+                            upcoming = reading.submit(reader.group, groups[number + 1])
+                        pending.append(self._write_group(writer, table, group, result, pool))
                         while len(pending) > STATS_THREADS:  # at most this many row groups held for their statistics
                             _fold(pending.popleft().result(), result)
                 while pending:
@@ -434,10 +442,6 @@ def _merge_notes(per_shard) -> dict[str, dict]:
     return merged
 
 
-def _shard_partial(result: ShardResult):
-    return result.index, result.stats
-
-
 def _check_publishable(output: str, converted: int, records: list[dict], limit: tuple[str, float]) -> None:
     """Publish nothing rather than an empty dataset, or one missing more sequences than allowed:
     the previous dataset at the output stays as it was."""
@@ -506,7 +510,8 @@ class _PublishFn(beam.DoFn):
         self._sidecar_extra = sidecar_extra
         self._plan_folder = plan_folder
 
-    def process(self, _unused, shards: list[ShardResult], stats: dict, errors: list[dict], tallies: list = ()):
+    def process(self, _unused, collected: tuple[list[ShardResult], dict], errors: list[dict], tallies: list = ()):
+        shards, stats = collected
         fs, staging = storage.open_root(self._staging_url)
         _, output = storage.open_root(self._output_url)
         if self._table.format == tables.DEFAULT:  # a retried step (Dataflow retries a bundle) after it published
@@ -621,18 +626,16 @@ class WriteMixtrain(beam.PTransform):
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShards" >> beam.ParDo(_WriteShardFn(self._staging_url, self._meta.columns, self._on_error, self._table))
         )
-        stats = shards | "ShardStats" >> beam.Map(_shard_partial) | "MergeStats" >> beam.CombineGlobally(MergeShardStatsFn())
-        results = (shards
-                   | "WithoutStats" >> beam.Map(lambda shard: dataclasses.replace(shard, stats={}))  # merged above; sketches are MBs
-                   | "CollectShards" >> beam.combiners.ToList())
+        # No default element: a global combine's default costs a stage of its own; an empty run's
+        # default comes with the side input instead.
+        collected = shards | "CollectShards" >> beam.CombineGlobally(MergeShardsFn()).without_defaults()
         return (
             sequences.pipeline
             | "PublishTrigger" >> beam.Create([None])
             | "Publish" >> beam.ParDo(
                 _PublishFn(self._staging_url, self._output_url, self._meta, self._num_shards, self._sidecar_extra, self._plan_folder,
                            self._max_skipped, self._table, self._planned),
-                beam.pvalue.AsSingleton(results),
-                beam.pvalue.AsSingleton(stats),
+                beam.pvalue.AsSingleton(collected, default_value=([], MergeShardsFn().extract_output({}))),
                 beam.pvalue.AsList(errors),
                 beam.pvalue.AsList(tallies),
             )
