@@ -79,6 +79,11 @@ class Progress:
 
     def __exit__(self, *exc_info) -> None:
         self._stop.set()
+        try:  # wakes the receiver now, after the reports already queued, not at its next timeout
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as waker:
+                waker.sendto(b"", "\0" + self._name)
+        except OSError:
+            pass
         for thread in self._threads:
             thread.join(timeout=2)
         self._socket.close()
@@ -88,13 +93,19 @@ class Progress:
             os.environ[ENV] = self._saved
 
     def _receive(self) -> None:
-        while not self._stop.is_set():
+        while True:
             try:
                 data = self._socket.recv(4096)
             except TimeoutError:
+                if self._stop.is_set():
+                    return
                 continue
             except OSError:
                 return
+            if not data:  # __exit__'s wake-up: every report sent before it has been read
+                if self._stop.is_set():
+                    return
+                continue
             try:
                 counts = json.loads(data)
             except ValueError:
