@@ -96,11 +96,13 @@ def write_pieces(plan: PlanFolder, name: str, pieces: Iterable[Any]) -> None:
 
 
 def read_pieces(plan: PlanFolder, name: str, *, packed: bool = False) -> Iterator[Any]:
-    """The pieces `write_pieces` wrote, each checked against its signature; `packed`: as the
-    pickled bytes they were written as (what `unpack` takes), not unpickled here."""
+    """The pieces `write_pieces` wrote; `packed`: as the pickled bytes they were written as (what
+    `unpack` takes), not unpickled here. The whole file is checked (every piece's signature and the
+    trailer) before the first piece is handed out: a file cut short between pieces must not have
+    had its first pieces used (a worker loads a batch as soon as it has it)."""
     fs, source = _path(plan, name)
     data = memoryview(fs.cat_file(source))
-    offset, position = 0, 0
+    offset, position, pieces = 0, 0, []
     while True:
         if len(data) - offset < _HEADER.size:
             raise ConversionError(f"{source}: a plan file cut short; refusing to read it (rerun the conversion)")
@@ -109,13 +111,16 @@ def read_pieces(plan: PlanFolder, name: str, *, packed: bool = False) -> Iterato
             if not hmac.compare_digest(signature, _signature(plan, name, position, _END)) or offset + _HEADER.size != len(data):
                 raise ConversionError(f"{source}: a plan file this run did not write (its signature does not match); refusing to "
                                       "read it")
-            return
+            break
         piece = bytes(data[offset + _HEADER.size:offset + _HEADER.size + length])
         if len(piece) != length or not hmac.compare_digest(signature, _signature(plan, name, position, piece)):
             raise ConversionError(f"{source}: a plan file this run did not write (its signature does not match); refusing to "
                                   "read it")
-        yield piece if packed else pickle.loads(piece)  # noqa: S301 - signed by this run's key, checked above
+        pieces.append(piece)
         offset, position = offset + _HEADER.size + length, position + 1
+    del data
+    for piece in pieces:
+        yield piece if packed else pickle.loads(piece)  # noqa: S301 - signed by this run's key, checked above
 
 
 def pack(value: Any) -> bytes:
@@ -125,8 +130,8 @@ def pack(value: Any) -> bytes:
 
 
 def unpack(data: bytes) -> Any:
-    """What `pack` made, on a worker of the same job."""
-    return pickle.loads(data)  # noqa: S301 - bytes this job's own workers packed, never read from storage
+    """What `pack` made, or a piece `read_pieces(packed=True)` checked, on a worker of the same job."""
+    return pickle.loads(data)  # noqa: S301 - packed by this job, or a plan file's piece whose signature was checked
 
 
 def write_value(plan: PlanFolder, name: str, value: Any) -> None:

@@ -17,25 +17,25 @@ __all__ = ["MergeShardsFn"]
 
 
 class MergeShardsFn(beam.CombineFn):
-    """Shard results (dataclasses with `index` and `stats`, {column: ColumnStats}) -> (the results
-    in shard order, their stats emptied: sketches are MBs; the stats.json dict). One combine for
-    both, where a list of the results and a merge of their stats were two: each global combine is
-    two more stages after the last shard, 0.05-0.1 s each on a local runner."""
+    """Shard results (dataclasses with `index` and `stats`, {column: ColumnStats}) -> (every result
+    in shard order, copies included, their stats emptied: sketches are MBs; the stats.json dict,
+    one partial per shard). One combine for both, where a list of the results and a merge of their
+    stats were two: each global combine is two more stages after the last shard, 0.05-0.1 s each
+    on a local runner. A shard's result delivered twice stays twice: the publish step counts what
+    arrived, and refuses a runner that delivered work twice."""
 
-    def create_accumulator(self) -> dict:
-        return {}
+    def create_accumulator(self) -> list:
+        return []
 
     def add_input(self, accumulator, shard):
-        accumulator[int(shard.index)] = shard
+        accumulator.append(shard)
         return accumulator
 
     def merge_accumulators(self, accumulators):
-        merged: dict = {}
-        for accumulator in accumulators:
-            merged.update(accumulator)
-        return merged
+        return [shard for accumulator in accumulators for shard in accumulator]
 
     def extract_output(self, accumulator) -> tuple[list, dict[str, dict]]:
-        order = sorted(accumulator)
-        return ([dataclasses.replace(accumulator[index], stats={}) for index in order],
-                summarise([accumulator[index].stats for index in order]))
+        shards = sorted(accumulator, key=lambda shard: int(shard.index))
+        partials = {int(shard.index): shard.stats for shard in shards}
+        return ([dataclasses.replace(shard, stats={}) for shard in shards],
+                summarise([partials[index] for index in sorted(partials)]))

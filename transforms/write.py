@@ -635,7 +635,7 @@ class WriteMixtrain(beam.PTransform):
             | "Publish" >> beam.ParDo(
                 _PublishFn(self._staging_url, self._output_url, self._meta, self._num_shards, self._sidecar_extra, self._plan_folder,
                            self._max_skipped, self._table, self._planned),
-                beam.pvalue.AsSingleton(collected, default_value=([], MergeShardsFn().extract_output({}))),
+                beam.pvalue.AsSingleton(collected, default_value=MergeShardsFn().extract_output([])),
                 beam.pvalue.AsList(errors),
                 beam.pvalue.AsList(tallies),
             )

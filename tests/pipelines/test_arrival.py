@@ -131,3 +131,40 @@ def test_one_sequence_lost_and_another_delivered_twice_is_not_taken_for_a_duplic
                                        "while others arrived twice; 5 converted, 0 skipped: the runner lost work; nothing was published\n")
     assert not dst.exists()
 
+
+
+def test_a_shard_written_twice_fails_too(multi_file_dataset, tmp_path, capsys, monkeypatch):
+    """A runner that delivered a shard writer's result twice (two writers of one part file): the
+    results and statistics are collected by one combine, which keeps both copies for the count."""
+    from transforms import write
+
+    src, _ = multi_file_dataset
+    process = write._WriteShardFn.process
+
+    def twice(self, element):
+        for result in process(self, element):
+            yield result
+            if result.index == 1:
+                yield result
+
+    monkeypatch.setattr(write._WriteShardFn, "process", twice)
+    dst = tmp_path / "out"
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--num_shards=2"]) == convert.EXIT_FAILED
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {dst}: ") and err.endswith("the runner delivered work twice; nothing was published\n"), err
+    assert not dst.exists()
+
+
+def test_lost_work_is_named_with_the_batches_dealt_to_several_workers(multi_file_dataset, tmp_path, capsys, monkeypatch):
+    """Three local workers (threads here, so that the loss reaches them): a plan file per batch,
+    and the publish step reads them all back to name what is missing."""
+    src, _ = multi_file_dataset
+    _losing(monkeypatch, lambda ref: ref.sequence_id == "episode_000005")
+    dst = tmp_path / "out"
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--direct_num_workers=3",
+                        "--direct_running_mode=multi_threading"]) == convert.EXIT_FAILED
+    # (Beam's worker threads also log the failure here; the command line sends that to the run's log.)
+    assert capsys.readouterr().err.splitlines()[-1] == (f"error: {dst}: 6 of 7 planned sequences reached the publish step (lost: "
+                                                        "episode_000005); 6 converted, 0 skipped: the runner lost work; nothing was "
+                                                        "published")
+    assert not dst.exists()
