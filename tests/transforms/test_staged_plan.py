@@ -66,3 +66,21 @@ def test_a_plan_file_this_run_did_not_write_is_refused_before_unpickling(tmp_pat
         staged_plan.read_value(plan, "refs-000000.pkl")
     assert staged_plan.read_value(plan, "refs-000001.pkl") == ["b"]
     assert "key=" not in repr(plan)  # the key is not printed
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_plan_file_cut_between_pieces_hands_out_no_piece(tmp_path, packed):
+    """A worker loads a batch as soon as it has it: a file whose last pieces and trailer are gone
+    is refused before its first piece comes out, packed or not."""
+    plan = staged_plan.PlanFolder.create(str(tmp_path))
+    staged_plan.write_pieces(plan, "refs-000000.pkl", [["a"], ["b"], ["c"]])
+    target = tmp_path / "refs-000000.pkl"
+    whole = target.read_bytes()
+    assert [staged_plan.unpack(piece) for piece in staged_plan.read_pieces(plan, "refs-000000.pkl", packed=True)] == [["a"], ["b"], ["c"]]
+    offset = 0
+    for _ in range(2):  # the first two pieces kept whole, the third and the trailer gone
+        offset += staged_plan._HEADER.size + staged_plan._HEADER.unpack_from(whole, offset)[1]
+    target.write_bytes(whole[:offset])
+    pieces = staged_plan.read_pieces(plan, "refs-000000.pkl", packed=packed)
+    with pytest.raises(ConversionError, match=r"refs-000000.pkl: a plan file"):
+        next(pieces)
