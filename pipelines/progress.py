@@ -79,11 +79,7 @@ class Progress:
 
     def __exit__(self, *exc_info) -> None:
         self._stop.set()
-        try:  # wakes the receiver now, after the reports already queued, not at its next timeout
-            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as waker:
-                waker.sendto(b"", "\0" + self._name)
-        except OSError:
-            pass
+        self._wake()
         for thread in self._threads:
             thread.join(timeout=2)
         self._socket.close()
@@ -91,6 +87,23 @@ class Progress:
             os.environ.pop(ENV, None)
         else:
             os.environ[ENV] = self._saved
+
+    def _wake(self) -> None:
+        """Wake the receiver now, after the reports already queued, not at its next timeout. The
+        queue may be full (10 datagrams): retried while the receiver drains it, never blocking
+        (a receiver gone quiet would block a plain send for good), for at most its timeout."""
+        deadline = time.monotonic() + 0.25
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as waker:
+            while True:
+                try:
+                    waker.sendto(b"", socket.MSG_DONTWAIT, "\0" + self._name)
+                    return
+                except BlockingIOError:
+                    if time.monotonic() > deadline or not self._threads[0].is_alive():
+                        return
+                    time.sleep(0.002)
+                except OSError:
+                    return
 
     def _receive(self) -> None:
         while True:
@@ -108,7 +121,7 @@ class Progress:
                 continue
             try:
                 counts = json.loads(data)
-            except ValueError:
+            except (ValueError, RecursionError):  # anyone on the machine can send to the socket
                 continue
             if isinstance(counts, dict):
                 self.add(counts)

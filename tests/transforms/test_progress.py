@@ -71,3 +71,37 @@ def test_the_launchers_receiver_counts_every_report_sent_before_the_run_ends_and
         leaving = time.monotonic()
     assert time.monotonic() - leaving < 0.1
     assert receiver.totals["sequences"] == 200 and receiver.totals["timesteps"] == 1400
+
+
+def test_the_receiver_outlives_hostile_datagrams_and_leaving_never_blocks():
+    """Anyone on the machine can send to the abstract socket: a deeply nested JSON array (a
+    RecursionError, which killed the receiver) is ignored and the reports after it counted; a queue
+    filled past its length while nobody reads it does not block leaving the run."""
+    import io
+    import threading
+
+    from pipelines.progress import Progress
+
+    receiver = Progress(io.StringIO(), "off", 60, 10, 1).__enter__()
+    address = "\0" + os.environ[progress.ENV]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+        sender.sendto(b"[" * 4000, address)
+        for _ in range(5):
+            sender.sendto(json.dumps({"sequences": 2}).encode(), address)
+        deadline = time.monotonic() + 2
+        while receiver.totals["sequences"] < 10 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert receiver.totals["sequences"] == 10
+        assert all(thread.is_alive() for thread in receiver._threads)
+        receiver._stop.set()  # the receiver stops reading at its next timeout; then the queue fills
+        time.sleep(0.3)
+        sender.setblocking(False)
+        try:
+            while True:
+                sender.sendto(b"{}", address)
+        except BlockingIOError:
+            pass
+    leaving = threading.Thread(target=receiver.__exit__, args=(None, None, None), daemon=True)
+    leaving.start()
+    leaving.join(timeout=2.5)
+    assert not leaving.is_alive()
