@@ -131,8 +131,10 @@ def codec_threads(options: PipelineOptions) -> int | None:
 
 def local_partitions(options: PipelineOptions) -> int | None:
     """Into how many parts the local runner deals each stage's input (Beam's FnApiRunner:
-    --direct_num_workers, 0 for one per CPU), so that the refs' batches can be dealt evenly
-    (`transforms.read.ref_batches`); None where the runner spreads work on its own terms."""
+    --direct_num_workers, 0 for multiprocessing.cpu_count(), which os.cpu_count() is: Beam's own
+    count, not the CPUs this process may use that `local_workers.codec_threads` shares out), so
+    that the refs' batches can be dealt evenly (`transforms.read.ref_batches`; `build_pipeline`
+    passes the same answer to `ReadSequences`); None where the runner spreads work its own way."""
     if options.view_as(StandardOptions).runner not in preflight.LOCAL_RUNNERS:
         return None
     workers = options.view_as(DirectOptions).direct_num_workers

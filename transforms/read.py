@@ -2,13 +2,15 @@
 
 The refs do not travel in the job graph: the launcher batches them (`ref_batches`) and writes
 the batches to files under the plan folder (`stage_refs`); the graph creates only the file
-numbers, the workers read the files and spread the batches (each packed into one bytes value),
-and each loads a batch's refs one after another.
+numbers, the workers read the files and spread the batches (each one bytes value, as the file
+holds it; batches dealt to the local runner's workers, a file each, are spread with the file
+numbers), and each loads a batch's refs one after another.
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 
 import apache_beam as beam
 
@@ -35,7 +37,7 @@ TALLIES = "tallies"
 # runner), the batches are dealt to them instead (`_dealt`).
 MIN_BATCHES = 16
 MAX_BATCH_REFS = 2000
-REFS_PER_FILE = 2000  # whole batches per plan file, until it holds this many refs
+REFS_PER_FILE = 2000  # whole batches per plan file, until it holds this many refs (dealt batches: one a file)
 
 
 def ref_batches(refs: list[SourceRef], workers: int | None = None) -> list[list[SourceRef]]:
@@ -80,12 +82,16 @@ def _dealt(refs: list[SourceRef], workers: int) -> list[list[SourceRef]]:
 
     Consecutive refs in plan order, cut where the running total of steps (`estimated_steps` + 1;
     each ref 1 when some ref does not know its steps) crosses a multiple of the total / (N x k),
-    with k the fewest batches a worker needs to keep each under MAX_BATCH_REFS refs. A cut may fall
-    inside a read group: that group's shared data is then decoded by two readers, at most N x k - 1
-    times over the run."""
-    count = min(len(refs), max(1, workers) * max(1, math.ceil(len(refs) / (max(1, workers) * MAX_BATCH_REFS))))
+    with k the fewest batches a worker needs for N x k batches of MAX_BATCH_REFS refs to hold them
+    all. Steps set the cuts, so refs of uneven steps give batches of uneven counts (and a ref
+    heavier than a share leaves a batch empty, dropped): the local runner never splits a DoFn call
+    anyway. A cut may fall inside a read group: that group's shared data is then decoded by two
+    readers, at most N x k - 1 times over the run. `workers`: the runner's partitions, >= 1."""
+    workers = max(1, workers)
+    count = min(len(refs), workers * max(1, math.ceil(len(refs) / (workers * MAX_BATCH_REFS))))
     steps = [ref.estimated_steps for ref in refs]
-    costs = [1 + value for value in steps] if all(isinstance(value, int) and value >= 0 for value in steps) else [1] * len(refs)
+    known = all(isinstance(value, numbers.Integral) and value >= 0 for value in steps)
+    costs = [1 + int(value) for value in steps] if known else [1] * len(refs)
     total = sum(costs)
     batches: list[list[SourceRef]] = [[] for _ in range(count)]
     done = 0
@@ -169,7 +175,7 @@ class _SourceFn(beam.DoFn):
 class _LoadSequenceFn(_SourceFn):
     """Loads a batch of refs, one sequence per ref, one after another (a read group's shared data
     is then decoded once by the reader); each ref fails or is skipped on its own. The batch comes
-    packed (`staged_plan.pack`) or as a list of refs."""
+    packed (a plan file's piece, `staged_plan.unpack`) or as a list of refs."""
 
     def process(self, batch):
         if isinstance(batch, bytes):
@@ -207,7 +213,8 @@ class ReadSequences(beam.PTransform):
     """Read the staged refs, spread their batches over workers, load each sequence.
 
     Only plan file numbers are in the graph and only the small refs, packed by batch, cross the
-    Reshuffle that spreads them; sequence data is produced after it. A source with `expands_refs`
+    Reshuffle that spreads them (or, dealt, a file a batch, none: the numbers' Reshuffle spreads
+    them); sequence data is produced after it. A source with `expands_refs`
     (a unit of many sequences -> its refs) gets a second fan-out on the workers, one ref per element. Returns
     {"sequences": PCollection, "errors": [PCollections of error records], "tallies":
     [PCollections of (unit key, sequences) for each unit the plan could not count]} (records only

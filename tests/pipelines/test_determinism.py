@@ -62,3 +62,30 @@ def test_outputs_do_not_depend_on_the_hash_seed(tmp_path):
             sidecar.pop("created_at")
         assert sidecars[0] == sidecars[1], name
         assert [path for path in first if first[path] != second[path]] == [], name  # shards, stats.json, videos, _fingerprints.json
+
+
+def test_outputs_do_not_depend_on_the_worker_count(tmp_path):
+    """The batches are dealt to the local runner's workers (transforms/read.py `_dealt`): how the
+    refs are cut depends on the worker count, the published bytes must not (every source; 3
+    workers as threads, in this process, against 1). Videos are re-encoded: the encoders' bytes
+    must not follow the workers either."""
+    from pipelines import convert
+
+    for name, (write, extra) in SOURCES.items():
+        src = tmp_path / "src" / name / "1.0.0"
+        write(src)
+        outputs = {}
+        for workers in ("1", "3"):
+            dst = tmp_path / workers / name
+            parallel = ["--direct_num_workers=3", "--direct_running_mode=multi_threading"] if workers == "3" else []
+            video = ["--video=reencode"] if name in ("lerobot_v3", "rlds") else []
+            assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--num_shards=2", *extra, *video,
+                                *parallel]) == convert.EXIT_OK, name
+            outputs[workers] = _published(dst)
+        one, three = outputs["1"], outputs["3"]
+        assert one.keys() == three.keys() and len(one) > 4, name
+        sidecars = [json.loads(files.pop("mixtrain.json")) for files in (one, three)]
+        for sidecar in sidecars:
+            sidecar.pop("created_at")
+        assert sidecars[0] == sidecars[1], name
+        assert [path for path in one if one[path] != three[path]] == [], name

@@ -132,3 +132,33 @@ def test_stage_refs_deals_for_the_workers_it_is_given(tmp_path):
     assert [[len(batch) for batch in batches] for batches in files] == [[5]] * 8
     packed = list(staged_plan.read_pieces(plan_folder, read.refs_file(7), packed=True))
     assert len(packed) == 1 and staged_plan.unpack(packed[0]) == refs[35:]
+
+
+def test_dealt_batches_take_numpy_steps_and_keep_every_ref_when_one_outweighs_a_share():
+    import numpy as np
+
+    refs = [StepsRef(f"e{i}", "g", length) for i, length in enumerate([1, 1, 1, 37])]
+    numpy_refs = [StepsRef(ref.sequence_id, "g", np.int64(ref.steps)) for ref in refs]
+    assert [len(batch) for batch in ref_batches(numpy_refs, workers=4)] == [len(batch) for batch in ref_batches(refs, workers=4)]
+    # 4,000 refs of no steps and one of a billion, 1 worker: 3 batches asked, the heavy ref's own
+    # share left one empty; no ref lost or moved.
+    refs = [StepsRef(f"e{i}", "g", 0) for i in range(4000)] + [StepsRef("heavy", "g", 10**9)]
+    batches = ref_batches(refs, workers=1)
+    assert [len(batch) for batch in batches] == [4000, 1] and [ref for batch in batches for ref in batch] == refs
+
+
+def test_the_batches_are_dealt_for_the_local_runners_partitions_only():
+    """--direct_num_workers is the local runner's partition count (0: Beam's one per CPU); other
+    runners keep the batches cut by read group (None)."""
+    import os
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from pipelines.conversion import local_partitions
+
+    assert local_partitions(PipelineOptions([])) == 1
+    assert local_partitions(PipelineOptions(["--direct_num_workers=3", "--direct_running_mode=multi_processing"])) == 3
+    assert local_partitions(PipelineOptions(["--direct_num_workers=0"])) == os.cpu_count()
+    assert local_partitions(PipelineOptions(["--runner=DirectRunner", "--direct_num_workers=5"])) == 5
+    assert local_partitions(PipelineOptions(["--runner=DataflowRunner", "--direct_num_workers=5"])) is None
+    assert local_partitions(PipelineOptions(["--runner=DaskRunner"])) is None
