@@ -92,3 +92,55 @@ def test_column_types_cover_non_scalar_columns():
     assert set(types) == {"timestamp", "action", "reward", "note", "video_cam"}
     assert types["action"] == {"type": "trajectory", "dim": 3, "dtype": "float64", "source": "action"}
     assert types["video_cam"]["type"] == "video"
+
+
+def _random_json(rng, depth: int = 0, kinds: int = 9):
+    kind = rng.integers(0, kinds if depth < 4 else min(kinds, 5))
+    if kind == 0:
+        return "".join(chr(c) for c in rng.choice([0x22, 0x5C, 0x0A, 0x01, 0x41, 0xE9, 0x2028, 0x1F600, 0xD800 - 1], size=rng.integers(0, 6)))
+    if kind == 1:
+        return [None, True, False][rng.integers(0, 3)]
+    if kind == 2:
+        return int(rng.integers(-(2 ** 62), 2 ** 62)) * [1, 10 ** 30][rng.integers(0, 2)]
+    if kind == 3:
+        return [float(rng.normal()) * 10.0 ** int(rng.integers(-30, 30)), float("nan"), float("inf"), -float("inf"), -0.0, 1e16][rng.integers(0, 6)]
+    if kind == 4:
+        return {} if rng.integers(0, 2) else []
+    if kind in (5, 6):
+        return {_random_json(rng, 4, kinds=4) if rng.integers(0, 4) == 0 else f"k{i}": _random_json(rng, depth + 1)
+                for i in range(rng.integers(1, 5))} if kind == 5 else tuple(_random_json(rng, depth + 1) for _ in range(rng.integers(1, 4)))
+    return [_random_json(rng, depth + 1) for _ in range(rng.integers(1, 5))]
+
+
+def test_dumps_writes_the_json_modules_indented_text_byte_for_byte():
+    """mixtrain.dumps writes the indented text itself (the json module's indented encoder is its
+    slow Python one): the same text as json.dumps(indent=2, ensure_ascii=False) of the value with
+    NaN and infinities as null, on 2,000 random values; keys that are not strings and types JSON
+    cannot write go to the json module, with its answer or its error."""
+    import json
+    import math
+
+    import numpy as np
+
+    def finite(value):
+        if isinstance(value, float):
+            return value if math.isfinite(value) else None
+        if isinstance(value, dict):
+            return {key: finite(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [finite(item) for item in value]
+        return value
+
+    rng = np.random.default_rng(7)
+    for _ in range(2000):
+        value = {"v": _random_json(rng)}
+        try:
+            expected = json.dumps(finite(value), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+        except (TypeError, ValueError) as error:
+            with pytest.raises(type(error)):
+                mixtrain.dumps(value)
+            continue
+        assert mixtrain.dumps(value) == expected
+    assert mixtrain.dumps({1: "a", None: [2.5, {}]}) == '{\n  "1": "a",\n  "null": [\n    2.5,\n    {}\n  ]\n}\n'
+    with pytest.raises(TypeError, match="int64"):
+        mixtrain.dumps({"a": np.int64(3)})
