@@ -49,6 +49,8 @@ def line(totals: dict, total: int | None, shards: int, elapsed: float) -> str:
     return "[mixtrain-convert] " + ", ".join(parts)
 
 
+RECEIVE_SECONDS = 0.2  # the receiver's wait on its socket between looks at whether the run ended
+
 class Progress:
     """Collects the workers' reports while a local run goes on; `mode` is bar, lines or off."""
 
@@ -64,7 +66,7 @@ class Progress:
         self._name = f"mixtrain-progress-{os.getpid()}-{uuid.uuid4().hex}"
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._socket.bind("\0" + self._name)
-        self._socket.settimeout(0.2)
+        self._socket.settimeout(RECEIVE_SECONDS)
         self._threads = [threading.Thread(target=self._receive, daemon=True, name="mixtrain-progress-receive")]
         if mode != "off":
             self._threads.append(threading.Thread(target=self._draw, daemon=True, name="mixtrain-progress-draw"))
@@ -92,7 +94,7 @@ class Progress:
         """Wake the receiver now, after the reports already queued, not at its next timeout. The
         queue may be full (10 datagrams): retried while the receiver drains it, never blocking
         (a receiver gone quiet would block a plain send for good), for at most its timeout."""
-        deadline = time.monotonic() + 0.25
+        deadline = time.monotonic() + RECEIVE_SECONDS + 0.05
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as waker:
             while True:
                 try:
