@@ -365,9 +365,10 @@ def dumps(value: dict) -> str:
     out: list[str] = []
     try:
         _indented(value, "\n", out)
-    except (_NotPlain, RecursionError):
-        return json.dumps(_finite(value), indent=2, sort_keys=False, ensure_ascii=False, allow_nan=False) + "\n"
-    return "".join(out) + "\n"
+        return "".join(out) + "\n"
+    except Exception:  # noqa: BLE001, S110 - the json module says what is wrong, as it did before
+        pass
+    return json.dumps(_finite(value), indent=2, sort_keys=False, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 class _NotPlain(Exception):
@@ -383,13 +384,19 @@ def _indented(value: Any, newline: str, out: list[str]) -> None:
     elif isinstance(value, int):
         out.append(int.__repr__(value))
     elif isinstance(value, float):
-        out.append(float.__repr__(value) if math.isfinite(value) else "null")
+        if not math.isfinite(value):
+            out.append("null")
+        elif value != value or value == math.inf or value == -math.inf:  # the json module's own test: a subclass may differ
+            raise _NotPlain
+        else:
+            out.append(float.__repr__(value))
     elif isinstance(value, dict):
-        if not value:
+        items = list(value.items())  # what _finite's copy would hold
+        if not items:
             out.append("{}")
             return
         inner, separator = newline + "  ", "{"
-        for key, item in value.items():
+        for key, item in items:
             if not isinstance(key, str):
                 raise _NotPlain
             out.append(separator + inner + _json_string(key) + ": ")
@@ -397,11 +404,12 @@ def _indented(value: Any, newline: str, out: list[str]) -> None:
             _indented(item, inner, out)
         out.append(newline + "}")
     elif isinstance(value, (list, tuple)):
-        if not value:
+        items = list(value)
+        if not items:
             out.append("[]")
             return
         inner, separator = newline + "  ", "["
-        for item in value:
+        for item in items:
             out.append(separator + inner)
             separator = ","
             _indented(item, inner, out)

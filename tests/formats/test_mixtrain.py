@@ -144,3 +144,22 @@ def test_dumps_writes_the_json_modules_indented_text_byte_for_byte():
     assert mixtrain.dumps({1: "a", None: [2.5, {}]}) == '{\n  "1": "a",\n  "null": [\n    2.5,\n    {}\n  ]\n}\n'
     with pytest.raises(TypeError, match="int64"):
         mixtrain.dumps({"a": np.int64(3)})
+
+    import enum
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    class Odd(float):  # the json module tests NaN with !=
+        def __ne__(self, other):
+            return True
+
+    class Items(dict):
+        def items(self):
+            return [("a", 1)]
+
+    for value in ({"a": Level.HIGH, Level.HIGH.name: [np.float64(1.5), np.float64("nan"), np.float64("-inf")]},
+                  {"a": Items()}, [Items(b=2)], ("x", (), [{}])):
+        assert mixtrain.dumps(value) == json.dumps(finite(value), indent=2, ensure_ascii=False, allow_nan=False) + "\n"
+    with pytest.raises(ValueError):
+        mixtrain.dumps({"a": Odd(1.5)})
