@@ -51,6 +51,7 @@ def line(totals: dict, total: int | None, shards: int, elapsed: float) -> str:
 
 RECEIVE_SECONDS = 0.2  # the receiver's wait on its socket between looks at whether the run ended
 
+
 class Progress:
     """Collects the workers' reports while a local run goes on; `mode` is bar, lines or off."""
 
@@ -64,6 +65,8 @@ class Progress:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._name = f"mixtrain-progress-{os.getpid()}-{uuid.uuid4().hex}"
+        self._wake_token = uuid.uuid4().bytes  # the end of the run, told apart from anything else sent to the socket
+        self._entered = self._left = False
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._socket.bind("\0" + self._name)
         self._socket.settimeout(RECEIVE_SECONDS)
@@ -73,6 +76,7 @@ class Progress:
 
     def __enter__(self) -> Progress:
         self._saved = os.environ.get(ENV)
+        self._entered = True
         os.environ[ENV] = self._name  # workers started from now on inherit it
         self._started = time.monotonic()
         for thread in self._threads:
@@ -80,15 +84,22 @@ class Progress:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        self._stop.set()
-        self._wake()
-        for thread in self._threads:
-            thread.join(timeout=2)
-        self._socket.close()
-        if self._saved is None:
-            os.environ.pop(ENV, None)
-        else:
-            os.environ[ENV] = self._saved
+        if self._left:
+            return
+        self._left = True
+        try:
+            self._stop.set()
+            self._wake()
+            for thread in self._threads:
+                if thread.ident is not None:  # started
+                    thread.join(timeout=2)
+        finally:  # an interrupt during the wake-up or the joins still closes the socket and restores the variable
+            self._socket.close()
+            if self._entered and os.environ.get(ENV) == self._name:
+                if self._saved is None:
+                    os.environ.pop(ENV, None)
+                else:
+                    os.environ[ENV] = self._saved
 
     def _wake(self) -> None:
         """Wake the receiver now, after the reports already queued, not at its next timeout. The
@@ -98,7 +109,7 @@ class Progress:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as waker:
             while True:
                 try:
-                    waker.sendto(b"", socket.MSG_DONTWAIT, "\0" + self._name)
+                    waker.sendto(self._wake_token, socket.MSG_DONTWAIT, "\0" + self._name)
                     return
                 except BlockingIOError:
                     if time.monotonic() > deadline or not self._threads[0].is_alive():
@@ -117,10 +128,8 @@ class Progress:
                 continue
             except OSError:
                 return
-            if not data:  # __exit__'s wake-up: every report sent before it has been read
-                if self._stop.is_set():
-                    return
-                continue
+            if data == self._wake_token:  # __exit__'s wake-up: every report sent before it has been read
+                return
             try:
                 counts = json.loads(data)
             except (ValueError, RecursionError):  # anyone on the machine can send to the socket

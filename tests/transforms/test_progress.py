@@ -70,7 +70,9 @@ def test_the_launchers_receiver_counts_every_report_sent_before_the_run_ends_and
     with Progress(io.StringIO(), "off", 60, 1000, 1) as receiver:
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
             time.sleep(0.05)
-            for _ in range(200):
+            for number in range(200):
+                if number == 190:  # a stray empty datagram (anyone can send one) is not taken for the end of the run
+                    sender.sendto(b"", "\0" + os.environ[progress.ENV])
                 sender.sendto(json.dumps({"sequences": 1, "timesteps": 7}).encode(), "\0" + os.environ[progress.ENV])
         leaving = time.monotonic()
     assert time.monotonic() - leaving < 1.0
@@ -97,14 +99,31 @@ def test_the_receiver_outlives_hostile_datagrams_and_leaving_never_blocks():
             time.sleep(0.01)
         assert receiver.totals["sequences"] == 10
         assert all(thread.is_alive() for thread in receiver._threads)
-        receiver._stop.set()  # the receiver stops reading at its next timeout; then the queue fills
-        time.sleep(0.3)
-        sender.setblocking(False)
-        try:
-            while True:
-                sender.sendto(b"{}", address)
-        except BlockingIOError:
-            pass
+        sender.sendto(b"", address)  # an empty datagram is no end-of-run signal: the receiver goes on
+        sender.sendto(json.dumps({"sequences": 1}).encode(), address)
+        deadline = time.monotonic() + 2
+        while receiver.totals["sequences"] < 11 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert receiver.totals["sequences"] == 11 and receiver._threads[0].is_alive()
+    receiver._stop.set()  # the receiver stopped for good, then its queue filled by others
+    receiver._wake()
+    receiver._threads[0].join(timeout=2)
+    assert not receiver._threads[0].is_alive()
+    full = False
+    for _ in range(10_000):  # fresh senders until even a fresh one finds no room (the queue's length, not a sender's buffer)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as filler:
+            filler.setblocking(False)
+            try:
+                filler.sendto(b"{}", address)
+            except BlockingIOError:
+                full = True
+                break
+            try:
+                while True:
+                    filler.sendto(b"{}", address)
+            except BlockingIOError:
+                pass
+    assert full
     leaving = threading.Thread(target=receiver.__exit__, args=(None, None, None), daemon=True)
     leaving.start()
     leaving.join(timeout=2.5)
