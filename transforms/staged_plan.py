@@ -35,7 +35,7 @@ from apache_beam.internal.cloudpickle import cloudpickle
 from formats import storage
 from formats.errors import ConversionError
 
-__all__ = ["PLAN_DIR", "PlanFolder", "write_value", "read_value", "write_pieces", "read_pieces", "exists", "pack", "unpack"]
+__all__ = ["PLAN_DIR", "PlanFolder", "write_value", "read_value", "write_pieces", "read_pieces", "exists", "unpack"]
 
 PLAN_DIR = "_plan"  # inside the run's staging folder
 
@@ -123,15 +123,11 @@ def read_pieces(plan: PlanFolder, name: str, *, packed: bool = False) -> Iterato
         yield piece if packed else pickle.loads(piece)  # noqa: S301 - signed by this run's key, checked above
 
 
-def pack(value: Any) -> bytes:
-    """`value` as one pickled bytes value, for a shuffle inside the job (Beam's coders copy bytes
-    as they are, where they pickle each element of a list of objects on its own)."""
-    return _dumps(value)
-
-
 def unpack(data: bytes) -> Any:
-    """What `pack` made, or a piece `read_pieces(packed=True)` checked, on a worker of the same job."""
-    return pickle.loads(data)  # noqa: S301 - packed by this job, or a plan file's piece whose signature was checked
+    """A batch as `read_pieces(packed=True)` handed it out, its signature checked, on a worker of
+    the same job (bytes cross Beam's shuffle as they are, where a list of refs was pickled a ref at
+    a time)."""
+    return pickle.loads(data)  # noqa: S301 - a plan file's piece whose signature was checked
 
 
 def write_value(plan: PlanFolder, name: str, value: Any) -> None:

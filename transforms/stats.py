@@ -36,6 +36,5 @@ class MergeShardsFn(beam.CombineFn):
 
     def extract_output(self, accumulator) -> tuple[list, dict[str, dict]]:
         shards = sorted(accumulator, key=lambda shard: int(shard.index))
-        partials = {int(shard.index): shard.stats for shard in shards}
-        return ([dataclasses.replace(shard, stats={}) for shard in shards],
-                summarise([partials[index] for index in sorted(partials)]))
+        partials = {int(shard.index): shard.stats for shard in shards}  # in shard order, one a shard
+        return [dataclasses.replace(shard, stats={}) for shard in shards], summarise(list(partials.values()))

@@ -118,18 +118,10 @@ def test_dumps_writes_the_json_modules_indented_text_byte_for_byte():
     NaN and infinities as null, on 2,000 random values; keys that are not strings and types JSON
     cannot write go to the json module, with its answer or its error."""
     import json
-    import math
 
     import numpy as np
 
-    def finite(value):
-        if isinstance(value, float):
-            return value if math.isfinite(value) else None
-        if isinstance(value, dict):
-            return {key: finite(item) for key, item in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [finite(item) for item in value]
-        return value
+    finite = mixtrain._finite  # NaN and infinities as null: what the json module's fallback is given
 
     rng = np.random.default_rng(7)
     for _ in range(2000):
