@@ -149,6 +149,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     _flag(group, "--overwrite", "replace an existing Mixtrain dataset at --output")
     _flag(group, "--incremental", "nightly re-conversion: reuse unchanged sequences of the dataset at --output, convert new "
                                   "and changed ones, drop deleted ones, publish a complete new version")
+    _flag(group, "--fresh", "discard what an interrupted run for this --output completed instead of resuming it (by default "
+                            "the same command run again resumes: docs/reliability.md)")
 
     group = parser.add_argument_group("video")
     group.add_argument("--video", default="copy", choices=VIDEO_MODES,

@@ -27,7 +27,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 
 from formats import errors, mixtrain, sources, storage
-from formats.mixtrain import publish, tables
+from formats.mixtrain import publish, resume, tables
 from formats.mixtrain.tables import lake, lance
 from formats.text import for_terminal
 from pipelines import cli, failures, local_workers, preflight
@@ -40,6 +40,7 @@ from pipelines.session import Interrupted, new_run_id
 from transforms import staged_plan
 from transforms.errors import ERRORS
 from transforms.read import TALLIES, ReadSequences, stage_refs
+from transforms.resume import ResumeSpilled, stage_resumed
 from transforms.reuse import KEPT_IDS, ReusePrevious
 from transforms.video import WriteVideos
 from transforms.write import Planned, WriteMixtrain, stage_fingerprints
@@ -142,7 +143,8 @@ def local_partitions(options: PipelineOptions) -> int | None:
 
 
 def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str, *, write_assets: bool = True,
-                   plan_folder: staged_plan.PlanFolder | None = None, early_plan: EarlyPlan | None = None) -> ConversionPlan:
+                   plan_folder: staged_plan.PlanFolder | None = None, early_plan: EarlyPlan | None = None,
+                   journal: resume.Journal | None = None, resumed: list | None = None) -> ConversionPlan:
     """Plan (`pipelines.plan.make_plan`, or the early planner's plan) and add the conversion it
     describes to `pipeline`. `write_assets=False` (dry runs, templates) leaves the output untouched: no asset
     is copied into the staging, and the plan files go elsewhere (below).
@@ -171,37 +173,78 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     meta = plan.meta
     staging = staging_root(out_fs, out_root, run_id, options)
     staging_url = storage.url_for(out_fs, staging)
+    pending, generation, resumption, fingerprints = plan.to_convert, None, None, plan.fingerprints
     if write_assets:
+        with without_cycle_collection():
+            units, _ = plan.source.incremental_units(list(plan.to_convert))
+            fingerprints = dataclasses.replace(fingerprints, known=fingerprints.units)
+        keep = (lake.PENDING,) if lake.is_lake(settings.format) else ()
+        resumption, why_not = _resumption(out_fs, staging, journal, plan, units, fingerprints.known, keep)
+        if resumed is not None and (resumption is not None or why_not):
+            resumed.append(resumption or why_not)
+        pending = resumption.pending if resumption is not None else plan.to_convert
+        generation = resumption.generation if resumption is not None else 1
+        resume.write_header(out_fs, staging, generation, output=output_url, run_id=run_id, context=fingerprints.context,
+                            options=plan.sidecar_extra["options"],
+                            units={unit.key: fingerprints.known[unit.key]["fingerprint"] for unit, _ in units})
         fs, root = storage.open_root(plan.source_url)
         publish.copy_assets(fs, root, out_fs, staging, list(plan.assets))
     plan_folder = plan_folder or staged_plan.PlanFolder.create(storage.join(staging_url, staged_plan.PLAN_DIR) if write_assets
                                                                else _launcher_folder())
     with without_cycle_collection():
         workers = local_partitions(options)
-        files = stage_refs(plan.to_convert, plan_folder, workers)
-        stage_fingerprints(plan.fingerprints, plan_folder)
+        files = stage_refs(list(pending), plan_folder, workers)
+        stage_fingerprints(fingerprints, plan_folder)
     read = pipeline | "Read" >> ReadSequences(plan.source, plan.source_url, meta, plan_folder, files, options.on_error,
-                                              spread_batches=workers is None)
+                                              spread_batches=workers is None,
+                                              journal=(staging_url, generation) if generation is not None else None)
     videos = read["sequences"] | "Videos" >> WriteVideos(plan.source_url, staging_url, meta.fps or 30.0, plan.encode, plan.sizes,
                                                          options.video_stats, options.on_error, options.verify_copies,
                                                          plan.copied, codec_threads(options))
     sequences = videos["sequences"]
+    file_prefix = ""
     if lake.is_lake(settings.format):  # file references relative to the table location
-        sequences = sequences | "TablePaths" >> beam.Map(lake.with_run_prefix, lake.run_prefix(run_id))
+        file_prefix = lake.run_prefix(run_id)
+        sequences = sequences | "TablePaths" >> beam.Map(lake.with_run_prefix, file_prefix)
+    inputs = {"sequences": sequences}
     reused = plan.reused
     if reused is not None and reused["ids"]:
         staged_plan.write_value(plan_folder, KEPT_IDS, sorted(reused["ids"]))
-        kept = pipeline | "Reuse" >> ReusePrevious(reused["root_url"], staging_url, meta.columns, reused["shards"], plan_folder,
-                                                   link_files=not lake.is_lake(settings.format))
-        sequences = (sequences, kept) | "AllSequences" >> beam.Flatten()
-    bad = read[ERRORS] + videos[ERRORS] | "BadSequences" >> beam.Flatten()
-    inputs = {"sequences": sequences, ERRORS: bad}
-    if read[TALLIES]:
-        inputs[TALLIES] = read[TALLIES] | "Tallies" >> beam.Flatten()
+        inputs["kept"] = pipeline | "Reuse" >> ReusePrevious(reused["root_url"], staging_url, meta.columns, reused["shards"],
+                                                             plan_folder, link_files=not lake.is_lake(settings.format))
+    tallies = list(read[TALLIES])
+    if resumption is not None and resumption.spilled:
+        inputs["resumed"] = pipeline | "Resume" >> ResumeSpilled(staging_url, plan_folder, stage_resumed(resumption, plan_folder),
+                                                                 plan.num_shards)
+        if resumption.tallies:
+            tallies.append(pipeline | "ResumedTallies" >> beam.Create(resumption.tallies))
+    inputs[ERRORS] = read[ERRORS] + videos[ERRORS] | "BadSequences" >> beam.Flatten()
+    if tallies:
+        inputs[TALLIES] = tallies | "Tallies" >> beam.Flatten()
     planned = Planned.of(plan.to_convert, len(reused["ids"]) if reused is not None else 0)
     _ = inputs | "Write" >> WriteMixtrain(staging_url, output_url, meta, plan.num_shards, plan.sidecar_extra, options.on_error,
-                                          plan_folder, tuple(options.max_skipped), settings, planned)
+                                          plan_folder, tuple(options.max_skipped), settings, planned, generation, file_prefix)
     return plan
+
+
+def _resumption(fs, staging: str, journal: resume.Journal | None, plan: ConversionPlan, units: list,
+                current: dict, keep: tuple[str, ...]) -> tuple[resume.Resumption | None, str]:
+    """What this run takes from the interrupted run's journal in its staging folder, or (None, why
+    it takes nothing): a journal written with other options or by another converter version is
+    discarded with everything the folder holds, and the run starts afresh in it."""
+    if journal is None:
+        return None, ""
+    latest = journal.latest or {}
+    if latest.get("context") == plan.fingerprints.context:
+        resumption = resume.plan(journal, units, current)
+        resume.tidy(fs, journal, resumption, keep)
+        return resumption, ""
+    changed = resume.options_changed(latest.get("options") or {}, plan.sidecar_extra["options"])
+    why = (f"with other options ({', '.join(changed)})" if changed else
+           "by another converter version" if latest else "without a readable record of its run")
+    resume.clear(fs, staging, keep)
+    return None, (f"the interrupted run {journal.run_id} for this output was converting {why}; its "
+                  f"{journal.sequences} recorded sequences are discarded and every sequence is converted")
 
 
 def _launcher_folder() -> str:
@@ -354,7 +397,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         print(f"error: {for_terminal(error)}", file=console, flush=True)
         return EXIT_FAILED
     staging = staging_root(out_fs, out_root, run_id, options)
-    result = None
+    result, journal, started_pipeline, kept, taken = None, None, False, None, 0
     try:
         try:
             if not launch_only:
@@ -364,15 +407,27 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                                             options.overwrite or options.incremental)
                     else:
                         prepare_output(options.output, options.overwrite or options.incremental, options.table_format)
+                    journal = _interrupted_run(out_fs, out_root, options, out)
+                    if journal is not None:  # this run resumes it, in its folder and under its name
+                        staging, run_id = journal.staging, journal.run_id
                     publish.claim_staging(out_fs, staging)
                     if lake.is_lake(options.table_format):
                         lake.begin_run(out_fs, staging)
             pipeline = beam.Pipeline(runner=_runner(all_options, zygote), options=all_options)
             template_plan = staged_plan.PlanFolder.create(template_plan_url(all_options, run_id)) if launch_only == "template" else None
+            resumed: list = []
             plan = build_pipeline(pipeline, options, run_id, write_assets=not launch_only, plan_folder=template_plan,
-                                  early_plan=early_plan)
-            total = sources.sequence_count(plan.to_convert)
-            what = f"{total} sequences" if total is not None else f"{len(plan.to_convert)} source units"
+                                  early_plan=early_plan, journal=journal, resumed=resumed)
+            pending = plan.to_convert
+            for outcome in resumed:
+                if isinstance(outcome, resume.Resumption):
+                    pending, taken = outcome.pending, outcome.sequences
+                    print(f"[mixtrain-convert] resuming {resume.describe(outcome.journal)}: {outcome.sequences} sequences "
+                          f"reused, {len(outcome.pending)} of {len(plan.to_convert)} units left to convert", file=out, flush=True)
+                else:
+                    print(f"[mixtrain-convert] {outcome}", file=out, flush=True)
+            total = sources.sequence_count(pending)
+            what = f"{total} sequences" if total is not None else f"{len(pending)} source units"
             reused = len(plan.refs) - len(plan.to_convert)
             if plan.reused is not None and plan.reused["context_changed"]:
                 print("[mixtrain-convert] --incremental: the previous output was written with other options or by another "
@@ -383,6 +438,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
             if mode == "auto":
                 mode = "bar" if out.isatty() else "lines"
             with Progress(out, mode, options.progress_interval or cli.DEFAULT_PROGRESS_SECONDS, total, plan.num_shards):
+                started_pipeline = True
                 result = pipeline.run()
                 if not launch_only and not options.detach:
                     result.wait_until_finish()
@@ -392,6 +448,8 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                 _cancel(result)
             if lake.is_lake(options.table_format) and lake.is_committed(out_fs, staging, table_settings(options, run_id)):
                 pass  # the table references this run's files (a commit landed before the failure): keep them
+            elif (started_pipeline or journal is not None) and _kept_for_resumption(out_fs, staging):
+                kept = staging  # what it completed stays, hidden from readers, for the same command to resume
             else:
                 _discard(out_fs, staging, out_root, created)
             raise
@@ -400,6 +458,8 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         return EXIT_USAGE
     except Interrupted as interrupt:
         print(f"error: {for_terminal(interrupt.message())}", file=console, flush=True)
+        if kept:
+            print(f"({_resume_hint(kept)})", file=console, flush=True)
         return interrupt.exit_code
     except Exception as error:  # noqa: BLE001 - every failure becomes one line and a clean output
         message = failures.output_message(error, options.output) or failures.user_message(error)
@@ -408,8 +468,10 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
             message = f"{options.output}: conversion failed: {type(error).__name__}: {first}"
         _LOG.error("conversion failed: %s", message, exc_info=error)  # the traceback, for whoever reads the log
         print(f"error: {for_terminal(message)}", file=console, flush=True)
-        if log_path:
-            print(f"(Beam's and the workers' log of this run: {log_path})", file=console, flush=True)
+        hint = [f"Beam's and the workers' log of this run: {log_path}"] if log_path else []
+        hint += [_resume_hint(kept)] if kept else []
+        if hint:
+            print(f"({'; '.join(hint)})", file=console, flush=True)
         return EXIT_FAILED
     if launch_only or options.detach:
         print(_launched(result, all_options, launch_only or "submitted", run_id), file=out, flush=True)
@@ -420,8 +482,50 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         summary, skipped = _lake_summary(out_fs, out_root, options, run_id, time.monotonic() - started)
     else:
         summary, skipped = _summary(out_fs, out_root, options.output, time.monotonic() - started)
+    if taken:
+        summary += f"; resumed: {taken} of them reused from the interrupted run {run_id}, not converted again"
     print(for_terminal(summary), file=out, flush=True)
     return EXIT_SKIPPED if skipped else EXIT_OK
+
+
+def _interrupted_run(fs, root: str, options: ConvertOptions, out: TextIO) -> resume.Journal | None:
+    """The journal of the newest run for this output that was interrupted (no live process owns
+    its staging folder, no commit of it landed), which this run resumes; None to start afresh.
+    With --fresh every such folder is removed first (said on `out`); one whose journal names
+    another output (copied from elsewhere) is never resumed, and is collected like any leftover."""
+    if lake.is_lake(options.table_format):
+        found = [(folder, run) for folder, run in lake.pending_runs(fs, root)
+                 if not lake.is_committed(fs, folder, table_settings(options, run))]
+    else:
+        found = publish.interrupted_stagings(fs, root)
+    output_url = storage.url_for(fs, root)
+    for folder, run in found:
+        journal = resume.read_journal(fs, folder, run)
+        if journal is None:
+            continue
+        if options.fresh:
+            print(f"[mixtrain-convert] --fresh: discarding the interrupted {resume.describe(journal)}", file=out, flush=True)
+            publish.discard_staging(fs, folder, root)
+            continue
+        latest = journal.latest
+        if latest is not None and latest.get("output") != output_url:
+            continue
+        return journal
+    return None
+
+
+def _kept_for_resumption(fs, staging: str) -> bool:
+    """Whether a failed run's staging holds completed work worth resuming (a journal entry)."""
+    try:
+        done = storage.join(staging, resume.DONE_DIR)
+        return fs.exists(done) and bool(fs.ls(done, detail=False))
+    except OSError:
+        return False
+
+
+def _resume_hint(staging: str) -> str:
+    return (f"the sequences it completed are kept in {for_terminal(staging)}: run the same command again to resume, "
+            "or add --fresh to start afresh")
 
 
 def _cancel(result) -> None:

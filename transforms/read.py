@@ -16,6 +16,7 @@ import apache_beam as beam
 
 from formats import storage
 from formats.errors import ConversionError
+from formats.mixtrain import resume
 from formats.sequence import DatasetMeta
 from formats.sources import Source, SourceRef
 from transforms import progress, staged_plan
@@ -188,7 +189,14 @@ class _LoadSequenceFn(_SourceFn):
 
 
 class _ExpandRefFn(_SourceFn):
-    """Sources whose planned units hold many sequences (`Source.expands_refs`) index them on a worker."""
+    """Sources whose planned units hold many sequences (`Source.expands_refs`) index them on a worker.
+    A count the plan did not know is recorded in the run's resume journal too (`journal`: the
+    staging folder's URL and the run's generation), so that a resumption can tell the unit whole."""
+
+    def __init__(self, source: Source, root_url: str, meta: DatasetMeta, on_error: str = FAIL,
+                 journal: tuple[str, int] | None = None):
+        super().__init__(source, root_url, meta, on_error)
+        self._journal = journal
 
     def process(self, ref):
         try:
@@ -197,6 +205,9 @@ class _ExpandRefFn(_SourceFn):
             yield skip_or_raise(error, self._on_error, None, "index", ref.sequence_count)
             return
         if ref.sequence_count is None:  # the plan could not count them: this is its count
+            if self._journal is not None:
+                fs, staging = storage.open_root(self._journal[0])
+                resume.write_tally(fs, staging, self._journal[1], ref.unit_key, len(refs))
             yield beam.pvalue.TaggedOutput(TALLIES, (ref.unit_key, len(refs)))
         yield from refs
 
@@ -230,6 +241,8 @@ class ReadSequences(beam.PTransform):
       spread_batches: False where `stage_refs` dealt the batches to the workers, a file each:
         the shuffle of the file numbers then spreads them, and the batches need no shuffle of
         their own (one stage fewer before the first sequence).
+      journal: (staging URL, generation) of the run's resume journal, where the units' counts
+        found on the workers are recorded (`formats.mixtrain.resume`); None: not recorded.
 
     Example:
       files = stage_refs(refs, plan_folder)
@@ -237,8 +250,9 @@ class ReadSequences(beam.PTransform):
     """
 
     def __init__(self, source: Source, root_url: str, meta: DatasetMeta, plan_folder: staged_plan.PlanFolder, files: int,
-                 on_error: str = FAIL, spread_batches: bool = True):
+                 on_error: str = FAIL, spread_batches: bool = True, journal: tuple[str, int] | None = None):
         super().__init__()
+        self._journal = journal
         self._spread_batches = spread_batches
         self._source = source
         self._root_url = root_url
@@ -258,7 +272,7 @@ class ReadSequences(beam.PTransform):
         errors, tallies = [], []
         if self._source.expands_refs:
             expanded = batches | "Refs" >> beam.FlatMap(staged_plan.unpack) | "ExpandRefs" >> beam.ParDo(
-                _ExpandRefFn(self._source, self._root_url, self._meta, self._on_error)).with_outputs(ERRORS, TALLIES, main="refs")
+                _ExpandRefFn(self._source, self._root_url, self._meta, self._on_error, self._journal)).with_outputs(ERRORS, TALLIES, main="refs")
             batches = expanded.refs | "SpreadExpandedRefs" >> beam.Reshuffle() | "Alone" >> beam.Map(_alone)
             errors.append(expanded[ERRORS])
             tallies.append(expanded[TALLIES])

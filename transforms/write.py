@@ -23,6 +23,7 @@ import dataclasses
 import functools
 import itertools
 import json
+import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
@@ -34,8 +35,9 @@ from apache_beam.transforms.window import GlobalWindows
 
 from formats import mixtrain, storage
 from formats.errors import ConversionError, FormatError, describe_skip_limit, error_record, skipped_counts
-from formats.mixtrain import publish, tables
+from formats.mixtrain import publish, resume, tables
 from formats.mixtrain.fingerprint import Fingerprints
+from formats.mixtrain.publish import stop_point
 from formats.mixtrain.stats import ColumnStats, non_finite_counts, table_stats
 from formats.sequence import VIDEO, ColumnSpec, DatasetMeta, Sequence
 from transforms import staged_plan
@@ -78,7 +80,7 @@ class Planned:
         return cls(sum(count for count in counts if count is not None) + reused, counts.count(None))
 
 
-SPILL_DIR = "_rows"
+SPILL_DIR = resume.SPILL_DIR
 FINGERPRINTS = "fingerprints.pkl"  # in the plan folder: the context hash, then pieces of {unit key -> fingerprint}
 SPILL_BYTES = 8 << 20  # a shard's buffered rows are written out once they reach this much Arrow data
 SPILL_BUFFER_BYTES = 64 << 20  # and the largest shard's rows whenever all shards' buffers reach this
@@ -95,11 +97,13 @@ class SpilledFile:
     extra_stats: tuple[dict, ...]
     video_notes: tuple[dict, ...]
     batch_ends: tuple[int, ...]  # the file's record batches: the row each one ends before
+    positions: tuple[int, ...] | None = None  # the rows to take (a resumption takes some of a file's), None: all
 
     def rows(self) -> list[SpilledRow]:
-        return [SpilledRow(sequence_id, self.path, position, self.batch_ends, size, stats, notes)
+        rows = [SpilledRow(sequence_id, self.path, position, self.batch_ends, size, stats, notes)
                 for position, (sequence_id, size, stats, notes)
                 in enumerate(zip(self.sequence_ids, self.nbytes, self.extra_stats, self.video_notes, strict=True))]
+        return rows if self.positions is None else [rows[position] for position in self.positions]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,13 +120,21 @@ class SpilledRow:
 
 
 class _SpillRowsFn(beam.DoFn):
-    """Sequences -> Arrow rows in IPC files under the staging folder, and a (shard, SpilledFile) record per file."""
+    """Sequences -> Arrow rows in IPC files under the staging folder, and a (shard, SpilledFile) record per file.
 
-    def __init__(self, staging_url: str, columns: list[ColumnSpec], num_shards: int, shard_rows: int | None = None):
+    With `generation` (a converting run's, not the reused rows'), each file is recorded in the
+    run's resume journal as soon as it is written (`formats.mixtrain.resume`): a kill then loses
+    at most what the workers held, SPILL_SECONDS of work each. `file_prefix`: what the rows' file
+    references start with before the staging-relative path (a lake run's `runs/<run>/`)."""
+
+    def __init__(self, staging_url: str, columns: list[ColumnSpec], num_shards: int, shard_rows: int | None = None,
+                 generation: int | None = None, file_prefix: str = ""):
         self._staging_url = staging_url
         self._columns = columns
         self._num_shards = num_shards
         self._shard_rows = shard_rows  # the rows a shard is planned to hold, when the plan knows
+        self._generation = generation
+        self._file_prefix = file_prefix
 
     def setup(self):
         self._fs, self._root = storage.open_root(self._staging_url)
@@ -131,16 +143,23 @@ class _SpillRowsFn(beam.DoFn):
     def start_bundle(self):
         self._buffers: dict[int, list] = {}
         self._sizes: dict[int, int] = {}
+        self._since = None
 
     def process(self, sequence: Sequence):
         shard, size = mixtrain.shard_of(sequence.sequence_id, self._num_shards), _approximate_bytes(sequence)
         self._buffers.setdefault(shard, []).append((sequence, size))
         self._sizes[shard] = self._sizes.get(shard, 0) + size
+        self._since = self._since or time.monotonic()
         # Files of about SPILL_BYTES per shard, however many shards, and a bounded buffer.
         if self._sizes[shard] >= SPILL_BYTES:
             yield from self._spill(shard)
         elif sum(self._sizes.values()) >= SPILL_BUFFER_BYTES:
             yield from self._spill(max(self._sizes, key=lambda s: (self._sizes[s], s)))
+        elif self._generation is not None and time.monotonic() - self._since >= SPILL_SECONDS:
+            for buffered in sorted(self._buffers):  # recorded for a resumption: a kill loses at most this much work
+                yield from self._spill(buffered)
+        if not self._buffers:
+            self._since = None
 
     def finish_bundle(self):
         for shard in sorted(self._buffers):
@@ -165,9 +184,28 @@ class _SpillRowsFn(beam.DoFn):
         with self._fs.open(path, "wb") as handle, pa.ipc.new_file(handle, self._schema) as writer:
             for start, end in zip((0, *ends), ends):
                 writer.write_table(table.slice(start, end - start))  # no copy (combine_chunks would copy even one chunk)
+        if self._generation is not None:
+            resume.write_entry(self._fs, self._root, self._generation, path, ends,
+                               [{"id": sequence.sequence_id, "nbytes": size, "stats": sequence.extra_stats,
+                                 "notes": sequence.video_notes, "files": _written_files(sequence, self._file_prefix)}
+                                for sequence, size in buffered])
+            stop_point("conversion", "rows-spilled")
         yield shard, SpilledFile(path, tuple(sequence.sequence_id for sequence, _ in buffered), tuple(size for _, size in buffered),
                                  tuple(dict(sequence.extra_stats) for sequence, _ in buffered),
                                  tuple(dict(sequence.video_notes) for sequence, _ in buffered), ends)
+
+
+SPILL_SECONDS = 1.0  # a converting worker's rows are spilled (and recorded for a resumption) at least this often
+
+
+def _written_files(sequence: Sequence, prefix: str) -> list[str]:
+    """The staging-relative paths of the files a converted row names (videos and copied files)."""
+    found = []
+    for value in [*sequence.videos.values(), *sequence.files.values()]:
+        for path in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(path, str) and "://" not in path and path.startswith(prefix):
+                found.append(path[len(prefix):])
+    return sorted(found)
 
 
 SPILL_BATCH_ROWS = 64
@@ -364,6 +402,7 @@ class _WriteShardFn(beam.DoFn):
         if ordered:  # the table format's own work on the shard, in parallel on the workers (lance: fragments)
             tables.stage_shard(self._fs, self._root, mixtrain.shard_path(index), [c.name for c in self._columns if c.kind == VIDEO],
                                self._table)
+        stop_point("conversion", "shard-written")
         report(shards=1, bytes=result.bytes)
         flush()  # the last shards end the run: their counts now, not a tick later
         yield result
@@ -555,7 +594,9 @@ class _PublishFn(beam.DoFn):
             video_notes=_merge_notes(shard.video_notes for shard in shards),
             **self._sidecar_extra,
         )
-        for scratch in (SPILL_DIR, staged_plan.PLAN_DIR):  # not published (a plan folder elsewhere stays: a template's)
+        # Not published (a plan folder elsewhere stays: a template's); the journal first: a folder
+        # the publication has started on is never resumed.
+        for scratch in (resume.RESUME_DIR, SPILL_DIR, staged_plan.PLAN_DIR):
             if fs.exists(storage.join(staging, scratch)):
                 fs.rm(storage.join(staging, scratch), recursive=True)
         tables.publish(fs, staging, output, sidecar, self._table)
@@ -595,15 +636,26 @@ class WriteMixtrain(beam.PTransform):
       planned: what the plan promises (`Planned.of(refs, reused)`): the publish step refuses a run
         whose sequences did not all arrive, converted or skipped; None: no check.
 
-    The input is {"sequences": PCollection, "errors": PCollection of error records, "tallies":
-    PCollection of (unit, sequences) from `ReadSequences`, optional}; the error records end in
-    DST/_errors.jsonl.
+      generation: this run's generation in the staging folder's resume journal
+        (`formats.mixtrain.resume`): the converted sequences' rows and files are recorded there as
+        they are spilled; None: not recorded.
+      file_prefix: what the converted rows' file references start with before their
+        staging-relative path (a lake run's `runs/<run>/`).
+
+    The input is {"sequences": PCollection of converted sequences, "kept": PCollection of
+    sequences reused from the previous output (spilled, never recorded for a resumption), optional,
+    "resumed": PCollection of (shard, SpilledFile) taken from an interrupted run's journal,
+    optional, "errors": PCollection of error records, "tallies": PCollection of (unit, sequences)
+    from `ReadSequences`, optional}; the error records end in DST/_errors.jsonl.
     """
 
     def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
                  on_error: str = FAIL, plan_folder: staged_plan.PlanFolder | None = None, max_skipped: tuple[str, float] = ("count", 0),
-                 table: tables.TableSettings | None = None, planned: Planned | None = None):
+                 table: tables.TableSettings | None = None, planned: Planned | None = None, generation: int | None = None,
+                 file_prefix: str = ""):
         super().__init__()
+        self._generation = generation
+        self._file_prefix = file_prefix
         self._planned = planned
         self._table = table
         self._max_skipped = max_skipped
@@ -619,10 +671,18 @@ class WriteMixtrain(beam.PTransform):
         sequences = inputs["sequences"]
         errors = inputs.get(ERRORS) or sequences.pipeline | "NoErrors" >> beam.Create([])
         tallies = inputs.get(TALLIES) or sequences.pipeline | "NoTallies" >> beam.Create([])
+        shard_rows = self._planned.sequences // self._num_shards if self._planned else None
+        spilled = [sequences | "SpillRows" >> beam.ParDo(_SpillRowsFn(self._staging_url, self._meta.columns, self._num_shards,
+                                                                     shard_rows, self._generation, self._file_prefix))]
+        if inputs.get("kept") is not None:
+            spilled.append(inputs["kept"] | "SpillKeptRows" >> beam.ParDo(
+                _SpillRowsFn(self._staging_url, self._meta.columns, self._num_shards, shard_rows)))
+        if inputs.get("resumed") is not None:
+            spilled.append(inputs["resumed"])
+        if len(spilled) > 1:
+            spilled = [spilled | "AllSpilledRows" >> beam.Flatten()]
         shards = (
-            sequences
-            | "SpillRows" >> beam.ParDo(_SpillRowsFn(self._staging_url, self._meta.columns, self._num_shards,
-                                                     self._planned.sequences // self._num_shards if self._planned else None))
+            spilled[0]
             | "GroupByShard" >> beam.GroupByKey()
             | "WriteShards" >> beam.ParDo(_WriteShardFn(self._staging_url, self._meta.columns, self._on_error, self._table))
         )

@@ -10,6 +10,7 @@ import ctypes
 import errno
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -36,6 +37,8 @@ __all__ = [
     "STEPS",
     "stop_point",
     "collect_garbage",
+    "interrupted_stagings",
+    "RUN_ID",
 ]
 
 # A run writes under DST/_staging/<run>/ (skipped by Parquet dataset readers as a `_` path).
@@ -67,6 +70,9 @@ STEPS = {
     "delta": ("run-metadata-written", "committed"),
     "lance": ("fragments-written", "fragments-moved", "files-placed", "committed", "standalone-retired", "files-pruned"),
 }
+# Where a test may stop a conversion before its publication (tests/pipelines/test_resume.py): the
+# next run with the same command resumes it.
+RUN_STEPS = {"conversion": ("rows-spilled", "shard-written")}
 STOP_AT = "MIXTRAIN_TEST_STOP_AT"  # <publisher>:<step>: the conversion is SIGKILLed there
 STEP_LOG = "MIXTRAIN_TEST_STEP_LOG"  # a file each step reached is appended to (tests check STEPS is complete)
 
@@ -78,9 +84,9 @@ def stop_point(publisher: str, step: str) -> None:
     wanted, log = os.environ.get(STOP_AT), os.environ.get(STEP_LOG)
     if not wanted and not log:
         return
-    if step not in STEPS[publisher]:
+    if step not in {**STEPS, **RUN_STEPS}[publisher]:
         raise AssertionError(f"undeclared publication step {publisher}:{step}")
-    if log:
+    if log and publisher in STEPS:  # the publication's steps (a test checks that it reaches all of them)
         with open(log, "a") as handle:
             handle.write(f"{publisher}:{step}\n")
     if wanted == f"{publisher}:{step}":
@@ -223,8 +229,9 @@ def _publish_local(staging: str, output: str, sidecar_value: dict) -> None:
         _keep_access(real, staging)
     os.makedirs(f"{staging}/{FILES_DIR}", exist_ok=True)
     _write_atomically(f"{staging}/{SIDECAR}", dumps(sidecar_value).encode())
-    if os.path.exists(f"{staging}/{OWNER_FILE}"):
-        os.remove(f"{staging}/{OWNER_FILE}")
+    for name in (OWNER_FILE, LOCK_FILE):
+        if os.path.exists(f"{staging}/{name}"):
+            os.remove(f"{staging}/{name}")
     stop_point("parquet", "staged")
     if os.path.isdir(real):
         try:
@@ -303,11 +310,28 @@ def is_versioned(fs, output: str) -> bool:
 OWNER_FILE = ".owner"
 
 
+LOCK_FILE = ".lock"
+_CLAIMS: dict[str, int] = {}  # staging folder -> the descriptor holding its lock, for the life of the process
+
+
 def claim_staging(fs, staging: str) -> None:
     """Mark a run's staging folder with its host and pid (local disks): other runs then neither
-    collect it nor start beside it."""
+    collect it nor start beside it. An exclusive lock on its `.lock` file, held while this process
+    lives (the kernel drops it however the process ends), makes two runs that would resume the same
+    folder at once one run and one refusal."""
     if storage.is_local(fs):
+        import fcntl
+
         os.makedirs(staging, exist_ok=True)
+        if staging not in _CLAIMS:
+            descriptor = os.open(f"{staging}/{LOCK_FILE}", os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                os.close(descriptor)
+                raise ConversionError(f"{staging}: another conversion is working in this staging folder (a resumption of "
+                                      "the same run); wait for it to finish") from None
+            _CLAIMS[staging] = descriptor
         with open(f"{staging}/{OWNER_FILE}", "w") as handle:
             handle.write(f"{socket.gethostname()} {os.getpid()}\n")
 
@@ -326,6 +350,30 @@ def _live_owner(folder: str) -> int | None:
     except PermissionError:
         pass
     return int(pid) if int(pid) != os.getpid() else None
+
+
+RUN_ID = re.compile(r"^[0-9]{8}T[0-9]{6}-[0-9a-f]{8}$")  # pipelines.session.new_run_id
+
+
+def interrupted_stagings(fs, output: str) -> list[tuple[str, str]]:
+    """(folder, run id) of the staging folders that runs for this output left behind and that no
+    live run owns, newest run first: the hidden siblings of a local output and `DST/_staging/<run>`."""
+    found = []
+    if storage.is_local(fs):
+        mark = f".{os.path.basename(os.path.realpath(output))}{SIBLING_MARK}"
+        for folder in _siblings(output):
+            run = os.path.basename(folder)[len(mark):]
+            if RUN_ID.match(run) and os.path.isdir(folder):
+                found.append((folder, run))
+    parent = f"{output}/{STAGING_DIR}"
+    if fs.exists(parent):
+        for entry in fs.ls(parent, detail=True):
+            run = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+            if entry.get("type") == "directory" and RUN_ID.match(run):
+                found.append((f"{parent}/{run}", run))
+    if storage.is_local(fs):
+        found = [(folder, run) for folder, run in found if _live_owner(folder) is None]
+    return sorted(found, key=lambda item: item[1], reverse=True)
 
 
 def check_no_live_run(fs, output: str) -> None:

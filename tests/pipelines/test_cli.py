@@ -29,7 +29,7 @@ from pipelines import cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TWO_WORKERS = ("--direct_num_workers=2", "--direct_running_mode=multi_processing")
-LOG_HINT = re.compile(r"^\(Beam's and the workers' log of this run: (.+\.log)\)$")
+LOG_HINT = re.compile(r"^\(Beam's and the workers' log of this run: (.+?\.log)(?:; the sequences it completed are kept in .+)?\)$")
 
 
 def _cli(tmp_path: pathlib.Path, *args: str, module: str = "pipelines.convert", wait: bool = True, **popen):

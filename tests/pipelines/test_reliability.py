@@ -36,7 +36,8 @@ def _errors(dst):
 
 
 def _last_error_line(capsys):
-    return capsys.readouterr().err.strip().splitlines()[-1]
+    """The run's `error:` line (a resumption hint may follow it)."""
+    return [line for line in capsys.readouterr().err.strip().splitlines() if line.startswith("error: ")][-1]
 
 
 MULTI = SyntheticLeRobot(lengths=(8, 6, 9, 7, 5), codec="h264", gop=None, episodes_per_video_file=2, episodes_per_data_file=3)

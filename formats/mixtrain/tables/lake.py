@@ -89,9 +89,9 @@ def write_run_metadata(fs, staging: str, value: dict, sidecar: dict) -> None:
     for name in (mixtrain.ERRORS_FILE, mixtrain.FINGERPRINTS_FILE):
         if not fs.exists(storage.join(staging, name)):
             fs.pipe_file(storage.join(staging, name), b"")
-    owner = storage.join(staging, publish.OWNER_FILE)
-    if fs.exists(owner):
-        fs.rm(owner)
+    for name in (publish.OWNER_FILE, publish.LOCK_FILE):
+        if fs.exists(storage.join(staging, name)):
+            fs.rm(storage.join(staging, name))
     fs.pipe_file(storage.join(staging, mixtrain.SIDECAR), mixtrain.dumps(value).encode())
 
 
@@ -347,6 +347,16 @@ def end_run(fs, run_folder: str) -> None:
     marker = storage.join(run_folder, PENDING)
     if fs.exists(marker):
         fs.rm(marker)
+
+
+def pending_runs(fs, output: str) -> list[tuple[str, str]]:
+    """(folder, run id) of the run folders whose commit never landed (`.pending`), newest first:
+    what an interrupted lake run left, for the next run to resume."""
+    runs = storage.join(output, RUNS_DIR)
+    if not fs.exists(runs):
+        return []
+    names = sorted((entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(runs, detail=False)), reverse=True)
+    return [(storage.join(runs, name), name) for name in names if fs.exists(storage.join(runs, name, PENDING))]
 
 
 def committed_runs(fs, output: str) -> list[str]:

@@ -1,0 +1,356 @@
+"""Resuming an interrupted conversion: what a run records as it goes, and what the next run with
+the same command takes from it.
+
+A run's staging folder (`publish.staging_root`, or a lake table's run folder) holds, beside the
+rows and files it writes, a journal under `_resume/`:
+
+- `run-NNNN.json`, one per run that worked in the folder (the first, then each resumption, NNNN
+  its generation), written by the launcher before any worker starts: the output, the context hash
+  (converter version, the options that shape the output, the schema:
+  `formats.mixtrain.fingerprint.context_hash`), the options as recorded, when it started, and the
+  fingerprint of every unit it was to convert (the one `--incremental` keeps).
+- `done/<name>.json`, one per spill file, written by the worker right after it
+  (`transforms/write.py`): the spill file's size and SHA-256, and for each of its rows the sequence
+  id, its size, the statistics computed upstream, its video notes and every file the row names
+  (size and SHA-256). A row is recorded only once it and its files are on disk.
+- `tallies/<name>.json`, for a unit the plan could not count (RLDS shards): how many sequences a
+  worker found in it.
+
+The next run takes a unit from the journal when the run that recorded it had the unit's current
+fingerprint (same inputs, options, converter) and recorded every sequence of it, and every file
+recorded for them is in the folder with its recorded size (`plan`); the digests are checked on a
+worker before the rows are used (`transforms/resume.py`). Anything else is converted again. The
+journal is JSON: it is read back from a folder others may write, and nothing in it is unpickled.
+"""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import dataclasses
+import hashlib
+import json
+import os
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+
+from formats import storage
+from formats.mixtrain import FILES_DIR
+from formats.mixtrain.stats import ColumnStats
+
+__all__ = ["RESUME_DIR", "SPILL_DIR", "clear", "forget", "tidy", "Journal", "Resumption", "digest", "write_entry", "write_tally",
+           "write_header", "read_journal",
+           "plan", "options_changed", "encode_stats", "decode_stats", "describe"]
+
+RESUME_DIR = "_resume"
+SPILL_DIR = "_rows"  # the spilled rows (transforms/write.py), which journal entries stand on
+DONE_DIR = f"{RESUME_DIR}/done"
+TALLY_DIR = f"{RESUME_DIR}/tallies"
+VERSION = 1
+_CHUNK = 1 << 20
+_NUMERIC_KINDS = "biuf"
+
+
+def digest(fs, path: str) -> tuple[int, str]:
+    """(size, SHA-256 hex) of a file, read in 1 MB pieces."""
+    hasher, size = hashlib.sha256(), 0
+    with fs.open(path, "rb") as handle:
+        while chunk := handle.read(_CHUNK):
+            hasher.update(chunk)
+            size += len(chunk)
+    return size, hasher.hexdigest()
+
+
+def _put(fs, path: str, data: bytes) -> None:
+    """Written whole or not at all: a local file through a renamed temporary (a kill mid-write leaves
+    no half entry under the final name); an object store's put is atomic already."""
+    local = storage.local_path(fs, path)
+    if local is None:
+        fs.pipe_file(path, data)
+        return
+    os.makedirs(os.path.dirname(local), exist_ok=True)
+    temporary = f"{local}.tmp-{os.getpid()}"
+    with open(temporary, "wb") as handle:
+        handle.write(data)
+    os.replace(temporary, local)
+
+
+# --- what runs and workers write --------------------------------------------------------------
+
+def write_header(fs, staging: str, generation: int, *, output: str, run_id: str, context: str, options: dict,
+                 units: dict[str, str]) -> None:
+    """The journal's run record of one generation (`units`: unit key -> fingerprint)."""
+    value = {"journal": VERSION, "generation": generation, "run": run_id, "output": output, "context": context,
+             "options": options, "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "units": units}
+    _put(fs, storage.join(staging, RESUME_DIR, f"run-{generation:04d}.json"), json.dumps(value, sort_keys=True).encode())
+
+
+def write_entry(fs, staging: str, generation: int, spill_path: str, batch_ends: tuple[int, ...], rows: list[dict]) -> None:
+    """One spill file's record (`rows`: {"id", "nbytes", "stats", "notes", "files"} per row, in the
+    file's order, `files` the staging-relative paths the row names). Sizes and digests are taken
+    here, after everything is written."""
+    size, sha = digest(fs, spill_path)
+    recorded = []
+    for row in rows:
+        files = []
+        for relative in row["files"]:
+            file_size, file_sha = digest(fs, storage.join(staging, relative))
+            files.append([relative, file_size, file_sha])
+        recorded.append({"id": row["id"], "nbytes": int(row["nbytes"]), "stats": encode_stats(row["stats"]),
+                         "notes": row["notes"], "files": files})
+    relative = spill_path[len(staging.rstrip("/")) + 1:]
+    value = {"journal": VERSION, "generation": generation, "spill": [relative, size, sha], "batch_ends": list(batch_ends),
+             "rows": recorded}
+    _put(fs, storage.join(staging, DONE_DIR, f"{uuid.uuid4().hex}.json"), json.dumps(value, sort_keys=True).encode())
+
+
+def write_tally(fs, staging: str, generation: int, unit: str, count: int) -> None:
+    name = hashlib.sha256(unit.encode()).hexdigest()[:32]
+    value = {"journal": VERSION, "generation": generation, "unit": unit, "count": int(count)}
+    _put(fs, storage.join(staging, TALLY_DIR, f"{generation:04d}-{name}.json"), json.dumps(value, sort_keys=True).encode())
+
+
+def _array(array: np.ndarray) -> dict:
+    array = np.ascontiguousarray(array)
+    return {"dtype": array.dtype.str, "shape": list(array.shape), "data": base64.b64encode(array.tobytes()).decode()}
+
+
+def _unarray(value: dict) -> np.ndarray:
+    dtype = np.dtype(value["dtype"])
+    if dtype.kind not in _NUMERIC_KINDS or dtype.hasobject:
+        raise ValueError(f"not a numeric dtype: {value['dtype']}")
+    shape = tuple(int(n) for n in value["shape"])
+    data = base64.b64decode(value["data"], validate=True)
+    if len(data) != dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
+        raise ValueError("array bytes do not match its shape")
+    return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+
+
+def encode_stats(stats: dict[str, ColumnStats]) -> dict:
+    """Statistics computed upstream (image statistics), exactly: arrays as their bytes."""
+    return {key: {"count": int(value.count), "mean": _array(value.mean), "m2": _array(value.m2), "min": _array(value.min),
+                  "max": _array(value.max), "levels": [_array(level) for level in value.levels],
+                  "capacity": int(value.capacity), "image": bool(value.image)}
+            for key, value in sorted(stats.items())}
+
+
+def decode_stats(value: dict) -> dict[str, ColumnStats]:
+    return {key: ColumnStats(count=int(item["count"]), mean=_unarray(item["mean"]), m2=_unarray(item["m2"]),
+                             min=_unarray(item["min"]), max=_unarray(item["max"]),
+                             levels=[_unarray(level) for level in item["levels"]], capacity=int(item["capacity"]),
+                             image=bool(item["image"]))
+            for key, item in value.items()}
+
+
+# --- what the next run finds ------------------------------------------------------------------
+
+@dataclasses.dataclass
+class Journal:
+    """An interrupted run's staging folder, as read back."""
+
+    staging: str
+    run_id: str
+    headers: dict[int, dict]
+    entries: list[dict]  # journal entries as written (only those that parse and match the schema)
+    tallies: list[dict]
+    sizes: dict[str, int]  # staging-relative path -> size, one listing
+    unreadable: int = 0  # entries that do not parse or that another version wrote
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.sizes.values())
+
+    @property
+    def latest(self) -> dict | None:
+        return self.headers[max(self.headers)] if self.headers else None
+
+    @property
+    def sequences(self) -> int:
+        """Rows recorded (what the start line reports; a resumption may take fewer)."""
+        return len({row["id"] for entry in self.entries for row in entry["rows"]})
+
+
+def _entry_ok(value: Any) -> bool:
+    try:
+        spill = value["spill"]
+        ok = (value.get("journal") == VERSION and isinstance(value["generation"], int) and isinstance(spill[0], str)
+              and isinstance(spill[1], int) and isinstance(spill[2], str) and isinstance(value["rows"], list)
+              and all(isinstance(end, int) for end in value["batch_ends"]))
+        for row in value["rows"]:
+            ok = ok and isinstance(row["id"], str) and isinstance(row["nbytes"], int) and isinstance(row["notes"], dict) \
+                and isinstance(row["stats"], dict) and all(isinstance(f[0], str) and isinstance(f[1], int) and isinstance(f[2], str)
+                                                           for f in row["files"])
+        return bool(ok) and (not value["rows"] or value["batch_ends"][-1:] == [len(value["rows"])])
+    except (KeyError, IndexError, TypeError, AttributeError):
+        return False
+
+
+def read_journal(fs, staging: str, run_id: str) -> Journal | None:
+    """The journal of a staging folder, or None where it has none (not a resumable run)."""
+    resume = storage.join(staging, RESUME_DIR)
+    if not fs.exists(resume):
+        return None
+    root = staging.rstrip("/") + "/"
+    sizes = {path[len(root):]: int(info.get("size") or 0) for path, info in fs.find(staging, detail=True).items()
+             if info.get("type") != "directory" and path.startswith(root)}
+    journal = Journal(staging, run_id, {}, [], [], sizes)
+    names = sorted(name for name in sizes if name.startswith(RESUME_DIR + "/") and name.endswith(".json"))
+    texts = fs.cat([storage.join(staging, name) for name in names], on_error="return") if names else {}
+    for name in names:
+        data = texts.get(storage.join(staging, name))
+        try:
+            value = json.loads(data) if isinstance(data, bytes) else None
+        except ValueError:
+            value = None
+        if not isinstance(value, dict) or value.get("journal") != VERSION:
+            journal.unreadable += 1
+        elif name.startswith(DONE_DIR + "/") and _entry_ok(value):
+            journal.entries.append({**value, "name": name})
+        elif name.startswith(TALLY_DIR + "/") and isinstance(value.get("unit"), str) and isinstance(value.get("count"), int) \
+                and isinstance(value.get("generation"), int):
+            journal.tallies.append(value)
+        elif name.count("/") == 1 and name.split("/")[1].startswith("run-") and isinstance(value.get("generation"), int) \
+                and isinstance(value.get("units"), dict) and isinstance(value.get("context"), str):
+            journal.headers[value["generation"]] = value
+        else:
+            journal.unreadable += 1
+    return journal
+
+
+def options_changed(previous: dict, current: dict) -> list[str]:
+    """The recorded options (mixtrain.json's `converter.options`) that differ, as the flags that
+    set them: `video_encoding`'s fields are --video_<field>, `source_options`' their own flags."""
+    prefixes = {"video_encoding": "video_", "source_options": ""}
+    changed = []
+    for name in sorted(set(previous) | set(current)):
+        before, after = previous.get(name), current.get(name)
+        if before == after:
+            continue
+        if name in prefixes and isinstance(before, dict) and isinstance(after, dict):
+            changed += [f"--{prefixes[name]}{key}" for key in sorted(set(before) | set(after)) if before.get(key) != after.get(key)]
+        else:
+            changed.append(f"--{name}")
+    return changed
+
+
+@dataclasses.dataclass
+class Resumption:
+    """What a run takes from an interrupted run's journal."""
+
+    journal: Journal
+    pending: list  # the refs still to convert, in plan order
+    spilled: list[tuple[dict, tuple[int, ...]]]  # (journal entry, positions of its rows taken), in journal order
+    tallies: list[tuple[str, int]]  # (unit key, sequences) for taken units the plan could not count
+    sequences: int  # sequences taken
+    generation: int  # this run's generation
+
+
+def plan(journal: Journal, units: list, current: dict[str, dict]) -> Resumption:
+    """The units of `units` ((Unit, ref) pairs of the refs to convert, in plan order) that the
+    journal holds whole and valid, and the rest still to convert. `current`: unit key ->
+    {"fingerprint", ...} as this run computes them."""
+    exact = {unit.key: index for index, (unit, _) in enumerate(units) if unit.prefix is None}
+    prefixed = sorted((unit.prefix, index) for index, (unit, _) in enumerate(units) if unit.prefix is not None)
+    prefixes = [prefix for prefix, _ in prefixed]
+
+    def owner(sequence_id: str) -> int | None:
+        if sequence_id in exact:
+            return exact[sequence_id]
+        at = bisect.bisect_right(prefixes, sequence_id) - 1  # the greatest prefix not after the id
+        return prefixed[at][1] if at >= 0 and sequence_id.startswith(prefixes[at]) else None
+
+    def valid_file(relative: str, size: int) -> bool:
+        return ".." not in relative.split("/") and not relative.startswith("/") and journal.sizes.get(relative) == size
+
+    # unit index -> generation -> [(entry number, position, sequence id)]
+    found: dict[int, dict[int, list]] = {}
+    for number, entry in enumerate(journal.entries):
+        header = journal.headers.get(entry["generation"])
+        spill, size, _ = entry["spill"]
+        if header is None or not spill.startswith(SPILL_DIR + "/") or not valid_file(spill, size):
+            continue
+        for position, row in enumerate(entry["rows"]):
+            index = owner(row["id"])
+            if index is None:
+                continue
+            key = units[index][0].key
+            if header["units"].get(key) != (current.get(key) or {}).get("fingerprint"):
+                continue
+            if all(valid_file(relative, file_size) for relative, file_size, _ in row["files"]):
+                found.setdefault(index, {}).setdefault(entry["generation"], []).append((number, position, row["id"]))
+    counted = {}
+    for tally in journal.tallies:
+        header = journal.headers.get(tally["generation"])
+        if header is not None:
+            counted[(tally["unit"], tally["generation"])] = tally["count"]
+    taken: dict[int, list[int]] = {}
+    tallies, done, sequences = [], set(), 0
+    for index, generations in found.items():
+        unit, ref = units[index]
+        for generation in sorted(generations, reverse=True):  # the newest complete record of the unit
+            rows = generations[generation]
+            ids = [sequence_id for _, _, sequence_id in rows]
+            expected = ref.sequence_count if ref.sequence_count is not None else counted.get((unit.key, generation))
+            if expected is None or len(ids) != expected or len(set(ids)) != len(ids):
+                continue
+            for number, position, _ in rows:
+                taken.setdefault(number, []).append(position)
+            if ref.sequence_count is None:
+                tallies.append((unit.key, expected))
+            done.add(index)
+            sequences += expected
+            break
+    pending = [ref for index, (_, ref) in enumerate(units) if index not in done]
+    spilled = [(journal.entries[number], tuple(sorted(positions))) for number, positions in sorted(taken.items())]
+    generation = max(journal.headers, default=0) + 1
+    return Resumption(journal, pending, spilled, tallies, sequences, generation)
+
+
+def clear(fs, staging: str, keep: tuple[str, ...] = ()) -> None:
+    """Everything in a staging folder but the run's claim on it (`keep`): a journal that cannot be
+    resumed is discarded with what it recorded, and the run starts afresh in the same folder."""
+    if not fs.exists(staging):
+        return
+    for entry in fs.ls(staging, detail=False):
+        if entry.rstrip("/").rsplit("/", 1)[-1] not in {".owner", ".lock", *keep}:
+            fs.rm(entry, recursive=True)
+
+
+def forget(fs, staging: str, entry: dict) -> None:
+    """Remove a journal entry whose files changed since: the next run converts its sequences again."""
+    path = storage.join(staging, entry["name"])
+    if fs.exists(path):
+        fs.rm(path)
+
+
+def tidy(fs, journal: Journal, resumption: Resumption, keep: tuple[str, ...] = ()) -> None:
+    """What a resumption does not take is removed before it starts: journal entries none of whose
+    rows are taken, with their spill files; files under `files/` that no taken row names (a
+    sequence converted again writes its own, and one no longer planned must not be published);
+    and every other top-level entry of the folder but the run's claim and `keep` (the interrupted
+    run's plan files, shards and statistics, which this run writes anew)."""
+    taken = {id(entry) for entry, _ in resumption.spilled}
+    named = {relative for entry, positions in resumption.spilled for position in positions
+             for relative, _, _ in entry["rows"][position]["files"]}
+    used = {entry["spill"][0] for entry, _ in resumption.spilled}
+    stale = [entry["name"] for entry in journal.entries if id(entry) not in taken]
+    stale += [entry["spill"][0] for entry in journal.entries if id(entry) not in taken and entry["spill"][0] not in used]
+    stale += [relative for relative in journal.sizes if relative.startswith(FILES_DIR + "/") and relative not in named]
+    stale = [storage.join(journal.staging, relative) for relative in sorted(set(stale)) if relative in journal.sizes]
+    if stale:
+        fs.rm(stale)
+    kept = {FILES_DIR, SPILL_DIR, RESUME_DIR, ".owner", ".lock", *keep}
+    for entry in fs.ls(journal.staging, detail=False):
+        if entry.rstrip("/").rsplit("/", 1)[-1] not in kept:
+            fs.rm(entry, recursive=True)
+
+
+def describe(journal: Journal) -> str:
+    """An interrupted run's staging in a few words: which run, when, how much it holds."""
+    first = journal.headers[min(journal.headers)] if journal.headers else {}
+    when = first.get("started_at", "at an unknown time")
+    return (f"run {journal.run_id} (started {when}): {journal.sequences} sequences recorded, "
+            f"{journal.bytes / 1e6:.1f} MB staged in {journal.staging}")

@@ -1,0 +1,364 @@
+"""A run killed before it publishes (SIGKILL of launcher and workers, Ctrl-C, a failure) keeps what
+it completed, and the same command run again resumes it: the recorded sequences are not converted
+again, and what is published is byte-identical to one uninterrupted run (mixtrain.json but its
+time). What is reused must be right: a changed input file, other options, a damaged, forged or
+foreign staging folder are converted again or refused in one line, never published."""
+
+from __future__ import annotations
+
+import glob
+import io
+import json
+import os
+import pathlib
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from formats.errors import ConversionError
+from formats.mixtrain import publish, resume
+from formats.mixtrain.fingerprint import Unit
+from formats.mixtrain.stats import ColumnStats
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
+from pipelines import conversion
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+EPISODES = 120
+TWO_WORKERS = ("--direct_num_workers=2", "--direct_running_mode=multi_processing")
+REENCODE = ("--video=reencode",)
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory) -> pathlib.Path:
+    folder = tmp_path_factory.mktemp("resume") / "src"
+    write_dataset(str(folder), SyntheticLeRobot(lengths=tuple(20 + i % 7 for i in range(EPISODES)), codec="h264", gop=None,
+                                                episodes_per_video_file=30, episodes_per_data_file=30))
+    return folder
+
+
+@pytest.fixture(scope="module")
+def reference(source, tmp_path_factory) -> pathlib.Path:
+    """One uninterrupted run of the command the tests interrupt."""
+    dst = tmp_path_factory.mktemp("reference") / "out"
+    code, out, err = _run(source, dst, *REENCODE, "--num_shards=2")
+    assert code == 0, err
+    return dst
+
+
+def _run(src, dst, *extra: str) -> tuple[int, str, str]:
+    out, console = io.StringIO(), io.StringIO()
+    code = conversion.run([f"--input={src}", f"--output={dst}", "--progress=off", *extra], out=out, console=console)
+    return code, out.getvalue(), console.getvalue()
+
+
+def _start(src, dst, *extra: str, env: dict | None = None) -> subprocess.Popen:
+    """The command line in a process group of its own (launcher and workers), as a user runs it."""
+    return subprocess.Popen([sys.executable, "-m", "pipelines.convert", f"--input={src}", f"--output={dst}", "--progress=off",
+                             *TWO_WORKERS, *extra], cwd=ROOT, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+
+
+def _staging(dst: pathlib.Path) -> list[str]:
+    return sorted(glob.glob(f"{dst.parent}/.{dst.name}{publish.SIBLING_MARK}*"))
+
+
+def _recorded(dst: pathlib.Path) -> set[str]:
+    ids = set()
+    for path in glob.glob(f"{dst.parent}/.{dst.name}{publish.SIBLING_MARK}*/{resume.DONE_DIR}/*.json"):
+        try:
+            ids.update(row["id"] for row in json.loads(pathlib.Path(path).read_text())["rows"])
+        except (OSError, ValueError):  # being written
+            pass
+    return ids
+
+
+def _kill_at(src, dst, fraction: float, *extra: str, sig: int = signal.SIGKILL) -> set[str]:
+    """Start the conversion and signal its whole process group once `fraction` of the sequences
+    are recorded; returns the ids recorded then."""
+    process = _start(src, dst, *extra)
+    deadline = time.monotonic() + 300
+    while process.poll() is None and time.monotonic() < deadline:
+        if len(_recorded(dst)) >= fraction * EPISODES:
+            os.killpg(process.pid, sig)
+            break
+        time.sleep(0.02)
+    out, err = process.communicate(timeout=120)
+    assert process.returncode in (-signal.SIGKILL, 130), (process.returncode, out, err)
+    return _recorded(dst) if sig == signal.SIGKILL else set()
+
+
+def _files(root: pathlib.Path) -> dict[str, bytes]:
+    files = {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+    sidecar = json.loads(files.pop("mixtrain.json"))
+    sidecar.pop("created_at")
+    sidecar["source"].pop("uri", None)
+    files["mixtrain.json"] = json.dumps(sidecar, sort_keys=True).encode()
+    return files
+
+
+def _reused(out: str) -> int:
+    found = re.search(r"resumed: (\d+) of them reused from the interrupted run", out)
+    return int(found.group(1)) if found else 0
+
+
+@pytest.mark.parametrize("fraction", [0.3, 0.8])
+def test_a_run_killed_midway_resumes_and_publishes_the_same_bytes(tmp_path, source, reference, fraction):
+    dst = tmp_path / "out"
+    recorded = _kill_at(source, dst, fraction, *REENCODE, "--num_shards=2")
+    assert len(recorded) >= fraction * EPISODES and not dst.exists() and len(_staging(dst)) == 1
+    code, out, err = _run(source, dst, *REENCODE, "--num_shards=2", *TWO_WORKERS)
+    assert code == 0, err
+    assert re.search(rf"^\[mixtrain-convert\] resuming run \S+ \(started [0-9T:Z-]+\): \d+ sequences recorded, [0-9.]+ MB staged "
+                     rf"in .+: {len(recorded)} sequences reused, {EPISODES - len(recorded)} of {EPISODES} units left to convert$",
+                     out, re.M), out
+    assert f"lerobot_v3: {EPISODES - len(recorded)} sequences -> {dst}" in out
+    assert _reused(out) == len(recorded)
+    assert _files(dst) == _files(reference)
+    assert _staging(dst) == []  # the completed run removed it
+
+
+def test_a_run_killed_while_shards_are_written_converts_nothing_again(tmp_path, source, reference):
+    dst = tmp_path / "out"
+    process = _start(source, dst, *REENCODE, "--num_shards=2", env={publish.STOP_AT: "conversion:shard-written"})
+    process.communicate(timeout=300)
+    assert process.returncode == -signal.SIGKILL and len(_recorded(dst)) == EPISODES
+    code, out, err = _run(source, dst, *REENCODE, "--num_shards=2")
+    assert code == 0, err
+    assert f"lerobot_v3: 0 sequences -> {dst}" in out and _reused(out) == EPISODES
+    assert _files(dst) == _files(reference)
+
+
+def test_a_resumption_with_another_shard_count_puts_each_row_in_its_shard(tmp_path, source):
+    dst, whole = tmp_path / "out", tmp_path / "whole"
+    _kill_at(source, dst, 0.5, *REENCODE, "--num_shards=2")
+    assert _run(source, dst, *REENCODE, "--num_shards=3")[0] == 0
+    assert _run(source, whole, *REENCODE, "--num_shards=3")[0] == 0
+    assert _files(dst) == _files(whole)
+
+
+def _episodes_of_data_file(source: pathlib.Path, file_index: int) -> set[str]:
+    table = pq.read_table(sorted(source.glob("meta/episodes/*/*.parquet")), columns=["episode_index", "data/file_index"])
+    return {f"episode_{e:06d}" for e, f in zip(table["episode_index"].to_pylist(), table["data/file_index"].to_pylist(), strict=True)
+            if f == file_index}
+
+
+def test_an_input_file_changed_between_the_runs_redoes_exactly_its_units(tmp_path, source, reference):
+    work = tmp_path / "src"
+    subprocess.run(["cp", "-a", str(source), str(work)], check=True)
+    dst = tmp_path / "out"
+    recorded = _kill_at(work, dst, 0.6, *REENCODE, "--num_shards=2")
+    changed = next(iter(sorted(work.glob("data/*/*.parquet"))))
+    os.utime(changed, (time.time() + 5, time.time() + 5))  # same bytes, another signature: its episodes' units changed
+    touched = _episodes_of_data_file(work, int(changed.stem.split("-")[1]))
+    assert touched & recorded
+    code, out, err = _run(work, dst, *REENCODE, "--num_shards=2")
+    assert code == 0, err
+    assert _reused(out) == len(recorded - touched)
+    assert _files(dst).keys() == _files(reference).keys()
+    assert {k: v for k, v in _files(dst).items() if k != "_fingerprints.json"} == \
+        {k: v for k, v in _files(reference).items() if k != "_fingerprints.json"}
+
+
+def test_other_options_convert_everything_again_and_say_which(tmp_path, source):
+    dst = tmp_path / "out"
+    _kill_at(source, dst, 0.3, *REENCODE, "--num_shards=2")
+    code, out, err = _run(source, dst, *REENCODE, "--video_crf=30", "--num_shards=2")
+    assert code == 0, err
+    assert re.search(r"^\[mixtrain-convert\] the interrupted run \S+ for this output was converting with other options "
+                     r"\(--video_crf\); its \d+ recorded sequences are discarded and every sequence is converted$", out, re.M), out
+    assert f"lerobot_v3: {EPISODES} sequences" in out and "resumed:" not in out
+
+
+def _recorded_video(dst: pathlib.Path) -> pathlib.Path:
+    staging = pathlib.Path(_staging(dst)[0])
+    entry = json.loads(next(iter(sorted((staging / resume.DONE_DIR).glob("*.json")))).read_text())
+    return staging / entry["rows"][0]["files"][0][0]
+
+
+def test_a_truncated_video_in_the_staging_is_converted_again(tmp_path, source, reference):
+    dst = tmp_path / "out"
+    recorded = _kill_at(source, dst, 0.5, *REENCODE, "--num_shards=2")
+    video = _recorded_video(dst)
+    video.write_bytes(video.read_bytes()[:100])
+    code, out, err = _run(source, dst, *REENCODE, "--num_shards=2")
+    assert code == 0, err
+    assert _reused(out) == len(recorded) - 1
+    assert _files(dst) == _files(reference)
+
+
+def test_a_video_changed_in_place_is_refused_in_one_line_then_converted_again(tmp_path, source, reference):
+    dst = tmp_path / "out"
+    _kill_at(source, dst, 0.5, *REENCODE, "--num_shards=2")
+    video = _recorded_video(dst)
+    data = bytearray(video.read_bytes())
+    data[-10] ^= 0xFF  # the same size: only the digest tells
+    video.write_bytes(bytes(data))
+    code, out, err = _run(source, dst, *REENCODE, "--num_shards=2")
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert lines[0] == (f"error: {video}: changed since the interrupted run recorded it (its SHA-256 differs); its sequences "
+                        f"({video.stem} and others) will be converted again: rerun the same command"), err
+    assert len(lines) == 2 and "run the same command again to resume" in lines[1]
+    assert not dst.exists()
+    code, out, err = _run(source, dst, *REENCODE, "--num_shards=2")
+    assert code == 0, err
+    assert _files(dst) == _files(reference)
+
+
+def test_forged_entries_and_a_foreign_staging_are_never_used(tmp_path, source, reference):
+    dst = tmp_path / "out"
+    recorded = _kill_at(source, dst, 0.5, *REENCODE, "--num_shards=2")
+    staging = pathlib.Path(_staging(dst)[0])
+    done = staging / resume.DONE_DIR
+    (done / "garbage.json").write_bytes(b"{not json")
+    entry = json.loads(next(iter(sorted(done.glob("*.json")))).read_text())
+    forged = {**entry, "rows": [{**row, "files": [["../../../etc/passwd", 1, "0" * 64]]} for row in entry["rows"]]}
+    (done / "forged.json").write_text(json.dumps(forged))
+    (done / "bad-types.json").write_text(json.dumps({**entry, "rows": [{"id": 5}], "batch_ends": [1]}))
+    code, out, err = _run(source, dst, *REENCODE, "--num_shards=2")
+    assert code == 0, err
+    assert _reused(out) == len(recorded)  # the genuine entries only; the forged rows' units are the genuine ones' anyway
+    assert _files(dst) == _files(reference)
+    # A staging folder whose journal names another output (copied from elsewhere) is not resumed, and is collected.
+    other = tmp_path / "other"
+    _kill_at(source, other, 0.5, *REENCODE, "--num_shards=2")
+    copied = tmp_path / f".fresh{publish.SIBLING_MARK}{pathlib.Path(_staging(other)[0]).name.rsplit(publish.SIBLING_MARK, 1)[1]}"
+    subprocess.run(["cp", "-a", _staging(other)[0], str(copied)], check=True)
+    code, out, err = _run(source, tmp_path / "fresh", *REENCODE, "--num_shards=2")
+    assert code == 0, err
+    assert "resuming" not in out and _reused(out) == 0 and not copied.exists()
+    assert _files(tmp_path / "fresh") == _files(reference)
+
+
+def test_fresh_discards_the_interrupted_run(tmp_path, source):
+    dst = tmp_path / "out"
+    _kill_at(source, dst, 0.3, *REENCODE, "--num_shards=2")
+    code, out, err = _run(source, dst, *REENCODE, "--num_shards=2", "--fresh")
+    assert code == 0, err
+    assert re.search(r"^\[mixtrain-convert\] --fresh: discarding the interrupted run \S+ \(started .+\): \d+ sequences recorded", out,
+                     re.M), out
+    assert "resuming" not in out and f"lerobot_v3: {EPISODES} sequences" in out and _staging(dst) == []
+
+
+def test_ctrl_c_keeps_the_work_and_the_same_command_resumes(tmp_path, source, reference):
+    dst = tmp_path / "out"
+    process = _start(source, dst, *REENCODE, "--num_shards=2")
+    deadline = time.monotonic() + 300
+    while len(_recorded(dst)) < 0.4 * EPISODES and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.02)
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert lines[0].startswith("error: ") and "interrupted" in lines[0], err
+    assert lines[-1].startswith("(the sequences it completed are kept in ") and lines[-1].endswith(
+        ": run the same command again to resume, or add --fresh to start afresh)"), err
+    code, out, err = _run(source, dst, *REENCODE, "--num_shards=2")
+    assert code == 0, err
+    assert _reused(out) >= 0.4 * EPISODES
+    assert _files(dst) == _files(reference)
+
+
+def test_two_resumptions_at_once_one_is_refused(tmp_path):
+    staging = tmp_path / ".out.mixtrain-x"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time, fsspec; from formats.mixtrain import publish; "
+                               f"publish.claim_staging(fsspec.filesystem('file'), {str(staging)!r}); print('held', flush=True); "
+                               "time.sleep(60)"], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        import fsspec
+
+        with pytest.raises(ConversionError, match="another conversion is working in this staging folder"):
+            publish.claim_staging(fsspec.filesystem("file"), str(staging))
+    finally:
+        holder.kill()
+        holder.wait()
+    import fsspec  # the holder is gone: the kernel dropped its lock
+
+    publish.claim_staging(fsspec.filesystem("file"), str(staging))
+
+
+def test_a_failure_keeps_the_work_and_a_fixed_input_resumes(tmp_path, source, reference):
+    """A bad input file stops the run (--on_error=fail): the sequences done are kept; once the file
+    is fixed, the same command converts only what is left."""
+    work = tmp_path / "src"
+    subprocess.run(["cp", "-a", str(source), str(work)], check=True)
+    last = sorted(work.glob("videos/*/*/*.mp4"))[-1]
+    saved = last.read_bytes()
+    last.write_bytes(saved[: len(saved) // 3])
+    dst = tmp_path / "out"
+    code, out, err = _run(work, dst, *REENCODE, "--num_shards=2", "--direct_num_workers=1")
+    assert code == 1 and "the sequences it completed are kept in" in err, err
+    recorded = _recorded(dst)
+    last.write_bytes(saved)
+    os.utime(last, (last.stat().st_mtime + 5,) * 2)
+    code, out, err = _run(work, dst, *REENCODE, "--num_shards=2")
+    assert code == 0, err
+    assert 0 < _reused(out) <= len(recorded)
+    assert {k: v for k, v in _files(dst).items() if k != "_fingerprints.json"} == \
+        {k: v for k, v in _files(reference).items() if k != "_fingerprints.json"}
+
+
+# --- the journal on its own --------------------------------------------------------------------
+
+class _Ref:
+    def __init__(self, sequence_id, count=1):
+        self.sequence_id, self.sequence_count = sequence_id, count
+
+
+def _journal(entries, headers, tallies=(), sizes=None) -> resume.Journal:
+    listed = {"_rows/00000/a.arrow": 10, "files/v/episode_000001.mp4": 5, "files/v/episode_000002.mp4": 5}
+    named = [{**entry, "name": f"_resume/done/{n}.json"} for n, entry in enumerate(entries)]
+    return resume.Journal("/s", "run", headers, named, list(tallies), sizes or listed)
+
+
+def _entry(generation, ids, files=None):
+    return {"journal": 1, "generation": generation, "spill": ["_rows/00000/a.arrow", 10, "x"], "batch_ends": [len(ids)],
+            "rows": [{"id": i, "nbytes": 1, "stats": {}, "notes": {}, "files": (files or {}).get(i, [])} for i in ids]}
+
+
+def test_plan_takes_only_whole_units_with_their_fingerprint_and_files():
+    units = [(Unit("episode_000001", ()), _Ref("episode_000001")), (Unit("episode_000002", ()), _Ref("episode_000002")),
+             (Unit("episode_000003", ()), _Ref("episode_000003")), (Unit("train_00001", (), prefix="train_00001_"), _Ref(None, None))]
+    current = {"episode_000001": {"fingerprint": "a"}, "episode_000002": {"fingerprint": "b"}, "episode_000003": {"fingerprint": "c"},
+               "train_00001": {"fingerprint": "d"}}
+    header = {"units": {"episode_000001": "a", "episode_000002": "OLD", "episode_000003": "c", "train_00001": "d"}}
+    files = {"episode_000001": [["files/v/episode_000001.mp4", 5, "h"]], "episode_000003": [["files/v/episode_000003.mp4", 5, "h"]]}
+    journal = _journal([_entry(1, ["episode_000001", "episode_000002", "episode_000003", "train_00001_000000", "train_00001_000001"],
+                               files)], {1: header}, tallies=[{"unit": "train_00001", "count": 2, "generation": 1}])
+    taken = resume.plan(journal, units, current)
+    # 1: whole and valid; 2: its fingerprint changed; 3: its video is not in the folder; train_00001: both of its 2 sequences.
+    assert [ref.sequence_id for ref in taken.pending] == ["episode_000002", "episode_000003"]
+    assert taken.spilled[0][1] == (0, 3, 4) and taken.sequences == 3 and taken.tallies == [("train_00001", 2)]
+    assert taken.generation == 2
+    # A unit the plan could not count is taken only with its tally, and only whole.
+    short = _journal([_entry(1, ["train_00001_000000"])], {1: header}, tallies=[{"unit": "train_00001", "count": 2, "generation": 1}])
+    assert resume.plan(short, units[3:], current).sequences == 0
+    assert resume.plan(_journal([_entry(1, ["train_00001_000000", "train_00001_000001"])], {1: header}), units[3:], current).sequences == 0
+    # An entry of a generation without its run record, or whose spill file is not listed at its size, is not used.
+    assert resume.plan(_journal([_entry(2, ["episode_000001"], files)], {1: header}), units[:1], current).sequences == 0
+    assert resume.plan(_journal([_entry(1, ["episode_000001"], files)], {1: header}, sizes={"_rows/00000/a.arrow": 9}),
+                       units[:1], current).sequences == 0
+    # The newest complete record of a unit wins.
+    both = _journal([_entry(1, ["episode_000001"], files), _entry(2, ["episode_000001"], files)], {1: header, 2: header})
+    assert [entry["generation"] for entry, _ in resume.plan(both, units[:1], current).spilled] == [2]
+
+
+def test_statistics_survive_the_journal_exactly():
+    stats = {"observation.images.front": ColumnStats.of(np.random.default_rng(0).random((5000, 3)), image=True),
+             "ints": ColumnStats.of(np.array([[2**62, -3], [2**62 + 1, 7]], dtype=np.int64))}
+    back = resume.decode_stats(json.loads(json.dumps(resume.encode_stats(stats))))
+    for key, value in stats.items():
+        for field in ("mean", "m2", "min", "max"):
+            assert getattr(back[key], field).tobytes() == getattr(value, field).tobytes()
+            assert getattr(back[key], field).dtype == getattr(value, field).dtype
+        assert [level.tobytes() for level in back[key].levels] == [level.tobytes() for level in value.levels]
+        assert (back[key].count, back[key].image, back[key].capacity) == (value.count, value.image, value.capacity)
+    with pytest.raises(ValueError, match="not a numeric dtype"):
+        resume.decode_stats({"x": {**resume.encode_stats(stats)["ints"], "mean": {"dtype": "|O", "shape": [1], "data": ""}}})
