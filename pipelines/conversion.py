@@ -493,19 +493,14 @@ def _interrupted_run(fs, root: str, options: ConvertOptions, out: TextIO) -> res
     its staging folder, no commit of it landed), which this run resumes; None to start afresh.
     With --fresh every such folder is removed first (said on `out`); one whose journal names
     another output (copied from elsewhere) is never resumed, and is collected like any leftover."""
-    if lake.is_lake(options.table_format):
-        found = [(folder, run) for folder, run in lake.pending_runs(fs, root)
-                 if not lake.is_committed(fs, folder, table_settings(options, run))]
-    else:
-        found = publish.interrupted_stagings(fs, root)
     output_url = storage.url_for(fs, root)
-    for folder, run in found:
-        journal = resume.read_journal(fs, folder, run)
-        if journal is None:
-            continue
+    is_lake = lake.is_lake(options.table_format)
+    for journal in resume.interrupted(fs, root, lake_table=is_lake):
+        if is_lake and lake.is_committed(fs, journal.staging, table_settings(options, journal.run_id)):
+            continue  # its commit landed: part of the table's history, not an interrupted run
         if options.fresh:
             print(f"[mixtrain-convert] --fresh: discarding the interrupted {resume.describe(journal)}", file=out, flush=True)
-            publish.discard_staging(fs, folder, root)
+            publish.discard_staging(fs, journal.staging, root)
             continue
         latest = journal.latest
         if latest is not None and latest.get("output") != output_url:

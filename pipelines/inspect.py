@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from formats import storage
 from formats.errors import ConversionError
+from formats.mixtrain import resume
 from formats.read import reader, report
 from formats.text import for_terminal
 from pipelines import command_name, exit_without_teardown
@@ -55,9 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:
         return 2 if exit_.code else 0
     try:
-        dataset = reader.open_dataset(args.dataset)
+        stopped = _interrupted_runs(args.dataset)
+        try:
+            dataset = reader.open_dataset(args.dataset)
+        except ConversionError:
+            sys.stdout.write(stopped)  # a first run stopped: no dataset yet, its staging all there is
+            raise
         summary = report.summarize(dataset)
-        sys.stdout.write(report.render_text(summary))
+        sys.stdout.write(report.render_text(summary) + stopped)
         if args.html:
             page = report.render_html(dataset, summary, samples=args.samples, trajectory_samples=args.trajectory_samples)
             fs, path = storage.open_root(args.html)
@@ -73,6 +79,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {for_terminal(message)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _interrupted_runs(url: str) -> str:
+    """Lines naming each interrupted run's staging for this output, with its size (hidden from
+    readers of the dataset; the same conversion command resumes it, --fresh discards it)."""
+    try:
+        fs, root = storage.open_root(url)
+        journals = resume.interrupted(fs, root)
+    except (OSError, ValueError, ConversionError):
+        return ""
+    return "".join(f"interrupted: {for_terminal(resume.describe(journal))} (not published; the same conversion command "
+                   "resumes it, --fresh discards it)\n" for journal in journals)
 
 
 def entry() -> None:

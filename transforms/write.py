@@ -389,13 +389,24 @@ class _WriteShardFn(beam.DoFn):
                 with self._fs.open(path, "wb") as handle, mixtrain.shard_writer(handle, self._schema, row_by_row=True) as writer:
                     for number, group in enumerate(groups):
                         table = upcoming.result()
-                        if number + 1 < len(groups):
+                        # Row groups held at once: the one written, the next read ahead, those waiting
+                        # for their statistics (at most STATS_THREADS, and HELD_BYTES together); a row
+                        # group over half of that (one long episode) is held alone, its statistics
+                        # done before the next is read.
+                        large = table.nbytes > HELD_BYTES // 2
+                        while pending and (len(pending) >= STATS_THREADS or sum(size for _, size in pending) + table.nbytes > HELD_BYTES):
+                            _fold(pending.popleft()[0].result(), result)
+                        if number + 1 < len(groups) and not large:
                             upcoming = reading.submit(reader.group, groups[number + 1])
-                        pending.append(self._write_group(writer, table, group, result, pool))
-                        while len(pending) > STATS_THREADS:  # at most this many row groups held for their statistics
-                            _fold(pending.popleft().result(), result)
+                        pending.append((self._write_group(writer, table, group, result, pool), table.nbytes))
+                        del table
+                        if large:
+                            while pending:
+                                _fold(pending.popleft()[0].result(), result)
+                            if number + 1 < len(groups):
+                                upcoming = reading.submit(reader.group, groups[number + 1])
                 while pending:
-                    _fold(pending.popleft().result(), result)
+                    _fold(pending.popleft()[0].result(), result)
         finally:
             reader.close()
         result.bytes = self._fs.size(path)
@@ -421,6 +432,7 @@ class _WriteShardFn(beam.DoFn):
 
 
 STATS_THREADS = 2  # threads computing row groups' statistics beside the shard writer
+HELD_BYTES = 64 << 20  # Arrow bytes of row groups held at once beyond the one being written
 
 
 def _group_summary(table: pa.Table, rows: list[SpilledRow], columns: list[ColumnSpec]) -> tuple[dict, dict]:

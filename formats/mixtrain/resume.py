@@ -42,7 +42,7 @@ from formats.mixtrain import FILES_DIR
 from formats.mixtrain.stats import ColumnStats
 
 __all__ = ["RESUME_DIR", "SPILL_DIR", "clear", "forget", "tidy", "Journal", "Resumption", "digest", "write_entry", "write_tally",
-           "write_header", "read_journal",
+           "write_header", "read_journal", "interrupted",
            "plan", "options_changed", "encode_stats", "decode_stats", "describe"]
 
 RESUME_DIR = "_resume"
@@ -346,6 +346,22 @@ def tidy(fs, journal: Journal, resumption: Resumption, keep: tuple[str, ...] = (
     for entry in fs.ls(journal.staging, detail=False):
         if entry.rstrip("/").rsplit("/", 1)[-1] not in kept:
             fs.rm(entry, recursive=True)
+
+
+def interrupted(fs, output: str, lake_table: bool | None = None) -> list[Journal]:
+    """The journals of the runs for `output` that stopped before publishing and that no live run
+    owns, newest first: the standalone layout's staging folders (`lake_table` False), a lake
+    table's uncommitted run folders (True), or both (None: what `inspect` shows)."""
+    from formats.mixtrain import publish
+    from formats.mixtrain.tables import lake
+
+    found = []
+    if lake_table is not True:
+        found += publish.interrupted_stagings(fs, output)
+    if lake_table is not False:
+        found += lake.pending_runs(fs, output)
+    journals = [resume for resume in (read_journal(fs, folder, run) for folder, run in found) if resume is not None]
+    return sorted(journals, key=lambda journal: journal.run_id, reverse=True)
 
 
 def describe(journal: Journal) -> str:

@@ -362,3 +362,85 @@ def test_statistics_survive_the_journal_exactly():
         assert (back[key].count, back[key].image, back[key].capacity) == (value.count, value.image, value.capacity)
     with pytest.raises(ValueError, match="not a numeric dtype"):
         resume.decode_stats({"x": {**resume.encode_stats(stats)["ints"], "mean": {"dtype": "|O", "shape": [1], "data": ""}}})
+
+
+def test_inspect_names_an_interrupted_run_and_its_size(tmp_path, source, reference, capsys):
+    from pipelines import inspect
+
+    dst = tmp_path / "out"
+    recorded = _kill_at(source, dst, 0.3, *REENCODE, "--num_shards=2")
+    capsys.readouterr()
+    assert inspect.main([str(dst)]) == 1  # nothing published yet: the staging is all there is
+    out = capsys.readouterr().out
+    assert re.fullmatch(rf"interrupted: run \S+ \(started \S+\): {len(recorded)} sequences recorded, [0-9.]+ MB staged in "
+                        rf"{re.escape(_staging(dst)[0])} \(not published; the same conversion command resumes it, --fresh "
+                        r"discards it\)\n", out), out
+    subprocess.run(["cp", "-a", str(reference), str(dst)], check=True)  # a published dataset, and a run replacing it stopped
+    assert inspect.main([str(dst)]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].startswith("interrupted: run ")
+
+
+def _killed_at_shards(src: str, dst: str, *extra: str) -> None:
+    process = _start(src, dst, *extra, env={publish.STOP_AT: "conversion:shard-written"})
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == -signal.SIGKILL, err
+
+
+def test_a_lake_run_killed_before_its_commit_resumes_in_its_run_folder(tmp_path, source):
+    from tests.pipelines.test_lake import _assert_same_dataset, _lake_rows
+
+    standalone, dst = tmp_path / "standalone", tmp_path / "lake"
+    assert _run(source, standalone, "--num_shards=2")[0] == 0
+    _killed_at_shards(source, dst, "--num_shards=2", "--table_format=delta")
+    (folder,) = (dst / "runs").iterdir()
+    code, out, err = _run(source, dst, "--num_shards=2", "--table_format=delta")
+    assert code == 0, err
+    assert _reused(out) == EPISODES and f"resuming run {folder.name} " in out
+    assert [p.name for p in (dst / "runs").iterdir()] == [folder.name]  # the same run, committed
+    _assert_same_dataset(standalone, dst, "delta", _lake_rows(dst, "delta"))
+
+
+def test_an_s3_run_killed_while_shards_are_written_resumes_to_the_same_objects(tmp_path, source):
+    from tests import s3_server
+    from tests.pipelines.test_s3 import _comparable, _files as _objects, _upload
+
+    with s3_server.running() as url:
+        saved = dict(os.environ)
+        os.environ.update(s3_server.environment(url))
+        for key in ("AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+            os.environ.pop(key, None)
+        s3_server.clear_clients()
+        try:
+            src = _upload(source, "s3://resume/src")
+            assert _run(src, "s3://resume/whole", "--num_shards=2")[0] == 0
+            _killed_at_shards(src, "s3://resume/out", "--num_shards=2")
+            staged = [key for key in _objects("s3://resume/out") if key.startswith(f"{publish.STAGING_DIR}/")]
+            assert any(f"/{resume.DONE_DIR}/" in key for key in staged)
+            code, out, err = _run(src, "s3://resume/out", "--num_shards=2")
+            assert code == 0, err
+            assert _reused(out) == EPISODES
+            got, whole = _objects("s3://resume/out"), _objects("s3://resume/whole")
+            assert _comparable(got.pop("mixtrain.json")) == _comparable(whole.pop("mixtrain.json"))
+            assert got == whole  # the staging gone, every object the same bytes
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+            s3_server.clear_clients()
+
+
+@pytest.mark.parametrize("format_", ["rlds", "ortf", "l5kit", "lerobot_v2"])
+def test_every_source_resumes_to_the_same_bytes(tmp_path, format_):
+    """Units the plan cannot count (RLDS TFRecord shards) are taken only with the count a worker
+    recorded for them; ORTF, L5Kit and LeRobot v2 units by their ids."""
+    from formats import samples
+
+    sample = samples.get(format_)
+    src = tmp_path / "src"
+    sample.bundled(str(src), 24)
+    args = (*sample.convert_args, "--num_shards=2", *(() if format_ == "l5kit" else REENCODE))  # L5Kit has no camera
+    assert _run(src, tmp_path / "whole", *args)[0] == 0
+    _killed_at_shards(src, tmp_path / "out", *args)
+    code, out, err = _run(src, tmp_path / "out", *args)
+    assert code == 0, err
+    assert _reused(out) == json.loads((tmp_path / "whole" / "mixtrain.json").read_text())["num_sequences"]
+    assert _files(tmp_path / "out") == _files(tmp_path / "whole")
