@@ -204,8 +204,10 @@ def test_beams_own_dask_runner_now_fails_instead_of_publishing_a_short_dataset(c
     monkeypatch.setattr(dask_runner, "DaskRunner", BeamDaskRunner)
     src, extra = sample_inputs["lerobot_v3"]
     assert _convert(cluster, src, tmp_path / "out", *extra) == convert.EXIT_FAILED
-    assert capsys.readouterr().err == (f"error: {tmp_path / 'out'}: the publish step received 6 Sequence element(s) among the error "
-                                       "records: the runner mixed the pipeline's outputs; nothing was published\n")
+    error, *hint = capsys.readouterr().err.splitlines()
+    assert error == (f"error: {tmp_path / 'out'}: the publish step received 6 Sequence element(s) among the error "
+                     "records: the runner mixed the pipeline's outputs; nothing was published")
+    assert [line.startswith("(the sequences it completed are kept in ") for line in hint] == [True]  # verified again if resumed
     assert not (tmp_path / "out").exists()
 
 
