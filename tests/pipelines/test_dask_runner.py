@@ -6,6 +6,7 @@ sample converted through the cluster, byte-identical to the local runner."""
 from __future__ import annotations
 
 import json
+import pathlib
 import re
 import shutil
 
@@ -281,3 +282,58 @@ def test_progress_comes_from_the_workers(cluster, sample_inputs, tmp_path, capsy
             client.run(dask_fns.slow_loads, 0.0)
     progress = re.findall(r"^\[mixtrain-convert\] (\d)/3 sequences \(\d+%\), (\d+) timesteps", capsys.readouterr().out, re.MULTILINE)
     assert progress and max(int(done) for done, _ in progress) >= 1, progress
+
+
+def test_a_killed_launcher_is_resumed_on_the_cluster(cluster, tmp_path, capsys):
+    """The launcher SIGKILLed midway (its cluster lives on): the same command resumes, takes what the
+    workers recorded, and publishes what the local runner publishes."""
+    import glob
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
+    from tests.pipelines.test_resume import _files
+
+    src = tmp_path / "src"
+    write_dataset(str(src), SyntheticLeRobot(lengths=(12,) * 40, codec="h264", gop=None, episodes_per_video_file=10,
+                                             episodes_per_data_file=10))
+    dst, here = tmp_path / "out", tmp_path / "here"
+    assert _convert(cluster, src, here, "--num_shards=2", runner=False) == convert.EXIT_OK
+
+    def recorded() -> int:
+        found = 0
+        for path in glob.glob(f"{tmp_path}/.out.mixtrain-*/_resume/done/*.json"):
+            try:
+                found += len(json.loads(open(path).read())["rows"])
+            except (OSError, ValueError):
+                pass
+        return found
+
+    with distributed.Client(cluster) as client:
+        client.run(dask_fns.slow_loads, 0.4)
+        try:
+            process = subprocess.Popen([sys.executable, "-m", "pipelines.convert", f"--input={src}", f"--output={dst}", "--progress=off",
+                                        "--num_shards=2", "--runner=DaskRunner", f"--dask_client_address={cluster}"],
+                                       cwd=pathlib.Path(__file__).resolve().parents[2], start_new_session=True,
+                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            deadline = time.monotonic() + 120
+            while process.poll() is None and recorded() < 8 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            assert recorded() >= 8
+            deadline = time.monotonic() + 30  # the dead launcher's tasks released by the scheduler
+            while client.run_on_scheduler(dask_fns.scheduled) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            time.sleep(1.0)  # a load the cluster was running finishes (and records) before the rerun tidies
+        finally:
+            client.run(dask_fns.slow_loads, 0.0)
+    capsys.readouterr()
+    assert _convert(cluster, src, dst, "--num_shards=2") == convert.EXIT_OK
+    reused = re.search(r"resumed: (\d+) of them reused from the interrupted run", capsys.readouterr().out)
+    assert reused and int(reused.group(1)) >= 8
+    assert _files(dst) == _files(here)

@@ -6,6 +6,7 @@ foreign staging folder are converted again or refused in one line, never publish
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import io
 import json
@@ -400,32 +401,59 @@ def test_a_lake_run_killed_before_its_commit_resumes_in_its_run_folder(tmp_path,
     _assert_same_dataset(standalone, dst, "delta", _lake_rows(dst, "delta"))
 
 
-def test_an_s3_run_killed_while_shards_are_written_resumes_to_the_same_objects(tmp_path, source):
-    from tests import s3_server
-    from tests.pipelines.test_s3 import _comparable, _files as _objects, _upload
+@contextlib.contextmanager
+def _store(scheme: str):
+    """An object store on loopback (moto's S3, the GCS emulator), reached the way users reach theirs:
+    environment variables, inherited by the killed subprocess too."""
+    saved = dict(os.environ)
+    try:
+        if scheme == "s3":
+            from tests import s3_server
 
-    with s3_server.running() as url:
-        saved = dict(os.environ)
-        os.environ.update(s3_server.environment(url))
-        for key in ("AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
-            os.environ.pop(key, None)
-        s3_server.clear_clients()
-        try:
-            src = _upload(source, "s3://resume/src")
-            assert _run(src, "s3://resume/whole", "--num_shards=2")[0] == 0
-            _killed_at_shards(src, "s3://resume/out", "--num_shards=2")
-            staged = [key for key in _objects("s3://resume/out") if key.startswith(f"{publish.STAGING_DIR}/")]
-            assert any(f"/{resume.DONE_DIR}/" in key for key in staged)
-            code, out, err = _run(src, "s3://resume/out", "--num_shards=2")
-            assert code == 0, err
-            assert _reused(out) == EPISODES
-            got, whole = _objects("s3://resume/out"), _objects("s3://resume/whole")
-            assert _comparable(got.pop("mixtrain.json")) == _comparable(whole.pop("mixtrain.json"))
-            assert got == whole  # the staging gone, every object the same bytes
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+            with s3_server.running() as url:
+                os.environ.update(s3_server.environment(url))
+                for key in ("AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+                    os.environ.pop(key, None)
+                s3_server.clear_clients()
+                yield "s3://resume"
+        else:
+            import fsspec
+
+            from tests import gcs_emulator
+
+            with gcs_emulator.running() as url:
+                os.environ.update({"STORAGE_EMULATOR_HOST": url, "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"})
+                fsspec.filesystem("gs").clear_instance_cache()
+                yield "gs://bucket"
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        if scheme == "s3":
+            from tests import s3_server
+
             s3_server.clear_clients()
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_an_object_store_run_killed_while_shards_are_written_resumes_to_the_same_objects(tmp_path, scheme):
+    """The staging on the store (`DST/_staging/<run>/`): a new run, on any machine, resumes it."""
+    from tests.pipelines.test_s3 import _comparable, _upload
+    from tests.pipelines.test_s3 import _files as _objects
+
+    write_dataset(str(tmp_path / "src"), SyntheticLeRobot(lengths=(10,) * 16, codec="h264", gop=None, episodes_per_video_file=8,
+                                                          episodes_per_data_file=8))
+    with _store(scheme) as bucket:
+        src = _upload(tmp_path / "src", f"{bucket}/src")
+        assert _run(src, f"{bucket}/whole", "--num_shards=2")[0] == 0
+        _killed_at_shards(src, f"{bucket}/out", "--num_shards=2")
+        staged = [key for key in _objects(f"{bucket}/out") if key.startswith(f"{publish.STAGING_DIR}/")]
+        assert any(f"/{resume.DONE_DIR}/" in key for key in staged)
+        code, out, err = _run(src, f"{bucket}/out", "--num_shards=2")
+        assert code == 0, err
+        assert _reused(out) == 16
+        got, whole = _objects(f"{bucket}/out"), _objects(f"{bucket}/whole")
+        assert _comparable(got.pop("mixtrain.json")) == _comparable(whole.pop("mixtrain.json"))
+        assert got == whole  # the staging gone, every object the same bytes
 
 
 @pytest.mark.parametrize("format_", ["rlds", "ortf", "l5kit", "lerobot_v2"])
