@@ -9,7 +9,7 @@ the Parquet statistics of the filter's columns).
 
 from __future__ import annotations
 
-import math
+import numbers
 import os
 from collections.abc import Iterator, Sequence
 from typing import Any, BinaryIO
@@ -350,9 +350,7 @@ class Dataset:
         (default: timestamps, trajectories and numeric per-step columns) and, for `cameras`, the
         observation frames [observation_horizon, H, W, 3].
         """
-        horizon = observation_horizon + action_horizon
-        if observation_horizon < 1 or action_horizon < 0 or stride < 1:
-            raise ValueError("observation_horizon >= 1, action_horizon >= 0 and stride >= 1 are required")
+        horizon = _window_horizon(observation_horizon, action_horizon, stride)
         if not 0 <= worker < num_workers:
             raise ValueError(f"worker {worker} is not in [0, {num_workers})")
         wanted = list(columns) if columns is not None else [
@@ -397,12 +395,24 @@ class Dataset:
     def count_windows(self, observation_horizon: int, action_horizon: int = 0, stride: int = 1, *,
                       sequence_ids: Sequence[str] | None = None, where: Filter | None = None) -> int:
         """How many windows one epoch of `windows()` yields (reads only `sequence_id` and `length`)."""
-        horizon = observation_horizon + action_horizon
+        horizon = _window_horizon(observation_horizon, action_horizon, stride)
         table = self.scan(["sequence_id", "length"], where)
         if sequence_ids is not None:
             table = table.filter(pc.is_in(table.column("sequence_id"), pa.array(list(sequence_ids), pa.string())))
         lengths = table.column("length").to_numpy()
-        return int(sum(max(0, math.floor((int(t) - horizon) / stride) + 1) for t in lengths))
+        return int(sum(max(0, (int(t) - horizon) // stride + 1) for t in lengths))
+
+
+def _window_horizon(observation_horizon: int, action_horizon: int, stride: int) -> int:
+    """H = observation_horizon + action_horizon, after checking each parameter (one ValueError
+    naming it): whole numbers (not bool), observation_horizon >= 1, action_horizon >= 0, stride >= 1."""
+    for name, value, least in (("observation_horizon", observation_horizon, 1), ("action_horizon", action_horizon, 0),
+                               ("stride", stride, 1)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+            raise ValueError(f"{name} must be a whole number, got {value!r}")
+        if value < least:
+            raise ValueError(f"{name} must be at least {least}, got {value}")
+    return int(observation_horizon) + int(action_horizon)
 
 
 def error_records(text: str, where: str) -> list[dict]:

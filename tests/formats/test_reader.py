@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import shutil
 
 import numpy as np
@@ -333,7 +334,7 @@ def test_windows_over_chosen_sequences_with_frames(converted):
     window = windows[1]
     assert window["video_front"].shape == (2, 48, 64, 3)
     assert np.array_equal(window["video_front"], ds.frames(window["sequence_id"], "video_front", window["start"], window["start"] + 2))
-    with pytest.raises(ValueError, match="stride >= 1"):
+    with pytest.raises(ValueError, match="stride must be at least 1"):
         next(ds.windows(2, 0, 0))
 
 
@@ -500,3 +501,27 @@ def test_every_command_says_which_package_an_s3_url_needs(without_s3fs, tmp_path
     else:
         assert (validate_command if command == "validate" else inspect).main([url]) == 1
     assert capsys.readouterr().err.splitlines()[0] == f"error: {expected}"
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    ((2, 8, 0), "stride must be at least 1, got 0"),
+    ((2, -3, 1), "action_horizon must be at least 0, got -3"),
+    ((0, 2, 1), "observation_horizon must be at least 1, got 0"),
+    ((2, 2, 1.5), "stride must be a whole number, got 1.5"),
+    ((2, "8", 1), "action_horizon must be a whole number, got '8'"),
+    ((True, 2, 1), "observation_horizon must be a whole number, got True"),
+])
+def test_bad_window_parameters_are_one_value_error_naming_the_parameter(converted, arguments, message):
+    _, dst, _ = converted("lerobot_v3")
+    ds = reader.open_dataset(str(dst))
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        ds.count_windows(*arguments)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        next(ds.windows(*arguments))
+
+
+@pytest.mark.parametrize("arguments", [(1, 0, 1), (2, 3, 2), (5, 40, 7), (1, 400, 1), (3, 4, 1000), (np.int64(2), 3, np.int32(2))])
+def test_count_windows_always_equals_what_windows_yields(converted, arguments):
+    _, dst, _ = converted("lerobot_v3")
+    ds = reader.open_dataset(str(dst))
+    assert ds.count_windows(*arguments) == sum(1 for _ in ds.windows(*arguments, columns=["timestamp"]))
