@@ -4,8 +4,8 @@ same command measured in the same run.
 
     python bench/bench_resume.py [--episodes=2000] [--reencode_episodes=64]
 
-Workloads (issue 40's): LeRobot v3 copy, 2,000 episodes x 60 frames, two AV1 cameras, 2 workers;
-and a re-encode of 64 episodes x 150 frames to H.264, 2 workers. For each kill point it prints
+Workloads (issue 40's, shaped as bench_scaling's): LeRobot v3 copy, 2,000 episodes x 150 frames, two
+AV1 cameras, 2 workers; and a re-encode of 64 episodes x 300 frames at 320x240 to H.264, 2 workers. For each kill point it prints
 the recorded sequences at the kill, the rerun's reused count, the wall of the killed run, of the
 rerun, their sum / the uninterrupted wall (issue 40's target: <= 1.15), and whether the
 published files are byte-identical to the uninterrupted run's (mixtrain.json but its time).
@@ -117,12 +117,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-resume-") as folder:
         work = pathlib.Path(folder)
         copy = work / "copy-src"
-        write_dataset(str(copy), SyntheticLeRobot(lengths=(60,) * args.episodes, codec="av1", episodes_per_video_file=100,
-                                                  episodes_per_data_file=100))
+        write_dataset(str(copy), SyntheticLeRobot(lengths=(150,) * args.episodes, episodes_per_data_file=80, episodes_per_video_file=80,
+                                                  video_variants=8))
         workload("copy", copy, args.episodes, (), work)
         reencode = work / "reencode-src"
-        write_dataset(str(reencode), SyntheticLeRobot(lengths=(150,) * args.reencode_episodes, codec="h264", gop=None,
-                                                      episodes_per_video_file=16, episodes_per_data_file=16))
+        write_dataset(str(reencode), SyntheticLeRobot(lengths=(300,) * args.reencode_episodes, width=320, height=240,
+                                                      episodes_per_video_file=20, episodes_per_data_file=50, video_variants=8))
         workload("reencode", reencode, args.reencode_episodes, ("--video=reencode",), work)
 
 

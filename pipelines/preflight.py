@@ -142,6 +142,30 @@ def already_published(root: str, kind: str) -> str:
             "or --incremental to convert only what changed")
 
 
+# Options of Google Cloud Dataflow that a local run would silently ignore (a local --dry_run=True
+# performed and published the whole conversion).
+DATAFLOW_ONLY = ("dry_run", "project", "region", "zone", "worker_zone", "machine_type", "worker_machine_type", "num_workers",
+                 "max_num_workers", "autoscaling_algorithm", "disk_size_gb", "network", "subnetwork", "service_account_email",
+                 "staging_location", "template_location", "dataflow_service_options")
+WORKERS_PER_CPU = 8  # local workers beyond this many per CPU only queue for the CPUs, each a process of 150-250 MB
+
+
+def _check_local_workers(text: str | None) -> None:
+    """--direct_num_workers: 0 (one per CPU, Beam's meaning) up to WORKERS_PER_CPU per CPU."""
+    if text is None:
+        return
+    try:
+        workers = int(text)
+    except ValueError:
+        raise UsageError(f"--direct_num_workers={text}: expected a whole number") from None
+    limit = WORKERS_PER_CPU * (os.cpu_count() or 1)
+    if workers < 0:
+        raise UsageError(f"--direct_num_workers={text}: expected 0 (one worker per CPU) or more")
+    if workers > limit:
+        raise UsageError(f"--direct_num_workers={text}: this machine has {os.cpu_count() or 1} CPU(s); at most {limit} local "
+                         f"workers ({WORKERS_PER_CPU} per CPU), each a process of its own")
+
+
 def check(args, argv: list[str], rest: list[str]) -> None:
     """Every check of the command line (`argv` as_meant; `rest`: what our parser left for Beam)
     against Beam's option names and this machine's disk; raises UsageError (exit 2) for a command
@@ -159,6 +183,15 @@ def check(args, argv: list[str], rest: list[str]) -> None:
             if value.startswith("memory://"):
                 raise UsageError(f"{flag}={value} is this process's memory, which DaskRunner workers cannot read; use a path on "
                                  "storage the workers share, or an object store URL")
+    if args.overwrite and args.incremental:
+        raise UsageError("--overwrite and --incremental cannot be combined: --incremental replaces the dataset too, reusing its "
+                         "unchanged sequences; --overwrite converts every sequence again")
+    if runner in LOCAL_RUNNERS:
+        for name in DATAFLOW_ONLY:
+            if _option(argv, name) is not None or f"--{name}" in argv:
+                raise UsageError(f"--{name} has no effect on the local runner (it runs the conversion here); it is for "
+                                 "--runner=DataflowRunner")
+        _check_local_workers(_option(argv, "direct_num_workers"))
     if runner in UNSERVED_LOCAL:
         raise UsageError(f"--runner={runner} is not one this converter runs on ({UNSERVED_LOCAL[runner]}); use --runner=DirectRunner "
                          "here (Beam's FnApiRunner, --direct_num_workers for parallelism) or DataflowRunner")

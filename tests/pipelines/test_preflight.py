@@ -322,3 +322,26 @@ def test_importing_the_reader_leaves_a_users_transforms_py_theirs(tmp_path):
     done = subprocess.run([sys.executable, "-c", "from mixtrain_convert import open_dataset\nimport transforms\nprint(transforms.OWNER)"],
                           cwd=work, env={**os.environ, "PYTHONPATH": ""}, capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stdout.strip()) == (0, "theirs"), done.stderr
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    (["--dry_run=True"], "error: --dry_run has no effect on the local runner (it runs the conversion here); it is for "
+                         "--runner=DataflowRunner"),
+    (["--project=p"], "error: --project has no effect on the local runner (it runs the conversion here); it is for --runner=DataflowRunner"),
+    (["--region", "europe-west1"], "error: --region has no effect on the local runner (it runs the conversion here); it is for "
+                                   "--runner=DataflowRunner"),
+    (["--runner=DirectRunner", "--machine_type=n2-standard-4"],
+     "error: --machine_type has no effect on the local runner (it runs the conversion here); it is for --runner=DataflowRunner"),
+    (["--max_num_workers=10"], "error: --max_num_workers has no effect on the local runner (it runs the conversion here); it is for "
+                               "--runner=DataflowRunner"),
+    (["--overwrite", "--incremental"], "error: --overwrite and --incremental cannot be combined: --incremental replaces the dataset "
+                                       "too, reusing its unchanged sequences; --overwrite converts every sequence again"),
+    (["--direct_num_workers=-1"], "error: --direct_num_workers=-1: expected 0 (one worker per CPU) or more"),
+    (["--direct_num_workers=two"], "error: --direct_num_workers=two: expected a whole number"),
+    (["--direct_num_workers=100000"], f"error: --direct_num_workers=100000: this machine has {os.cpu_count()} CPU(s); at most "
+                                      f"{8 * os.cpu_count()} local workers (8 per CPU), each a process of its own"),
+])
+def test_options_a_local_run_would_ignore_or_cannot_serve_are_refused_at_once(tmp_path, small, extra, expected):
+    code, lines, heavy = _refused(tmp_path, f"--input={small}", f"--output={tmp_path / 'out'}", *extra)
+    assert (code, heavy, lines) == (2, False, [expected])
+    assert not (tmp_path / "out").exists()
