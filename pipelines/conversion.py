@@ -144,7 +144,7 @@ def local_partitions(options: PipelineOptions) -> int | None:
 
 def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str, *, write_assets: bool = True,
                    plan_folder: staged_plan.PlanFolder | None = None, early_plan: EarlyPlan | None = None,
-                   journal: resume.Journal | None = None, resumed: list | None = None) -> ConversionPlan:
+                   journal: resume.Journal | None = None, resumed: list | None = None, staging: str | None = None) -> ConversionPlan:
     """Plan (`pipelines.plan.make_plan`, or the early planner's plan) and add the conversion it
     describes to `pipeline`. `write_assets=False` (dry runs, templates) leaves the output untouched: no asset
     is copied into the staging, and the plan files go elsewhere (below).
@@ -171,7 +171,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     if plan is None:
         plan = make_plan(options, output_url=output_url, previous_root=previous_root, created_at=created_now())
     meta = plan.meta
-    staging = staging_root(out_fs, out_root, run_id, options)
+    staging = staging or staging_root(out_fs, out_root, run_id, options)  # the run's own (an adopted one is `journal.staging`)
     staging_url = storage.url_for(out_fs, staging)
     pending, generation, resumption, fingerprints = plan.to_convert, None, None, plan.fingerprints
     if write_assets:
@@ -397,7 +397,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         print(f"error: {for_terminal(error)}", file=console, flush=True)
         return EXIT_FAILED
     staging = staging_root(out_fs, out_root, run_id, options)
-    result, journal, started_pipeline, kept, taken = None, None, False, None, 0
+    result, journal, started_pipeline, kept, taken, claimed, lease = None, None, False, None, 0, False, None
     try:
         try:
             if not launch_only:
@@ -411,21 +411,24 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                     if journal is not None:  # this run resumes it, in its folder and under its name
                         staging, run_id = journal.staging, journal.run_id
                     publish.claim_staging(out_fs, staging)
+                    claimed = True  # from here on the folder is this run's to remove, or to keep for a resumption
+                    lease = resume.Lease(out_fs, staging).__enter__()
                     if lake.is_lake(options.table_format):
                         lake.begin_run(out_fs, staging)
             pipeline = beam.Pipeline(runner=_runner(all_options, zygote), options=all_options)
             template_plan = staged_plan.PlanFolder.create(template_plan_url(all_options, run_id)) if launch_only == "template" else None
             resumed: list = []
             plan = build_pipeline(pipeline, options, run_id, write_assets=not launch_only, plan_folder=template_plan,
-                                  early_plan=early_plan, journal=journal, resumed=resumed)
+                                  early_plan=early_plan, journal=journal, resumed=resumed, staging=staging)
             pending = plan.to_convert
             for outcome in resumed:
                 if isinstance(outcome, resume.Resumption):
                     pending, taken = outcome.pending, outcome.sequences
-                    print(f"[mixtrain-convert] resuming {resume.describe(outcome.journal)}: {outcome.sequences} sequences "
-                          f"reused, {len(outcome.pending)} of {len(plan.to_convert)} units left to convert", file=out, flush=True)
+                    print(for_terminal(f"[mixtrain-convert] resuming {resume.describe(outcome.journal)}: {outcome.sequences} "
+                                       f"sequences reused, {len(outcome.pending)} of {len(plan.to_convert)} units left to convert"),
+                          file=out, flush=True)
                 else:
-                    print(f"[mixtrain-convert] {outcome}", file=out, flush=True)
+                    print(for_terminal(f"[mixtrain-convert] {outcome}"), file=out, flush=True)
             total = sources.sequence_count(pending)
             what = f"{total} sequences" if total is not None else f"{len(pending)} source units"
             reused = len(plan.refs) - len(plan.to_convert)
@@ -444,9 +447,11 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                     result.wait_until_finish()
         except (Exception, Interrupted):
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
-            if result is not None and runner == preflight.DASK:  # the cluster's tasks stop before the staging goes
+            if result is not None and not local and not options.detach:  # the cluster's or Dataflow's tasks stop too
                 _cancel(result)
-            if lake.is_lake(options.table_format) and lake.is_committed(out_fs, staging, table_settings(options, run_id)):
+            if not claimed and not launch_only:
+                pass  # refused before it claimed a folder: whatever is there belongs to another run
+            elif lake.is_lake(options.table_format) and lake.is_committed(out_fs, staging, table_settings(options, run_id)):
                 pass  # the table references this run's files (a commit landed before the failure): keep them
             elif (started_pipeline or journal is not None) and _kept_for_resumption(out_fs, staging):
                 kept = staging  # what it completed stays, hidden from readers, for the same command to resume
@@ -457,9 +462,8 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         _usage(console, error)
         return EXIT_USAGE
     except Interrupted as interrupt:
-        print(f"error: {for_terminal(interrupt.message())}", file=console, flush=True)
-        if kept:
-            print(f"({_resume_hint(kept)})", file=console, flush=True)
+        message = interrupt.message() + (f"; {_resume_hint(kept)}" if kept else "")
+        print(f"error: {for_terminal(message)}", file=console, flush=True)
         return interrupt.exit_code
     except Exception as error:  # noqa: BLE001 - every failure becomes one line and a clean output
         message = failures.output_message(error, options.output) or failures.user_message(error)
@@ -471,8 +475,12 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         hint = [f"Beam's and the workers' log of this run: {log_path}"] if log_path else []
         hint += [_resume_hint(kept)] if kept else []
         if hint:
-            print(f"({'; '.join(hint)})", file=console, flush=True)
+            print(for_terminal(f"({'; '.join(hint)})"), file=console, flush=True)
         return EXIT_FAILED
+    finally:
+        if lease is not None:
+            lease.__exit__(None, None, None)
+        publish.release_staging(staging)  # kept for a resumption or gone: another process may take it now
     if launch_only or options.detach:
         print(_launched(result, all_options, launch_only or "submitted", run_id), file=out, flush=True)
         if launch_only:
@@ -499,7 +507,7 @@ def _interrupted_run(fs, root: str, options: ConvertOptions, out: TextIO) -> res
         if is_lake and lake.is_committed(fs, journal.staging, table_settings(options, journal.run_id)):
             continue  # its commit landed: part of the table's history, not an interrupted run
         if options.fresh:
-            print(f"[mixtrain-convert] --fresh: discarding the interrupted {resume.describe(journal)}", file=out, flush=True)
+            print(for_terminal(f"[mixtrain-convert] --fresh: discarding the interrupted {resume.describe(journal)}"), file=out, flush=True)
             publish.discard_staging(fs, journal.staging, root)
             continue
         latest = journal.latest
@@ -519,7 +527,7 @@ def _kept_for_resumption(fs, staging: str) -> bool:
 
 
 def _resume_hint(staging: str) -> str:
-    return (f"the sequences it completed are kept in {for_terminal(staging)}: run the same command again to resume, "
+    return (f"the sequences it completed are kept in {staging}: run the same command again to resume, "
             "or add --fresh to start afresh")
 
 

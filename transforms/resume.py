@@ -10,6 +10,8 @@ the next run converts those sequences again.
 
 from __future__ import annotations
 
+import dataclasses
+
 import apache_beam as beam
 
 from formats import mixtrain, storage
@@ -62,20 +64,19 @@ class _CheckSpilledFn(beam.DoFn):
                                  tuple(row["nbytes"] for row in rows), tuple(resume.decode_stats(row["stats"]) for row in rows),
                                  tuple(row["notes"] for row in rows), tuple(entry["batch_ends"]))
             for shard, taken in sorted(by_shard.items()):
-                yield shard, SpilledFile(record.path, record.sequence_ids, record.nbytes, record.extra_stats, record.video_notes,
-                                         record.batch_ends, tuple(taken))
+                yield shard, dataclasses.replace(record, positions=tuple(taken))
 
     def _check(self, relative: str, sha: str, entry: dict) -> None:
         path = storage.join(self._root, relative)
         try:
             _, found = resume.digest(self._fs, path)
+            what = "its SHA-256 differs"
         except FileNotFoundError:
-            found = "missing"
+            found, what = None, "it is missing"
         if found != sha:
             resume.forget(self._fs, self._root, entry)
-            raise ConversionError(f"{path}: changed since the interrupted run recorded it (its SHA-256 differs); its "
-                                  f"sequences ({entry['rows'][0]['id']} and others) will be converted again: rerun the "
-                                  "same command")
+            raise ConversionError(f"{path}: changed since the interrupted run recorded it ({what}); its sequences "
+                                  f"({entry['rows'][0]['id']} and others) will be converted again: rerun the same command")
 
 
 def _numbers(count: int):

@@ -124,7 +124,7 @@ class _SpillRowsFn(beam.DoFn):
 
     With `generation` (a converting run's, not the reused rows'), each file is recorded in the
     run's resume journal as soon as it is written (`formats.mixtrain.resume`): a kill then loses
-    at most what the workers held, SPILL_SECONDS of work each. `file_prefix`: what the rows' file
+    at most what the workers held (`_spill_interval` of work each). `file_prefix`: what the rows' file
     references start with before the staging-relative path (a lake run's `runs/<run>/`)."""
 
     def __init__(self, staging_url: str, columns: list[ColumnSpec], num_shards: int, shard_rows: int | None = None,
@@ -139,6 +139,7 @@ class _SpillRowsFn(beam.DoFn):
     def setup(self):
         self._fs, self._root = storage.open_root(self._staging_url)
         self._schema = mixtrain.arrow_schema(self._columns)
+        self._started = time.monotonic()
 
     def start_bundle(self):
         self._buffers: dict[int, list] = {}
@@ -155,7 +156,7 @@ class _SpillRowsFn(beam.DoFn):
             yield from self._spill(shard)
         elif sum(self._sizes.values()) >= SPILL_BUFFER_BYTES:
             yield from self._spill(max(self._sizes, key=lambda s: (self._sizes[s], s)))
-        elif self._generation is not None and time.monotonic() - self._since >= SPILL_SECONDS:
+        elif self._generation is not None and time.monotonic() - self._since >= _spill_interval(self._since - self._started):
             for buffered in sorted(self._buffers):  # recorded for a resumption: a kill loses at most this much work
                 yield from self._spill(buffered)
         if not self._buffers:
@@ -195,7 +196,16 @@ class _SpillRowsFn(beam.DoFn):
                                  tuple(dict(sequence.video_notes) for sequence, _ in buffered), ends)
 
 
-SPILL_SECONDS = 1.0  # a converting worker's rows are spilled (and recorded for a resumption) at least this often
+# A converting worker's rows are spilled, and recorded for a resumption, once they have waited
+# SPILL_SECONDS or SPILL_FRACTION of the time the worker has been at work, whichever is longer: a
+# kill loses at most that much of each worker's work, and a run of hours writes a few hundred
+# small files per worker and shard, not one a second.
+SPILL_SECONDS = 1.0
+SPILL_FRACTION = 0.02
+
+
+def _spill_interval(working: float) -> float:
+    return max(SPILL_SECONDS, SPILL_FRACTION * working)
 
 
 def _written_files(sequence: Sequence, prefix: str) -> list[str]:

@@ -38,6 +38,9 @@ __all__ = [
     "stop_point",
     "collect_garbage",
     "interrupted_stagings",
+    "has_live_owner",
+    "remove_paths",
+    "release_staging",
     "RUN_ID",
 ]
 
@@ -336,6 +339,13 @@ def claim_staging(fs, staging: str) -> None:
             handle.write(f"{socket.gethostname()} {os.getpid()}\n")
 
 
+def release_staging(staging: str) -> None:
+    """Drop this process's lock on a staging folder (the run is over: published, removed or kept)."""
+    descriptor = _CLAIMS.pop(staging, None)
+    if descriptor is not None:
+        os.close(descriptor)
+
+
 def _live_owner(folder: str) -> int | None:
     try:
         host, pid = open(f"{folder}/{OWNER_FILE}").read().split()
@@ -371,9 +381,13 @@ def interrupted_stagings(fs, output: str) -> list[tuple[str, str]]:
             run = entry["name"].rstrip("/").rsplit("/", 1)[-1]
             if entry.get("type") == "directory" and RUN_ID.match(run):
                 found.append((f"{parent}/{run}", run))
-    if storage.is_local(fs):
-        found = [(folder, run) for folder, run in found if _live_owner(folder) is None]
+    found = [(folder, run) for folder, run in found if not has_live_owner(fs, folder)]
     return sorted(found, key=lambda item: item[1], reverse=True)
+
+
+def has_live_owner(fs, folder: str) -> bool:
+    """Whether a live process on this machine owns a staging folder (local disks; elsewhere: no owner is known)."""
+    return storage.is_local(fs) and _live_owner(folder) is not None
 
 
 def check_no_live_run(fs, output: str) -> None:
@@ -407,6 +421,19 @@ _DELETES_PER_REQUEST = 100  # GCS batch requests carry up to 100 deletes (gcsfs 
 def _objects(fs, path: str) -> list[str]:
     """Every object at or under `path`, from one listing."""
     return sorted(fs.find(path)) if fs.exists(path) else []
+
+
+def remove_paths(fs, files: list[str], folders: list[str] = ()) -> None:
+    """Delete `files` and `folders` (with everything under them): IN_FLIGHT requests at a time on
+    object stores, names holding glob characters one by one (`_delete`)."""
+    if storage.is_local(fs):
+        for path in [*files, *folders]:
+            if fs.exists(path):
+                fs.rm(path, recursive=True)
+        return
+    _delete(fs, sorted(files))
+    for folder in folders:
+        _remove(fs, folder)
 
 
 def _remove(fs, path: str) -> None:

@@ -38,11 +38,11 @@ from typing import Any
 import numpy as np
 
 from formats import storage
-from formats.mixtrain import FILES_DIR
+from formats.mixtrain import FILES_DIR, publish
 from formats.mixtrain.stats import ColumnStats
 
 __all__ = ["RESUME_DIR", "SPILL_DIR", "clear", "forget", "tidy", "Journal", "Resumption", "digest", "write_entry", "write_tally",
-           "write_header", "read_journal", "interrupted",
+           "write_header", "read_journal", "interrupted", "Lease",
            "plan", "options_changed", "encode_stats", "decode_stats", "describe"]
 
 RESUME_DIR = "_resume"
@@ -50,6 +50,7 @@ SPILL_DIR = "_rows"  # the spilled rows (transforms/write.py), which journal ent
 DONE_DIR = f"{RESUME_DIR}/done"
 TALLY_DIR = f"{RESUME_DIR}/tallies"
 VERSION = 1
+_CLAIM = (publish.OWNER_FILE, publish.LOCK_FILE)  # the run's claim on its folder, never cleared
 _CHUNK = 1 << 20
 _NUMERIC_KINDS = "biuf"
 
@@ -104,7 +105,13 @@ def write_entry(fs, staging: str, generation: int, spill_path: str, batch_ends: 
     relative = spill_path[len(staging.rstrip("/")) + 1:]
     value = {"journal": VERSION, "generation": generation, "spill": [relative, size, sha], "batch_ends": list(batch_ends),
              "rows": recorded}
-    _put(fs, storage.join(staging, DONE_DIR, f"{uuid.uuid4().hex}.json"), json.dumps(value, sort_keys=True).encode())
+    _put(fs, storage.join(staging, DONE_DIR, f"{uuid.uuid4().hex}.json"), json.dumps(_sealed(value), sort_keys=True).encode())
+
+
+def _sealed(value: dict) -> dict:
+    """The entry with the SHA-256 of its own canonical JSON: a byte changed in it (statistics,
+    notes, sizes, which the files' digests do not cover) makes it unreadable, not believed."""
+    return {**value, "sha256": hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()}
 
 
 def write_tally(fs, staging: str, generation: int, unit: str, count: int) -> None:
@@ -123,6 +130,8 @@ def _unarray(value: dict) -> np.ndarray:
     if dtype.kind not in _NUMERIC_KINDS or dtype.hasobject:
         raise ValueError(f"not a numeric dtype: {value['dtype']}")
     shape = tuple(int(n) for n in value["shape"])
+    if any(n < 0 for n in shape) or len(shape) > 4:
+        raise ValueError("not an array shape")
     data = base64.b64decode(value["data"], validate=True)
     if len(data) != dtype.itemsize * int(np.prod(shape, dtype=np.int64)):
         raise ValueError("array bytes do not match its shape")
@@ -174,18 +183,33 @@ class Journal:
 
 
 def _entry_ok(value: Any) -> bool:
+    """Whether a journal entry is whole (its seal matches) and every field is what `write_entry`
+    writes: types, increasing batch ends covering the rows, statistics that decode, digests of 64
+    hex digits. What fails is not used (its units are converted again), never half-used."""
     try:
-        spill = value["spill"]
-        ok = (value.get("journal") == VERSION and isinstance(value["generation"], int) and isinstance(spill[0], str)
-              and isinstance(spill[1], int) and isinstance(spill[2], str) and isinstance(value["rows"], list)
-              and all(isinstance(end, int) for end in value["batch_ends"]))
-        for row in value["rows"]:
-            ok = ok and isinstance(row["id"], str) and isinstance(row["nbytes"], int) and isinstance(row["notes"], dict) \
-                and isinstance(row["stats"], dict) and all(isinstance(f[0], str) and isinstance(f[1], int) and isinstance(f[2], str)
-                                                           for f in row["files"])
-        return bool(ok) and (not value["rows"] or value["batch_ends"][-1:] == [len(value["rows"])])
-    except (KeyError, IndexError, TypeError, AttributeError):
+        body = {key: item for key, item in value.items() if key != "sha256"}
+        if value.get("sha256") != _sealed(body)["sha256"]:
+            return False
+        spill, rows, ends = value["spill"], value["rows"], value["batch_ends"]
+        ok = (value.get("journal") == VERSION and _int(value["generation"]) and isinstance(spill[0], str) and _int(spill[1])
+              and _hex(spill[2]) and isinstance(rows, list) and rows and isinstance(ends, list) and all(_int(end) for end in ends)
+              and all(a < b for a, b in zip([0, *ends], ends)) and ends[-1] == len(rows))
+        for row in rows if ok else ():
+            ok = ok and isinstance(row["id"], str) and _int(row["nbytes"]) and isinstance(row["notes"], dict) \
+                and all(isinstance(key, str) for key in row["notes"]) and isinstance(row["stats"], dict) \
+                and all(isinstance(f, list) and len(f) == 3 and isinstance(f[0], str) and _int(f[1]) and _hex(f[2]) for f in row["files"])
+            decode_stats(row["stats"]) if ok else None
+        return bool(ok)
+    except (KeyError, IndexError, TypeError, AttributeError, ValueError, OverflowError):
         return False
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
+
+
+def _hex(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(char in "0123456789abcdef" for char in value)
 
 
 def read_journal(fs, staging: str, run_id: str) -> Journal | None:
@@ -209,11 +233,12 @@ def read_journal(fs, staging: str, run_id: str) -> Journal | None:
             journal.unreadable += 1
         elif name.startswith(DONE_DIR + "/") and _entry_ok(value):
             journal.entries.append({**value, "name": name})
-        elif name.startswith(TALLY_DIR + "/") and isinstance(value.get("unit"), str) and isinstance(value.get("count"), int) \
-                and isinstance(value.get("generation"), int):
+        elif name.startswith(TALLY_DIR + "/") and isinstance(value.get("unit"), str) and _int(value.get("count")) \
+                and _int(value.get("generation")):
             journal.tallies.append(value)
-        elif name.count("/") == 1 and name.split("/")[1].startswith("run-") and isinstance(value.get("generation"), int) \
-                and isinstance(value.get("units"), dict) and isinstance(value.get("context"), str):
+        elif name.count("/") == 1 and name.split("/")[1].startswith("run-") and _int(value.get("generation")) \
+                and isinstance(value.get("units"), dict) and isinstance(value.get("context"), str) \
+                and isinstance(value.get("options"), dict) and isinstance(value.get("output"), str):
             journal.headers[value["generation"]] = value
         else:
             journal.unreadable += 1
@@ -312,11 +337,9 @@ def plan(journal: Journal, units: list, current: dict[str, dict]) -> Resumption:
 def clear(fs, staging: str, keep: tuple[str, ...] = ()) -> None:
     """Everything in a staging folder but the run's claim on it (`keep`): a journal that cannot be
     resumed is discarded with what it recorded, and the run starts afresh in the same folder."""
-    if not fs.exists(staging):
-        return
-    for entry in fs.ls(staging, detail=False):
-        if entry.rstrip("/").rsplit("/", 1)[-1] not in {".owner", ".lock", *keep}:
-            fs.rm(entry, recursive=True)
+    if fs.exists(staging):
+        publish.remove_paths(fs, [], [entry for entry in fs.ls(staging, detail=False)
+                                      if entry.rstrip("/").rsplit("/", 1)[-1] not in {*_CLAIM, *keep}])
 
 
 def forget(fs, staging: str, entry: dict) -> None:
@@ -340,19 +363,65 @@ def tidy(fs, journal: Journal, resumption: Resumption, keep: tuple[str, ...] = (
     stale += [entry["spill"][0] for entry in journal.entries if id(entry) not in taken and entry["spill"][0] not in used]
     stale += [relative for relative in journal.sizes if relative.startswith(FILES_DIR + "/") and relative not in named]
     stale = [storage.join(journal.staging, relative) for relative in sorted(set(stale)) if relative in journal.sizes]
-    if stale:
-        fs.rm(stale)
-    kept = {FILES_DIR, SPILL_DIR, RESUME_DIR, ".owner", ".lock", *keep}
-    for entry in fs.ls(journal.staging, detail=False):
-        if entry.rstrip("/").rsplit("/", 1)[-1] not in kept:
-            fs.rm(entry, recursive=True)
+    kept = {FILES_DIR, SPILL_DIR, RESUME_DIR, *_CLAIM, *keep}
+    others = [entry for entry in fs.ls(journal.staging, detail=False) if entry.rstrip("/").rsplit("/", 1)[-1] not in kept]
+    publish.remove_paths(fs, stale, others)
+
+
+LEASE = f"{RESUME_DIR}/alive"
+LEASE_SECONDS = 30.0  # how often a live launcher renews its lease on an object store's staging
+LEASE_STALE = 150.0  # a lease older than this: the run is taken for stopped
+
+
+class Lease:
+    """A live run's claim on a staging folder where no lock can be held (object stores): the
+    launcher rewrites `_resume/alive` every LEASE_SECONDS while it lives; another launcher takes
+    the folder over only once the lease is LEASE_STALE old (`interrupted`). Local disks use the
+    owner file and its lock instead (`publish.claim_staging`)."""
+
+    def __init__(self, fs, staging: str):
+        import threading
+
+        self._fs, self._path, self._stop = fs, storage.join(staging, LEASE), threading.Event()
+        self._thread = threading.Thread(target=self._renew, name="mixtrain-lease", daemon=True)
+
+    def __enter__(self) -> Lease:
+        if not storage.is_local(self._fs):
+            self._write()
+            self._thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self._stop.set()
+
+    def _write(self) -> None:
+        self._fs.pipe_file(self._path, json.dumps({"renewed": time.time()}).encode())
+
+    def _renew(self) -> None:
+        while not self._stop.wait(LEASE_SECONDS):
+            try:
+                if not self._fs.exists(self._path):  # the publish step removed the journal: the run is over
+                    return
+                self._write()
+            except Exception:  # noqa: BLE001 - a store that failed once may answer next time; the run's own steps report it
+                pass
+
+
+def _leased(fs, staging: str) -> bool:
+    """Whether a live launcher holds the folder's lease (object stores)."""
+    if storage.is_local(fs):
+        return False
+    try:
+        renewed = json.loads(fs.cat_file(storage.join(staging, LEASE)))["renewed"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return isinstance(renewed, (int, float)) and time.time() - renewed < LEASE_STALE
 
 
 def interrupted(fs, output: str, lake_table: bool | None = None) -> list[Journal]:
     """The journals of the runs for `output` that stopped before publishing and that no live run
-    owns, newest first: the standalone layout's staging folders (`lake_table` False), a lake
+    owns (a local owner, an object store's lease), newest first: the standalone layout's staging folders (`lake_table` False), a lake
     table's uncommitted run folders (True), or both (None: what `inspect` shows)."""
-    from formats.mixtrain import publish
     from formats.mixtrain.tables import lake
 
     found = []
@@ -360,6 +429,7 @@ def interrupted(fs, output: str, lake_table: bool | None = None) -> list[Journal
         found += publish.interrupted_stagings(fs, output)
     if lake_table is not False:
         found += lake.pending_runs(fs, output)
+    found = [(folder, run) for folder, run in found if not _leased(fs, folder)]
     journals = [resume for resume in (read_journal(fs, folder, run) for folder, run in found) if resume is not None]
     return sorted(journals, key=lambda journal: journal.run_id, reverse=True)
 

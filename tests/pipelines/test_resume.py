@@ -22,6 +22,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from formats import storage
 from formats.errors import ConversionError
 from formats.mixtrain import publish, resume
 from formats.mixtrain.fingerprint import Unit
@@ -222,9 +223,16 @@ def test_forged_entries_and_a_foreign_staging_are_never_used(tmp_path, source, r
     forged = {**entry, "rows": [{**row, "files": [["../../../etc/passwd", 1, "0" * 64]]} for row in entry["rows"]]}
     (done / "forged.json").write_text(json.dumps(forged))
     (done / "bad-types.json").write_text(json.dumps({**entry, "rows": [{"id": 5}], "batch_ends": [1]}))
+    # A genuine entry edited where no file digest looks (a row's size, its notes): its seal breaks, its units are converted again.
+    edited = sorted(path for path in done.glob("*.json") if path.name not in ("garbage.json", "forged.json", "bad-types.json"))[-1]
+    value = json.loads(edited.read_text())
+    value["rows"][0]["nbytes"] += 1
+    value["rows"][0]["notes"] = {"video_front": {"forged": True}}
+    edited.write_text(json.dumps(value))
+    recorded -= {row["id"] for row in value["rows"]}
     code, out, err = _run(source, dst, *REENCODE, "--num_shards=2")
     assert code == 0, err
-    assert _reused(out) == len(recorded)  # the genuine entries only; the forged rows' units are the genuine ones' anyway
+    assert _reused(out) == len(recorded)  # the genuine, unedited entries only
     assert _files(dst) == _files(reference)
     # A staging folder whose journal names another output (copied from elsewhere) is not resumed, and is collected.
     other = tmp_path / "other"
@@ -256,10 +264,9 @@ def test_ctrl_c_keeps_the_work_and_the_same_command_resumes(tmp_path, source, re
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
-    lines = err.strip().splitlines()
-    assert lines[0].startswith("error: ") and "interrupted" in lines[0], err
-    assert lines[-1].startswith("(the sequences it completed are kept in ") and lines[-1].endswith(
-        ": run the same command again to resume, or add --fresh to start afresh)"), err
+    (line,) = err.strip().splitlines()  # one line, as every interrupted run's
+    assert line.startswith("error: interrupted (SIGINT): the output was left as it was; the sequences it completed are kept in "
+                           f"{_staging(dst)[0]}: run the same command again to resume, or add --fresh to start afresh"), err
     code, out, err = _run(source, dst, *REENCODE, "--num_shards=2")
     assert code == 0, err
     assert _reused(out) >= 0.4 * EPISODES
@@ -448,6 +455,11 @@ def test_an_object_store_run_killed_while_shards_are_written_resumes_to_the_same
         _killed_at_shards(src, f"{bucket}/out", "--num_shards=2")
         staged = [key for key in _objects(f"{bucket}/out") if key.startswith(f"{publish.STAGING_DIR}/")]
         assert any(f"/{resume.DONE_DIR}/" in key for key in staged)
+        # The killed launcher's lease is fresh: nothing takes its folder over until it is stale.
+        (lease,) = [key for key in staged if key.endswith(f"/{resume.LEASE}")]
+        fs, root = storage.open_root(f"{bucket}/out")
+        assert resume.interrupted(fs, root) == []
+        fs.pipe_file(storage.join(root, lease), json.dumps({"renewed": time.time() - resume.LEASE_STALE - 1}).encode())
         code, out, err = _run(src, f"{bucket}/out", "--num_shards=2")
         assert code == 0, err
         assert _reused(out) == 16

@@ -356,7 +356,8 @@ def pending_runs(fs, output: str) -> list[tuple[str, str]]:
     if not fs.exists(runs):
         return []
     names = sorted((entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(runs, detail=False)), reverse=True)
-    return [(storage.join(runs, name), name) for name in names if fs.exists(storage.join(runs, name, PENDING))]
+    return [(storage.join(runs, name), name) for name in names if publish.RUN_ID.match(name)
+            and fs.exists(storage.join(runs, name, PENDING)) and not publish.has_live_owner(fs, storage.join(runs, name))]
 
 
 def committed_runs(fs, output: str) -> list[str]:
