@@ -43,13 +43,18 @@ def _env(**extra: str) -> dict:
     return {**os.environ, "PYTHONPATH": str(ROOT), "SVT_LOG": "1", **extra}
 
 
+_SEEN: dict[str, list[str]] = {}  # journal entry -> its ids (each parsed once: the poll must not load the machine)
+
+
 def _recorded(dst: pathlib.Path) -> int:
     ids = set()
     for path in glob.glob(f"{dst.parent}/.{dst.name}.mixtrain-*/_resume/done/*.json"):
-        try:
-            ids.update(row["id"] for row in json.loads(pathlib.Path(path).read_text())["rows"])
-        except (OSError, ValueError):
-            pass
+        if path not in _SEEN:
+            try:
+                _SEEN[path] = [row["id"] for row in json.loads(pathlib.Path(path).read_text())["rows"]]
+            except (OSError, ValueError):
+                continue
+        ids.update(_SEEN[path])
     return len(ids)
 
 
@@ -103,6 +108,7 @@ def workload(name: str, src: pathlib.Path, total: int, extra: tuple[str, ...], w
         reused = re.search(r"resumed: (\d+) of them reused", out)
         same = _digests(dst) == _digests(whole)
         at = "while shards are written" if point == "shards" else f"at {float(point):.0%}"
+        _SEEN.clear()
         print(f"  killed {at}: {killed:.2f} s, {recorded} of {total} recorded; rerun {rerun:.2f} s, "
               f"{reused.group(1) if reused else 0} reused; (kill + rerun) / uninterrupted = {(killed + rerun) / wall:.2f}; "
               f"byte-identical: {same}", flush=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 import threading
 import time
 import uuid
@@ -50,6 +51,24 @@ def line(totals: dict, total: int | None, shards: int, elapsed: float) -> str:
 
 
 RECEIVE_SECONDS = 0.2  # the receiver's wait on its socket between looks at whether the run ended
+_MOST = 1 << 48  # no report of a run counts this much (a count of bytes included)
+# struct ucred (pid, uid, gid) where the kernel passes senders' credentials (Linux), else nothing.
+_CREDENTIALS = struct.Struct("iII") if hasattr(socket, "SO_PASSCRED") and hasattr(socket, "SCM_CREDENTIALS") else struct.Struct("")
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    """Whether process `pid` is `ancestor` or below it (its parents read from /proc)."""
+    for _ in range(64):
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                pid = int(handle.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
 
 
 class Progress:
@@ -68,6 +87,9 @@ class Progress:
         self._wake_token = uuid.uuid4().bytes  # the end of the run, told apart from anything else sent to the socket
         self._entered = self._left = False
         self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        if _CREDENTIALS.size:  # the kernel then says which process sent each datagram
+            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self._senders: dict[int, bool] = {}  # pid -> whether it is this run's
         self._socket.bind("\0" + self._name)
         self._socket.settimeout(RECEIVE_SECONDS)
         self._threads = [threading.Thread(target=self._receive, daemon=True, name="mixtrain-progress-receive")]
@@ -119,9 +141,10 @@ class Progress:
                     return
 
     def _receive(self) -> None:
+        credentials = _CREDENTIALS.size
         while True:
             try:
-                data = self._socket.recv(4096)
+                data, ancillary, _, _ = self._socket.recvmsg(4096, socket.CMSG_SPACE(credentials) if credentials else 0)
             except TimeoutError:
                 if self._stop.is_set():
                     return
@@ -130,18 +153,34 @@ class Progress:
                 return
             if data == self._wake_token:  # __exit__'s wake-up: every report sent before it has been read
                 return
+            if not self._from_this_run(ancillary):  # anyone on the machine can send to the socket
+                continue
             try:
                 counts = json.loads(data)
-            except (ValueError, RecursionError):  # anyone on the machine can send to the socket
+            except (ValueError, RecursionError):
                 continue
             if isinstance(counts, dict):
                 self.add(counts)
 
+    def _from_this_run(self, ancillary: list) -> bool:
+        """Whether the kernel says the datagram came from this process or one it started (the
+        local runner's workers); where it says nothing (no SO_PASSCRED), every datagram counts."""
+        if not _CREDENTIALS.size:
+            return True
+        for level, kind, data in ancillary:
+            if level == socket.SOL_SOCKET and kind == getattr(socket, "SCM_CREDENTIALS", None) and len(data) >= _CREDENTIALS.size:
+                pid = _CREDENTIALS.unpack_from(data)[0]
+                if pid not in self._senders:
+                    self._senders[pid] = _descends_from(pid, os.getpid())
+                return self._senders[pid]
+        return False
+
     def add(self, counts: dict) -> None:
-        """One worker's report (bench/timed_convert.py also stamps its time)."""
+        """One worker's report (bench/timed_convert.py also stamps its time): known counts, each a
+        whole number a run can reach (a 4,000-digit one killed the drawing thread)."""
         with self._lock:
             for key, value in counts.items():
-                if key in self.totals and isinstance(value, int):
+                if key in self.totals and isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _MOST:
                     self.totals[key] += value
 
     def current(self) -> str:

@@ -128,3 +128,35 @@ def test_the_receiver_outlives_hostile_datagrams_and_leaving_never_blocks():
     leaving.start()
     leaving.join(timeout=2.5)
     assert not leaving.is_alive()
+
+
+def test_reports_from_outside_the_run_are_ignored_whatever_they_hold():
+    """A process the run did not start (here one reparented away from this one) is not counted,
+    even with well-formed counts; and a count no run reaches (a 4,000-digit number, which killed
+    the drawing thread) is dropped from a report of the run's own."""
+    import io
+    import subprocess
+    import sys
+
+    from pipelines.progress import Progress
+
+    with Progress(io.StringIO(), "lines", 0.05, 10, 1) as receiver:
+        address = "\0" + os.environ[progress.ENV]
+        outsider = ("import os, socket, sys, time\n"
+                    "if os.fork(): os._exit(0)\n"  # the child is reparented: not below the launcher any more
+                    "time.sleep(0.2)\n"
+                    "with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:\n"
+                    "    s.sendto(b'{\"sequences\": 5}', '\\0' + sys.argv[1])\n"
+                    "    print('sent', flush=True)\n")
+        done = subprocess.run([sys.executable, "-c", outsider, os.environ[progress.ENV]], capture_output=True, text=True, timeout=30)
+        assert done.returncode == 0 and done.stdout == "sent\n"  # run() waited for the reparented sender to close the pipe
+        time.sleep(0.3)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sender:
+            sender.sendto(json.dumps({"sequences": 1, "timesteps": int("9" * 4000)}).encode(), address)
+            sender.sendto(json.dumps({"sequences": 2, "bytes": True}).encode(), address)
+        deadline = time.monotonic() + 2
+        while receiver.totals["sequences"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert receiver.totals == {**receiver.totals, "sequences": 3, "timesteps": 0, "bytes": 0}
+        assert all(thread.is_alive() for thread in receiver._threads)
