@@ -28,7 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--format", default="lerobot_v3", choices=sorted(samples.SAMPLES))
     parser.add_argument("--episodes", type=int, default=12, help="episodes (scenes for l5kit)")
     args = parser.parse_args(argv)
-    written = samples.get(args.format).bundled(args.output, args.episodes)
+    try:
+        written = samples.get(args.format).bundled(args.output, args.episodes)
+    except RuntimeError as error:  # a writer's missing optional package
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     print(f"wrote {written} to {args.output}")
     return 0
 

@@ -27,7 +27,6 @@ import posixpath
 
 import av
 import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -146,6 +145,7 @@ def convert_v21_to_v30(source: str, target: str, *, episodes_per_data_file: int 
     # convert_tasks: a DataFrame indexed by the task text (named "task"), written by pandas.
     tasks = [json.loads(line) for line in fs.cat_file(storage.join(src, "meta/tasks.jsonl")).decode().splitlines() if line.strip()]
     tasks.sort(key=lambda row: row["task_index"])
+    pd = _pandas()
     frame = pd.DataFrame({"task_index": [t["task_index"] for t in tasks]}, index=pd.Index([t["task"] for t in tasks], name="task"))
     fs.makedirs(storage.join(dst, "meta"), exist_ok=True)
     frame.to_parquet(storage.join(dst, "meta/tasks.parquet"))
@@ -216,6 +216,7 @@ def _convert_data(fs, src: str, dst: str, info: dict, per_file: int, chunks_size
 def _concat_data(fs, paths: list[str], target: str, image_keys: list[str]) -> None:
     """concat_data_files: pandas reads, concatenates and writes (fixed-size vectors come back as
     list<float>); image columns written as Hugging Face Image storage, struct<bytes, path>."""
+    pd = _pandas()
     frame = pd.concat([pd.read_parquet(fs.open(path, "rb")) for path in paths], ignore_index=True)
     schema = None
     if image_keys:
@@ -287,3 +288,14 @@ def _bundled(path: str, episodes: int) -> str:
 
 
 samples.register(samples.Sample("lerobot_v2", _small, _bundled))
+
+
+def _pandas():
+    """pandas, which this writer goes through as lerobot 0.3 does (its metadata and index columns in
+    the files); imported here, not with the module: the sample registry loads every writer, and a
+    plain install (no pandas) runs `make_sample` for the other formats."""
+    try:
+        import pandas
+    except ImportError:
+        raise RuntimeError("the lerobot_v2 sample is written through pandas, as lerobot writes it: pip install pandas") from None
+    return pandas
