@@ -176,7 +176,12 @@ def _refuse_forced_source(fs, root: str, source: Source) -> None:
         seen = f"auto-detection finds {sources.detect(fs, root)}: pass --source={sources.detect(fs, root)} or leave --source out"
     except errors.FormatError:
         seen = "auto-detection finds no known format there either"
-    raise errors.FormatError(f"{storage.url_for(fs, root)}: --source={source.id}, but this is not a {source.id} dataset; {seen}")
+    why = ""
+    if source.marker and not fs.exists(storage.join(root, source.marker)):
+        why = f" (its {source.marker} is missing)"
+    elif source.expects:
+        why = f" ({source.expects})"
+    raise errors.FormatError(f"{storage.url_for(fs, root)}: --source={source.id}, but this is not a {source.id} dataset{why}; {seen}")
 
 
 def _make_plan(options: Any, *, output_url: str, created_at: str, previous_root: str | None) -> ConversionPlan:

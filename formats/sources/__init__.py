@@ -13,6 +13,7 @@ that subclasses these three and calls `formats.sources.register(TheSource())` at
     Source                      on the launcher (and in `validate`)
       id                        the --source name and mixtrain.json source.format
       expects                   what detect looks for, said when no format matches
+      marker                    the file without which a folder is not this format (named when --source forces it)
       options                   its own command-line options (`SourceOption`s)
       expands_refs              whether the reader fans a planned ref out (RLDS: shard -> records)
       detect(fs, root)          bool: is root a dataset of this format (cheap: metadata only)
@@ -184,6 +185,7 @@ class Source:
 
     id: ClassVar[str]
     expects: ClassVar[str] = ""
+    marker: ClassVar[str] = ""  # the file (relative to the root) without which the input is not this format
     options: ClassVar[tuple[SourceOption, ...]] = ()
     expands_refs: ClassVar[bool] = False
     reader: ClassVar[type[SourceReader]]  # what `open` opens, unless the source overrides `open`

@@ -116,8 +116,18 @@ def test_a_misspelt_option_is_refused_with_a_suggestion(tmp_path, small_lerobot,
 def test_a_source_the_input_is_not_says_what_auto_detection_sees(tmp_path, small_lerobot):
     done = _cli(tmp_path, f"--input={small_lerobot}", f"--output={tmp_path / 'out'}", "--source=rlds")
     assert (done.returncode, _lines(done.stderr)[0]) == (1, f"error: file://{small_lerobot}: --source=rlds, but this is not a rlds "
-                                                            "dataset; auto-detection finds lerobot_v3: pass --source=lerobot_v3 or "
-                                                            "leave --source out")
+                                                            "dataset (its dataset_info.json is missing); auto-detection finds "
+                                                            "lerobot_v3: pass --source=lerobot_v3 or leave --source out")
+
+
+def test_a_lerobot_folder_that_lost_its_info_json_is_named(tmp_path, small_lerobot):
+    src = tmp_path / "lost"
+    shutil.copytree(small_lerobot, src)
+    (src / "meta" / "info.json").unlink()
+    done = _cli(tmp_path, f"--input={src}", f"--output={tmp_path / 'out'}", "--source=lerobot_v3")
+    assert (done.returncode, _lines(done.stderr)[0]) == (1, f"error: file://{src}: --source=lerobot_v3, but this is not a lerobot_v3 "
+                                                            "dataset (its meta/info.json is missing); auto-detection finds no known "
+                                                            "format there either")
 
 
 @pytest.mark.parametrize("args, message", [

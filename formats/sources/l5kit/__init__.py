@@ -381,6 +381,7 @@ def _load(fs, root: str, ref: SceneRef, meta: DatasetMeta, opened: dict) -> Sequ
 class L5Kit(Source):
     id = FORMAT
     expects = "L5Kit a zarr group with scenes/.zarray"
+    marker = "scenes/.zarray"
     shared_files = ("",)  # scenes share every chunk file: any change in the group reconverts all
     reader = Reader
     detect = staticmethod(detect)

@@ -203,6 +203,7 @@ def _check_no_unlisted_files(fs, root: str, refs: list) -> None:
 class LeRobotV2(Source):
     id = FORMAT
     expects = "LeRobot v2.x expected meta/info.json with codebase_version v2.0 or v2.1"
+    marker = "meta/info.json"
     shared_files = (TASKS_PATH,)  # info.json and episodes.jsonl are not shared: they change with every appended episode
     reader = Reader
     detect = staticmethod(detect)

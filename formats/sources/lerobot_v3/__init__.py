@@ -668,6 +668,7 @@ def _episode_ref(row: dict, features, layout: Layout, fps: float, splits, extra_
 class LeRobotV3(Source):
     id = FORMAT
     expects = "LeRobot v3 expected meta/info.json"
+    marker = "meta/info.json"
     shared_files = (TASKS_PATH,)  # info.json is not shared: its totals change with every appended episode
     reader = Reader
     detect = staticmethod(detect)

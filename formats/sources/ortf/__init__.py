@@ -568,6 +568,7 @@ def load(fs: fsspec.AbstractFileSystem, root: str, ref: EpisodeRef, meta: Datase
 class ORTF(Source):
     id = FORMAT
     expects = "ORTF meta/manifest.json"
+    marker = "meta/manifest.json"
     shared_files = (MANIFEST, "meta/tasks.jsonl")
     reader = Reader
     detect = staticmethod(detect)

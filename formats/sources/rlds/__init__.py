@@ -415,6 +415,7 @@ def _rate(value: float | None) -> float | None:
 class RLDS(Source):
     id = FORMAT
     expects = "RLDS a TFDS version folder with dataset_info.json and features.json"
+    marker = "dataset_info.json"
     options = (SourceOption("split", "splits", _split_names), SourceOption("fps", "fps", _rate),
                SourceOption("bgr_cameras", "bgr_cameras", _split_names))
     expands_refs = True
