@@ -407,6 +407,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                                             options.overwrite or options.incremental)
                     else:
                         prepare_output(options.output, options.overwrite or options.incremental, options.table_format)
+                    resume.check_no_leased_run(out_fs, out_root)
                     journal = _interrupted_run(out_fs, out_root, options, out)
                     if journal is not None:  # this run resumes it, in its folder and under its name
                         staging, run_id = journal.staging, journal.run_id

@@ -38,6 +38,7 @@ __all__ = [
     "stop_point",
     "collect_garbage",
     "interrupted_stagings",
+    "staging_folders",
     "has_live_owner",
     "remove_paths",
     "release_staging",
@@ -367,7 +368,13 @@ RUN_ID = re.compile(r"^[0-9]{8}T[0-9]{6}-[0-9a-f]{8}$")  # pipelines.session.new
 
 def interrupted_stagings(fs, output: str) -> list[tuple[str, str]]:
     """(folder, run id) of the staging folders that runs for this output left behind and that no
-    live run owns, newest run first: the hidden siblings of a local output and `DST/_staging/<run>`."""
+    live run owns (on this machine), newest run first."""
+    return [(folder, run) for folder, run in staging_folders(fs, output) if not has_live_owner(fs, folder)]
+
+
+def staging_folders(fs, output: str) -> list[tuple[str, str]]:
+    """(folder, run id) of every run's staging folder for this output, newest run first: the hidden
+    siblings of a local output and `DST/_staging/<run>`."""
     found = []
     if storage.is_local(fs):
         mark = f".{os.path.basename(os.path.realpath(output))}{SIBLING_MARK}"
@@ -381,7 +388,6 @@ def interrupted_stagings(fs, output: str) -> list[tuple[str, str]]:
             run = entry["name"].rstrip("/").rsplit("/", 1)[-1]
             if entry.get("type") == "directory" and RUN_ID.match(run):
                 found.append((f"{parent}/{run}", run))
-    found = [(folder, run) for folder, run in found if not has_live_owner(fs, folder)]
     return sorted(found, key=lambda item: item[1], reverse=True)
 
 

@@ -42,7 +42,7 @@ from formats.mixtrain import FILES_DIR, publish
 from formats.mixtrain.stats import ColumnStats
 
 __all__ = ["RESUME_DIR", "SPILL_DIR", "clear", "forget", "tidy", "Journal", "Resumption", "digest", "write_entry", "write_tally",
-           "write_header", "read_journal", "interrupted", "Lease",
+           "write_header", "read_journal", "interrupted", "Lease", "check_no_leased_run",
            "plan", "options_changed", "encode_stats", "decode_stats", "describe"]
 
 RESUME_DIR = "_resume"
@@ -407,15 +407,40 @@ class Lease:
                 pass
 
 
-def _leased(fs, staging: str) -> bool:
-    """Whether a live launcher holds the folder's lease (object stores)."""
+def _lease_age(fs, staging: str) -> float | None:
+    """Seconds since the folder's lease was renewed, while it is live (object stores); else None."""
     if storage.is_local(fs):
-        return False
+        return None
     try:
         renewed = json.loads(fs.cat_file(storage.join(staging, LEASE)))["renewed"]
     except (OSError, ValueError, KeyError, TypeError):
-        return False
-    return isinstance(renewed, (int, float)) and time.time() - renewed < LEASE_STALE
+        return None
+    if not isinstance(renewed, (int, float)) or isinstance(renewed, bool):
+        return None
+    age = max(0.0, time.time() - renewed)
+    return age if age < LEASE_STALE else None
+
+
+def _leased(fs, staging: str) -> bool:
+    return _lease_age(fs, staging) is not None
+
+
+def check_no_leased_run(fs, output: str) -> None:
+    """One writer per output on object stores too (a local disk's is `publish.check_no_live_run`):
+    refuse to start while another run's staging folder holds a live lease."""
+    from formats.errors import ConversionError
+    from formats.mixtrain.tables import lake
+
+    if storage.is_local(fs):
+        return
+    folders = [folder for folder, _ in publish.staging_folders(fs, output)]
+    folders += [storage.join(output, lake.RUNS_DIR, name) for _, name in lake.pending_runs(fs, output)]
+    for folder in folders:
+        age = _lease_age(fs, folder)
+        if age is not None:
+            raise ConversionError(f"{output}: another conversion is writing this output (its staging {folder} holds a lease renewed "
+                                  f"{age:.0f} s ago); wait for it to finish, or, if it was stopped, run again in "
+                                  f"{LEASE_STALE - age:.0f} s, when its lease has lapsed, to resume it")
 
 
 def interrupted(fs, output: str, lake_table: bool | None = None) -> list[Journal]:

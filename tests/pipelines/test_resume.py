@@ -459,6 +459,10 @@ def test_an_object_store_run_killed_while_shards_are_written_resumes_to_the_same
         (lease,) = [key for key in staged if key.endswith(f"/{resume.LEASE}")]
         fs, root = storage.open_root(f"{bucket}/out")
         assert resume.interrupted(fs, root) == []
+        code, out, err = _run(src, f"{bucket}/out", "--num_shards=2")  # one writer per output: refused while the lease is live
+        assert code == 1 and re.fullmatch(rf"error: {root}: another conversion is writing this output \(its staging {root}/"
+                                          rf"{publish.STAGING_DIR}/\S+ holds a lease renewed \d+ s ago\); wait for it to finish, "
+                                          r"or, if it was stopped, run again in \d+ s, when its lease has lapsed, to resume it\n", err), err
         fs.pipe_file(storage.join(root, lease), json.dumps({"renewed": time.time() - resume.LEASE_STALE - 1}).encode())
         code, out, err = _run(src, f"{bucket}/out", "--num_shards=2")
         assert code == 0, err
