@@ -184,7 +184,8 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
             resumed.append(resumption or why_not)
         pending = resumption.pending if resumption is not None else plan.to_convert
         generation = resumption.generation if resumption is not None else 1
-        resume.write_header(out_fs, staging, generation, output=output_url, run_id=run_id, context=fingerprints.context,
+        resume.write_header(out_fs, staging, generation, output=resume.output_identity(out_fs, out_root), run_id=run_id,
+                            context=fingerprints.context,
                             options=plan.sidecar_extra["options"],
                             units={unit.key: fingerprints.known[unit.key]["fingerprint"] for unit, _ in units})
         fs, root = storage.open_root(plan.source_url)
@@ -502,7 +503,7 @@ def _interrupted_run(fs, root: str, options: ConvertOptions, out: TextIO) -> res
     its staging folder, no commit of it landed), which this run resumes; None to start afresh.
     With --fresh every such folder is removed first (said on `out`); one whose journal names
     another output (copied from elsewhere) is never resumed, and is collected like any leftover."""
-    output_url = storage.url_for(fs, root)
+    identity = resume.output_identity(fs, root)
     is_lake = lake.is_lake(options.table_format)
     for journal in resume.interrupted(fs, root, lake_table=is_lake):
         if is_lake and lake.is_committed(fs, journal.staging, table_settings(options, journal.run_id)):
@@ -512,7 +513,7 @@ def _interrupted_run(fs, root: str, options: ConvertOptions, out: TextIO) -> res
             publish.discard_staging(fs, journal.staging, root)
             continue
         latest = journal.latest
-        if latest is not None and latest.get("output") != output_url:
+        if latest is not None and latest.get("output") != identity:
             continue
         return journal
     return None

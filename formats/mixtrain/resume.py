@@ -42,7 +42,7 @@ from formats.mixtrain import FILES_DIR, publish
 from formats.mixtrain.stats import ColumnStats
 
 __all__ = ["RESUME_DIR", "SPILL_DIR", "clear", "forget", "tidy", "Journal", "Resumption", "digest", "write_entry", "write_tally",
-           "write_header", "read_journal", "interrupted", "Lease", "check_no_leased_run",
+           "write_header", "read_journal", "interrupted", "Lease", "check_no_leased_run", "output_identity",
            "plan", "options_changed", "encode_stats", "decode_stats", "describe"]
 
 RESUME_DIR = "_resume"
@@ -77,6 +77,13 @@ def _put(fs, path: str, data: bytes) -> None:
     with open(temporary, "wb") as handle:
         handle.write(data)
     os.replace(temporary, local)
+
+
+def output_identity(fs, output: str) -> str:
+    """The output a journal belongs to, the same however it was named (a local path through a
+    symlink, `~`, `file://`): work is never reused across outputs, and always for the same one."""
+    local = storage.local_path(fs, output)
+    return f"file://{os.path.realpath(local)}" if local is not None else storage.url_for(fs, output)
 
 
 # --- what runs and workers write --------------------------------------------------------------

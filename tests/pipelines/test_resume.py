@@ -488,3 +488,16 @@ def test_every_source_resumes_to_the_same_bytes(tmp_path, format_):
     assert code == 0, err
     assert _reused(out) == json.loads((tmp_path / "whole" / "mixtrain.json").read_text())["num_sequences"]
     assert _files(tmp_path / "out") == _files(tmp_path / "whole")
+
+
+def test_the_same_output_named_another_way_is_resumed(tmp_path, source, reference):
+    """Through a symlinked folder, then by its real path: one output, one resumption."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    process = _start(source, tmp_path / "link" / "out", *REENCODE, "--num_shards=2", env={publish.STOP_AT: "conversion:shard-written"})
+    process.communicate(timeout=300)
+    assert process.returncode == -signal.SIGKILL
+    code, out, err = _run(source, tmp_path / "real" / "out", *REENCODE, "--num_shards=2")
+    assert code == 0, err
+    assert _reused(out) == EPISODES
+    assert _files(tmp_path / "real" / "out") == _files(reference)
