@@ -327,8 +327,11 @@ def claim_staging(fs, staging: str) -> None:
         import fcntl
 
         os.makedirs(staging, exist_ok=True)
+        for name in (LOCK_FILE, OWNER_FILE):  # a symlink planted in a folder a resumed run adopts: removed, never followed
+            if os.path.islink(f"{staging}/{name}"):
+                os.unlink(f"{staging}/{name}")
         if staging not in _CLAIMS:
-            descriptor = os.open(f"{staging}/{LOCK_FILE}", os.O_RDWR | os.O_CREAT, 0o644)
+            descriptor = os.open(f"{staging}/{LOCK_FILE}", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
             try:
                 fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
@@ -336,7 +339,8 @@ def claim_staging(fs, staging: str) -> None:
                 raise ConversionError(f"{staging}: another conversion is working in this staging folder (a resumption of "
                                       "the same run); wait for it to finish") from None
             _CLAIMS[staging] = descriptor
-        with open(f"{staging}/{OWNER_FILE}", "w") as handle:
+        owner = os.open(f"{staging}/{OWNER_FILE}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        with os.fdopen(owner, "w") as handle:
             handle.write(f"{socket.gethostname()} {os.getpid()}\n")
 
 
@@ -380,7 +384,7 @@ def staging_folders(fs, output: str) -> list[tuple[str, str]]:
         mark = f".{os.path.basename(os.path.realpath(output))}{SIBLING_MARK}"
         for folder in _siblings(output):
             run = os.path.basename(folder)[len(mark):]
-            if RUN_ID.match(run) and os.path.isdir(folder):
+            if RUN_ID.match(run) and os.path.isdir(folder) and not os.path.islink(folder):  # a symlink: not a folder a run made
                 found.append((folder, run))
     parent = f"{output}/{STAGING_DIR}"
     if fs.exists(parent):

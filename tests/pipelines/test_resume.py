@@ -501,3 +501,22 @@ def test_the_same_output_named_another_way_is_resumed(tmp_path, source, referenc
     assert code == 0, err
     assert _reused(out) == EPISODES
     assert _files(tmp_path / "real" / "out") == _files(reference)
+
+
+def test_symlinks_planted_in_or_as_a_staging_folder_are_never_followed(tmp_path, source, reference):
+    dst = tmp_path / "out"
+    _kill_at(source, dst, 0.5, *REENCODE, "--num_shards=2")
+    staging = pathlib.Path(_staging(dst)[0])
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me")
+    for name in (publish.OWNER_FILE, publish.LOCK_FILE):
+        (staging / name).unlink(missing_ok=True)
+        (staging / name).symlink_to(victim)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (tmp_path / f".out{publish.SIBLING_MARK}29991231T235959-abcdef01").symlink_to(elsewhere)  # newest by name: not adopted
+    code, out, err = _run(source, dst, *REENCODE, "--num_shards=2")
+    assert code == 0, err
+    assert f"resuming run {staging.name.rsplit(publish.SIBLING_MARK, 1)[1]} " in out
+    assert victim.read_text() == "keep me" and list(elsewhere.iterdir()) == []
+    assert _files(dst) == _files(reference)
