@@ -36,7 +36,7 @@ from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageE
 from pipelines.early_plan import EarlyPlan
 from pipelines.plan import ConversionPlan, blame, created_now, make_plan, requested_encoding, without_cycle_collection
 from pipelines.progress import Progress
-from pipelines.session import Interrupted, new_run_id
+from pipelines.session import Interrupted, new_run_id, remember_failed_log
 from transforms import staged_plan
 from transforms.errors import ERRORS
 from transforms.read import TALLIES, ReadSequences, stage_refs
@@ -475,6 +475,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         _LOG.error("conversion failed: %s", message, exc_info=error)  # the traceback, for whoever reads the log
         print(f"error: {for_terminal(message)}", file=console, flush=True)
         hint = [f"Beam's and the workers' log of this run: {log_path}"] if log_path else []
+        remember_failed_log(log_path)
         hint += [_resume_hint(kept)] if kept else []
         if hint:
             print(for_terminal(f"({'; '.join(hint)})"), file=console, flush=True)

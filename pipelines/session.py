@@ -21,9 +21,15 @@ import tempfile
 import threading
 from typing import TextIO
 
-__all__ = ["Interrupted", "LogError", "Session", "default_log_dir", "new_run_id"]
+__all__ = ["Interrupted", "LogError", "Session", "default_log_dir", "new_run_id", "remember_failed_log"]
 
-KEEP_LOGS = 20
+# Default logs are kept by age and size, never by count (20 counted every run of the user, and a
+# running conversion's own log was deleted under it): older than KEEP_DAYS, or past KEEP_BYTES
+# together (oldest first), but never one a live run holds (a shared lock while it runs) nor the one
+# the last `error:` line named (LAST_ERROR).
+KEEP_DAYS = 14
+KEEP_BYTES = 500 << 20
+LAST_ERROR = ".last-error"
 EXIT_SIGNALS = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 
@@ -106,6 +112,7 @@ class Session:
                 if path.parent == default_log_dir():
                     _prune(path.parent)
                 descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                _hold(descriptor)
             except OSError as error:
                 if self._explicit:
                     raise LogError(f"--log_file={path}: cannot write the log: {error.strerror or error}") from None
@@ -155,13 +162,62 @@ def _tee(read_end: int, log_fd: int, console_fd: int) -> None:
 
 
 def _prune(folder: pathlib.Path) -> None:
-    """Keep the newest KEEP_LOGS logs of earlier runs."""
-    def age(path: pathlib.Path) -> float:
-        try:
-            return path.stat().st_mtime
-        except OSError:  # removed by a run starting at the same time
-            return 0.0
+    """Remove default logs past KEEP_DAYS, or past KEEP_BYTES together (oldest first), but those a
+    live run holds and the one the last error named."""
+    import time
 
-    logs = sorted(folder.glob("*.log"), key=age, reverse=True)
-    for old in logs[KEEP_LOGS - 1:]:
-        old.unlink(missing_ok=True)
+    try:
+        named = (folder / LAST_ERROR).read_text().strip()
+    except OSError:
+        named = ""
+    found = []
+    for path in folder.glob("*.log"):
+        try:
+            info = path.stat()
+        except OSError:  # removed by a run starting at the same time
+            continue
+        found.append((info.st_mtime, info.st_size, path))
+    total, now = 0, time.time()
+    for mtime, size, path in sorted(found, key=lambda item: item[0], reverse=True):
+        total += size
+        if (now - mtime > KEEP_DAYS * 86400 or total > KEEP_BYTES) and path.name != named and not _held(path):
+            path.unlink(missing_ok=True)
+
+
+def _hold(descriptor: int) -> None:
+    """A shared lock on the run's log for as long as the run lives: `_prune` leaves it alone."""
+    import fcntl
+
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        pass
+
+
+def _held(path: pathlib.Path) -> bool:
+    """Whether a live run holds the log (its shared lock, `Session._open_log`)."""
+    import fcntl
+
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(descriptor)
+
+
+def remember_failed_log(path: str | os.PathLike | None) -> None:
+    """The log an `error:` line names is kept by `_prune` until another error names another."""
+    if path is None:
+        return
+    path = pathlib.Path(path)
+    if path.parent == default_log_dir():
+        try:
+            (path.parent / LAST_ERROR).write_text(path.name + "\n")
+        except OSError:
+            pass

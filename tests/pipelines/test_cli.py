@@ -411,3 +411,35 @@ def test_a_log_that_cannot_be_written_is_a_usage_error_or_falls_back(tmp_path, s
 def test_an_unknown_output_protocol_is_a_usage_error(tmp_path, small_lerobot):
     done = _cli(tmp_path, f"--input={small_lerobot}", "--output=foo://bucket/out")
     assert (done.returncode, _lines(done.stderr)) == (2, ["error: --output=foo://bucket/out: Protocol not known: foo"])
+
+
+def test_logs_are_kept_by_age_and_size_never_a_running_ones_nor_the_last_errors(tmp_path, monkeypatch):
+    """25 recent logs stay (the count rule deleted all but 20, a running run's own included); logs
+    past 14 days go, but the one a live run holds and the one the last error named."""
+    from pipelines import session
+
+    logs = tmp_path / "cache" / "mixtrain-convert" / "logs"
+    logs.mkdir(parents=True)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    month_ago = time.time() - 30 * 86400
+    for number in range(25):  # recent-00 the newest
+        (logs / f"recent-{number:02d}.log").write_text("x")
+        os.utime(logs / f"recent-{number:02d}.log", (time.time() - 10 * number,) * 2)
+    for name in ("old.log", "held.log", "named.log"):
+        (logs / name).write_text("x")
+        os.utime(logs / name, (month_ago, month_ago))
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys, time; d = os.open(sys.argv[1], os.O_RDONLY); "
+                               "fcntl.flock(d, fcntl.LOCK_SH); print('held', flush=True); time.sleep(60)", str(logs / "held.log")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        session.remember_failed_log(logs / "named.log")
+        session._prune(logs)
+        kept = sorted(path.name for path in logs.glob("*.log"))
+        assert kept == sorted([f"recent-{number:02d}.log" for number in range(25)] + ["held.log", "named.log"])
+        monkeypatch.setattr(session, "KEEP_BYTES", 10)  # past the size budget: the oldest go first, down to it
+        session._prune(logs)
+        assert sorted(path.name for path in logs.glob("*.log")) == ["held.log", "named.log"] + [f"recent-{n:02d}.log" for n in range(10)]
+    finally:
+        holder.kill()
+        holder.wait()
