@@ -24,7 +24,7 @@ from formats.errors import ConversionError
 from formats.mixtrain import resume
 from formats.read import reader, report
 from formats.text import for_terminal
-from pipelines import command_name, exit_without_teardown
+from pipelines import command_name, exit_without_teardown, validate
 
 __all__ = ["main", "entry"]
 
@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:
         return 2 if exit_.code else 0
     try:
+        validate.reach(args.dataset)  # an unreachable store: one line within seconds
         stopped = _interrupted_runs(args.dataset)
         try:
             dataset = reader.open_dataset(args.dataset)

@@ -300,6 +300,16 @@ def _check_video_info(file_path: str, sequence_id: str, info: video.VideoInfo, e
     return findings
 
 
+def reach(url: str) -> None:
+    """The dataset's store answers (`storage.open_reachable`), or one ConversionError naming the URL."""
+    try:
+        storage.open_reachable(url)
+    except ConversionError:
+        raise
+    except (ImportError, ValueError) as error:  # a missing package (storage.MissingPackageError), an unknown protocol
+        raise ConversionError(f"{url}: {error}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=command_name("validate"), description="Check a Mixtrain dataset.")
     parser.add_argument("dataset", help="Mixtrain dataset root (path or fsspec URL)")
@@ -312,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2 if exit_.code else 0
     verdict = ""
     try:
+        reach(args.dataset)  # an unreachable store: one line within seconds, not the client's retries and traceback
+        if args.deep and args.source:
+            reach(args.source)
         findings = validate(args.dataset)
         summary = deep_check(args.dataset, args.source, args.min_psnr) if args.deep and not findings else None
     except ConversionError as error:  # the dataset cannot be checked at all (its metadata unusable)

@@ -275,3 +275,23 @@ def test_a_dask_cluster_converts_s3_to_s3_to_the_local_runners_bytes(s3):
         sidecar.pop("created_at")
     assert sidecars[0] == sidecars[1]
     assert [name for name in local if local[name] != remote[name]] == []  # shards, stats.json, videos, _fingerprints.json
+
+
+@pytest.mark.parametrize("command", ["validate", "inspect"])
+def test_validate_and_inspect_say_an_unreachable_store_in_one_line(s3, monkeypatch, capsys, command):
+    """They printed 134 lines and 3 tracebacks (EndpointConnectionError) where convert printed one."""
+    from pipelines import inspect
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        dead = probe.getsockname()[1]
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{dead}")
+    monkeypatch.setattr(storage, "REACH_SECONDS", 1.0)
+    s3_server.clear_clients()
+    try:
+        main = validate.main if command == "validate" else inspect.main
+        assert main(["s3://bucket/mixtrain/x"]) == 1
+        assert capsys.readouterr().err == ("error: s3://bucket/mixtrain/x: the store did not answer in 1 s; check the network (a proxy "
+                                           f"or a firewall) and {ADVICE}, then retry\n")
+    finally:
+        s3_server.clear_clients()
