@@ -224,10 +224,12 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=command_name("convert"), allow_abbrev=False, add_help=False,
                      formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
-                     description="Convert a LeRobot v3, RLDS, ORTF or L5Kit dataset to Mixtrain v1.0.\n\n"
+                     description="Convert a LeRobot v3.0 or v2.x, RLDS (TFRecord or ArrayRecord), ORTF or L5Kit dataset to "
+                                 "Mixtrain v1.0.\n\n"
                                  "  python -m pipelines.convert --input=SRC --output=DST [options]")
     parser.add_argument("-h", "--help", action="store_true", help="show this help and exit")
     parser.add_argument("--help_beam", action="store_true", help="list Apache Beam's own pipeline options and exit")
+    parser.add_argument("--version", action="store_true", help="print the converter's version and exit")
     add_arguments(parser)
     return parser
 
@@ -276,7 +278,7 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """Our options, and the arguments left for Beam. Raises UsageError; `--help` is the caller's."""
     parser = build_parser()
     args, rest = parser.parse_known_args(argv)
-    if args.help or args.help_beam:
+    if args.help or args.help_beam or args.version:
         return args, rest
     known = [option for action in parser._actions for option in action.option_strings]
     for arg in rest:  # one of ours spelt with dashes is refused before Beam is even imported

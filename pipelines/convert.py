@@ -36,7 +36,7 @@ def _early(argv: list[str]) -> tuple[int | None, list[str]]:
     try:
         argv = preflight.as_meant(argv)
         args, rest = cli.parse(argv)
-        if not (args.help or args.help_beam):
+        if not (args.help or args.help_beam or args.version):
             preflight.check(args, argv, rest)
     except cli.UsageError as error:
         print(f"error: {for_terminal(error)}", file=sys.stderr)
@@ -48,6 +48,11 @@ def _early(argv: list[str]) -> tuple[int | None, list[str]]:
         return EXIT_FAILED, argv
     if args.help:
         cli.build_parser().print_help(sys.stdout)
+        return EXIT_OK, argv
+    if args.version:
+        import formats
+
+        print(f"mixtrain-convert {formats.__version__}")
         return EXIT_OK, argv
     if args.help_beam:
         from pipelines import conversion

@@ -443,3 +443,14 @@ def test_logs_are_kept_by_age_and_size_never_a_running_ones_nor_the_last_errors(
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_version_and_help_name_every_source_without_importing_beam(tmp_path):
+    import formats
+
+    done = subprocess.run([sys.executable, "-c", "import sys; from pipelines import convert; code = convert.run(['--version']); "
+                           "print(code, 'apache_beam' in sys.modules)"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.stdout.splitlines() == [f"mixtrain-convert {formats.__version__}", "0 False"], done.stderr
+    helped = subprocess.run([sys.executable, "-m", "pipelines.convert", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "Convert a LeRobot v3.0 or v2.x, RLDS (TFRecord or ArrayRecord), ORTF or L5Kit dataset" in helped.stdout
+    assert "--version" in helped.stdout and "--fresh" in helped.stdout
