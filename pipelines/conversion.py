@@ -447,6 +447,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                 result = pipeline.run()
                 if not launch_only and not options.detach:
                     result.wait_until_finish()
+                    _check_published(out_fs, out_root, staging, options, run_id)
         except (Exception, Interrupted):
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
             if result is not None and not local and not options.detach:  # the cluster's or Dataflow's tasks stop too
@@ -518,6 +519,20 @@ def _interrupted_run(fs, root: str, options: ConvertOptions, out: TextIO) -> res
             continue
         return journal
     return None
+
+
+def _check_published(fs, root: str, staging: str, options: ConvertOptions, run_id: str) -> None:
+    """A runner that reports success must have run the publish step of this run (its marker, or
+    the lake table's current run): a DaskRunner run whose scheduler died returned without error,
+    and the summary printed the previous dataset's numbers with exit 0."""
+    if lake.is_lake(options.table_format):
+        value, _ = lake.summary(storage.url_for(fs, root), table_settings(options, run_id))
+        done = ((value or {}).get("table") or {}).get("run") == run_id
+    else:
+        done = publish.take_done(fs, staging, root)
+    if not done:
+        raise errors.ConversionError(f"{options.output}: the runner reported the run done, but its publish step never ran; "
+                                     "nothing was published")
 
 
 def _kept_for_resumption(fs, staging: str) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 
 from pipelines import cli
 from pipelines.beam_flags import BEAM_FLAGS, DASK_FLAGS
@@ -166,6 +167,21 @@ def _check_local_workers(text: str | None) -> None:
                          f"workers ({WORKERS_PER_CPU} per CPU), each a process of its own")
 
 
+def _check_dask_values(argv: list[str]) -> None:
+    """Beam's DaskOptions take what they are given (a timeout of "soon" became dask's default, a
+    partition count of -5 was passed on): each value is checked here, as ours are."""
+    for name in ("dask_npartitions", "dask_partition_size", "dask_connection_limit", "dask_connection_timeout"):
+        text = _option(argv, name)
+        if text is not None and not (text.isascii() and text.isdigit() and int(text) >= 1):
+            raise UsageError(f"--{name}={text}: expected a whole number of at least 1" + (" (seconds)" if name.endswith("timeout") else ""))
+    scheduler_file = _option(argv, "dask_scheduler_file")
+    if scheduler_file is not None and not os.path.isfile(os.path.expanduser(scheduler_file)):
+        raise UsageError(f"--dask_scheduler_file={scheduler_file}: no such file (the one `dask scheduler --scheduler-file` writes)")
+    address = _option(argv, "dask_client_address")
+    if address is not None and not re.fullmatch(r"(?:(?:tcp|tls|inproc|ucx|ws|wss)://)?[^\s/:]+(?::\d{1,5})?", address):
+        raise UsageError(f"--dask_client_address={address}: expected a scheduler address, HOST:PORT or tcp://HOST:PORT")
+
+
 def check(args, argv: list[str], rest: list[str]) -> None:
     """Every check of the command line (`argv` as_meant; `rest`: what our parser left for Beam)
     against Beam's option names and this machine's disk; raises UsageError (exit 2) for a command
@@ -178,6 +194,8 @@ def check(args, argv: list[str], rest: list[str]) -> None:
     dask_flags = sorted({arg.split("=", 1)[0] for arg in rest if arg.split("=", 1)[0] in DASK_FLAGS})
     if dask_flags and runner != DASK:
         raise UsageError(f"{dask_flags[0]} has no effect without --runner=DaskRunner")
+    if runner == DASK:
+        _check_dask_values(argv)
     if runner == DASK:  # workers in other processes or on other machines: a POSIX path must be on storage they share
         for flag, value in (("--input", args.input), ("--output", args.output)):
             if value.startswith("memory://"):

@@ -39,6 +39,7 @@ from formats.mixtrain import publish, resume, tables
 from formats.mixtrain.fingerprint import Fingerprints
 from formats.mixtrain.publish import stop_point
 from formats.mixtrain.stats import ColumnStats, non_finite_counts, table_stats
+from formats.mixtrain.tables import lake
 from formats.sequence import VIDEO, ColumnSpec, DatasetMeta, Sequence
 from transforms import staged_plan
 from transforms.errors import ERRORS, FAIL, SKIP
@@ -578,6 +579,7 @@ class _PublishFn(beam.DoFn):
         if self._table.format == tables.DEFAULT:  # a retried step (Dataflow retries a bundle) after it published
             published = publish.published_earlier(fs, staging, output, self._sidecar_extra)
             if published is not None:
+                publish.mark_done(fs, staging)
                 yield {"sequences": published["num_sequences"], "timesteps": published["num_timesteps"]}
                 return
         if self._planned is not None:
@@ -622,6 +624,8 @@ class _PublishFn(beam.DoFn):
             if fs.exists(storage.join(staging, scratch)):
                 fs.rm(storage.join(staging, scratch), recursive=True)
         tables.publish(fs, staging, output, sidecar, self._table)
+        if not lake.is_lake(self._table.format):
+            publish.mark_done(fs, staging)
         yield {"sequences": sidecar["num_sequences"], "timesteps": sidecar["num_timesteps"]}
 
 

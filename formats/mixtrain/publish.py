@@ -40,6 +40,8 @@ __all__ = [
     "interrupted_stagings",
     "staging_folders",
     "has_live_owner",
+    "mark_done",
+    "take_done",
     "remove_paths",
     "release_staging",
     "RUN_ID",
@@ -186,6 +188,31 @@ def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
     _discard_published(fs, staging, output)
     if storage.is_local(fs):
         collect_garbage(output)
+
+
+def _done_marker(staging: str) -> str:
+    """Where the publish step says it published (`mark_done`): beside the run's staging folder,
+    which the publication removed (a local sibling, `DST/_staging/<run>.done`)."""
+    return f"{staging}.{DONE}"
+
+
+DONE = "done"
+
+
+def mark_done(fs, staging: str) -> None:
+    """The publish step published this run (standalone and Lance layouts; a lake table names its
+    run itself): what the launcher checks (`take_done`) before it says so, whatever its runner reported."""
+    fs.pipe_file(_done_marker(staging), b"")
+
+
+def take_done(fs, staging: str, output: str) -> bool:
+    """Whether this run's publish step published (its marker, removed here with an emptied `DST/_staging`)."""
+    marker = _done_marker(staging)
+    if not fs.exists(marker):
+        return False
+    fs.rm(marker)
+    discard_staging(fs, staging, output)
+    return True
 
 
 def _published_marker(staging: str) -> str:

@@ -180,3 +180,30 @@ def test_lost_work_is_named_with_the_batches_dealt_to_several_workers(multi_file
                                                         "episode_000005); 6 converted, 0 skipped: the runner lost work; nothing was "
                                                         "published")
     assert not dst.exists()
+
+
+@pytest.mark.parametrize("table_format", ["parquet", "delta"])
+def test_a_run_reported_done_that_published_nothing_fails(multi_file_dataset, tmp_path, capsys, monkeypatch, table_format):
+    """A runner that ends without error but never ran the publish step (a DaskRunner whose scheduler
+    died did): exit 1 and one line, not the previous dataset's numbers as this run's."""
+    from transforms import write
+
+    src, _ = multi_file_dataset
+    dst = tmp_path / "out"
+    extra = [f"--table_format={table_format}"]
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", *extra]) == convert.EXIT_OK
+    before = _digest(dst)
+    capsys.readouterr()
+    monkeypatch.setattr(write._PublishFn, "process", lambda self, *args, **kwargs: iter(()))
+    assert convert.run([f"--input={src}", f"--output={dst}", "--progress=off", "--overwrite", *extra]) == convert.EXIT_FAILED
+    captured = capsys.readouterr()
+    assert "converted" not in captured.out
+    error = _error_from(captured.err)
+    assert error == f"error: {dst}: the runner reported the run done, but its publish step never ran; nothing was published"
+    after = _digest(dst)
+    assert {name: after.get(name) for name in before} == before  # (a lake table also keeps the run's folder, to resume it)
+
+
+def _error_from(err: str) -> str:
+    (line,) = [line for line in err.splitlines() if line.startswith("error: ")]
+    return line
