@@ -202,7 +202,9 @@ DONE = "done"
 def mark_done(fs, staging: str) -> None:
     """The publish step published this run (standalone and Lance layouts; a lake table names its
     run itself): what the launcher checks (`take_done`) before it says so, whatever its runner reported."""
-    fs.pipe_file(_done_marker(staging), b"")
+    marker = _done_marker(staging)
+    fs.makedirs(marker.rsplit("/", 1)[0], exist_ok=True)  # DST/_staging, removed with the last staging folder in it
+    fs.pipe_file(marker, b"")
 
 
 def take_done(fs, staging: str, output: str) -> bool:

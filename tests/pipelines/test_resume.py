@@ -520,3 +520,53 @@ def test_symlinks_planted_in_or_as_a_staging_folder_are_never_followed(tmp_path,
     assert f"resuming run {staging.name.rsplit(publish.SIBLING_MARK, 1)[1]} " in out
     assert victim.read_text() == "keep me" and list(elsewhere.iterdir()) == []
     assert _files(dst) == _files(reference)
+
+
+def test_a_run_killed_as_it_spills_rows_and_a_truncated_spill_file_are_converted_again(tmp_path, source, reference):
+    dst = tmp_path / "out"
+    process = _start(source, dst, *REENCODE, "--num_shards=2", env={publish.STOP_AT: "conversion:rows-spilled"})
+    process.communicate(timeout=300)
+    assert process.returncode == -signal.SIGKILL
+    recorded = _recorded(dst)
+    staging = pathlib.Path(_staging(dst)[0])
+    entry = json.loads(next(iter(sorted((staging / resume.DONE_DIR).glob("*.json")))).read_text())
+    spill = staging / entry["spill"][0]
+    spill.write_bytes(spill.read_bytes()[: spill.stat().st_size // 2])  # its rows' units are converted again
+    code, out, err = _run(source, dst, *REENCODE, "--num_shards=2")
+    assert code == 0, err
+    assert _reused(out) == len(recorded - {row["id"] for row in entry["rows"]})
+    assert _files(dst) == _files(reference)
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 20 MB tmpfs (needs root, as on this project's machines and CI); unmounted afterwards."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mount)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here ({made.stderr.strip()}): the disk tests need root")
+    yield mount
+    subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_or_read_only_disk_during_the_resumption_keeps_the_work_for_the_next(tmp_path, source, reference, small_disk):
+    dst = small_disk / "out"
+    recorded = _kill_at(source, dst, 0.5, *REENCODE, "--num_shards=2")
+    staging = _staging(dst)
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    code, out, err = _run(source, dst, *REENCODE, "--num_shards=2")
+    assert code == 1 and err.splitlines()[0].startswith(f"error: {dst}: cannot write the output: Read-only file system"), err
+    subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
+    assert _staging(dst) == staging and _recorded(dst) == recorded
+    filler = small_disk / "filler"
+    free = os.statvfs(small_disk).f_bavail * os.statvfs(small_disk).f_frsize
+    filler.write_bytes(bytes(max(0, free - 64 * 1024)))  # 64 kB left: the rerun fills the disk
+    code, out, err = _run(source, dst, *REENCODE, "--num_shards=2")
+    assert code == 1 and "No space left on device" in err.splitlines()[0], err
+    assert _staging(dst) == staging and recorded <= _recorded(dst)  # the work kept, more of it perhaps
+    filler.unlink()
+    code, out, err = _run(source, dst, *REENCODE, "--num_shards=2")
+    assert code == 0, err
+    assert _reused(out) >= len(recorded)
+    assert _files(dst) == _files(reference)
