@@ -295,3 +295,21 @@ def test_validate_and_inspect_say_an_unreachable_store_in_one_line(s3, monkeypat
                                            f"or a firewall) and {ADVICE}, then retry\n")
     finally:
         s3_server.clear_clients()
+
+
+def test_rlds_in_arrayrecord_shards_reads_from_s3_as_from_the_disk(s3):
+    """s3fs takes a positional third argument of cat_file as a VersionId: the ArrayRecord reader's
+    ranged reads failed with ParamValidationError on s3:// (every source on every store it documents)."""
+    from formats.sources.rlds.sample import SyntheticRLDS
+    from formats.sources.rlds.sample import write_dataset as write_rlds
+
+    local = s3 / "arrayrecord" / "synthetic_rlds" / "1.0.0"
+    write_rlds(str(local), SyntheticRLDS(file_format="array_record", splits={"train": (3, 4, 5)}, shards={"train": 2}))
+    src = _upload(local, "s3://bucket/sources/arrayrecord")
+    code, _, err = _run(f"--input={src}", "--output=s3://bucket/mixtrain/arrayrecord", "--fps=10", "--num_shards=2")
+    assert code == 0, err
+    code, _, err = _run(f"--input={local}", f"--output={s3 / 'arrayrecord-local'}", "--fps=10", "--num_shards=2")
+    assert code == 0, err
+    got, here = _files("s3://bucket/mixtrain/arrayrecord"), _local_files(s3 / "arrayrecord-local")
+    assert _comparable(got.pop("mixtrain.json")) == _comparable(here.pop("mixtrain.json"))
+    assert {k: v for k, v in got.items() if k != "_fingerprints.json"} == {k: v for k, v in here.items() if k != "_fingerprints.json"}

@@ -172,7 +172,7 @@ class _Remote:
         if size < _BLOCK:
             raise FormatError(f"not a readable ArrayRecord file: {size} bytes, less than the 64 KiB postscript")
         self.tail_at = size - _BLOCK
-        self.tail = fs.cat_file(path, self.tail_at, size)
+        self.tail = fs.cat_file(path, start=self.tail_at, end=size)
         postscript = _records(_chunk(self.tail, self.tail_at, "postscript"), "postscript")
         fields = _fields(postscript[0]) if postscript else {}
         if fields.get(2) != _MAGIC or not isinstance(fields.get(1), int):
@@ -181,7 +181,7 @@ class _Remote:
         if not 0 < self.footer_at < self.tail_at or self.tail_at - self.footer_at > MAX_FOOTER_BYTES:
             raise FormatError(f"not a readable ArrayRecord file: its postscript puts the footer at byte {self.footer_at} "
                               f"(the file has {size} bytes)")
-        self.footer = fs.cat_file(path, self.footer_at, self.tail_at)
+        self.footer = fs.cat_file(path, start=self.footer_at, end=self.tail_at)
         records = _records(_chunk(self.footer, self.footer_at, "footer"), "footer")
         metadata = _fields(_fields(records[0]).get(1, b"")) if records and isinstance(_fields(records[0]).get(1), bytes) else {}
         chunks = [_fields(record) for record in records[1:]]
@@ -217,7 +217,7 @@ class _Remote:
             raise FormatError(f"record {index}: the file holds {self.records} records")
         chunk = bisect.bisect_right(self.firsts, index) - 1
         begin, end = self.offsets[chunk], self.offsets[chunk + 1]
-        with self._sparse((begin, fs.cat_file(self.path, begin, end))) as local:
+        with self._sparse((begin, fs.cat_file(self.path, start=begin, end=end))) as local:
             return _read(_open(local), index)
 
 
