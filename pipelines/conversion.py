@@ -224,7 +224,8 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
         inputs[TALLIES] = tallies | "Tallies" >> beam.Flatten()
     planned = Planned.of(plan.to_convert, len(reused["ids"]) if reused is not None else 0)
     _ = inputs | "Write" >> WriteMixtrain(staging_url, output_url, meta, plan.num_shards, plan.sidecar_extra, options.on_error,
-                                          plan_folder, tuple(options.max_skipped), settings, planned, generation, file_prefix)
+                                          plan_folder, tuple(options.max_skipped), settings, planned, generation, file_prefix,
+                                          mark_published=write_assets and not options.detach)
     return plan
 
 
@@ -240,7 +241,7 @@ def _resumption(fs, staging: str, journal: resume.Journal | None, plan: Conversi
         resumption = resume.plan(journal, units, current)
         resume.tidy(fs, journal, resumption, keep)
         return resumption, ""
-    changed = resume.options_changed(latest.get("options") or {}, plan.sidecar_extra["options"])
+    changed = resume.options_changed(latest.get("options") or {}, plan.sidecar_extra["options"]) if latest else []
     why = (f"with other options ({', '.join(changed)})" if changed else
            "by another converter version" if latest else "without a readable record of its run")
     resume.clear(fs, staging, keep)
@@ -450,6 +451,8 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                     _check_published(out_fs, out_root, staging, options, run_id)
         except (Exception, Interrupted):
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+            if lease is not None:
+                lease.__exit__(None, None, None)  # given up before the folder is removed or kept
             if result is not None and not local and not options.detach:  # the cluster's or Dataflow's tasks stop too
                 _cancel(result)
             if not claimed and not launch_only:
@@ -525,9 +528,8 @@ def _check_published(fs, root: str, staging: str, options: ConvertOptions, run_i
     """A runner that reports success must have run the publish step of this run (its marker, or
     the lake table's current run): a DaskRunner run whose scheduler died returned without error,
     and the summary printed the previous dataset's numbers with exit 0."""
-    if lake.is_lake(options.table_format):
-        value, _ = lake.summary(storage.url_for(fs, root), table_settings(options, run_id))
-        done = ((value or {}).get("table") or {}).get("run") == run_id
+    if lake.is_lake(options.table_format):  # a version of the table names this run (another writer may have committed since)
+        done = lake.is_committed(fs, staging, table_settings(options, run_id))
     else:
         done = publish.take_done(fs, staging, root)
     if not done:

@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         written = samples.get(args.format).bundled(args.output, args.episodes)
-    except RuntimeError as error:  # a writer's missing optional package
+    except ImportError as error:  # a writer's missing optional package
         print(f"error: {error}", file=sys.stderr)
         return 1
     print(f"wrote {written} to {args.output}")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import re
 
 from pipelines import cli
 from pipelines.beam_flags import BEAM_FLAGS, DASK_FLAGS
@@ -39,7 +38,7 @@ DASK = "DaskRunner"
 RUNNERS = (*KNOWN_RUNNERS, DASK)
 # Options whose value is a path of this machine's or a URL: `~` is expanded in them as a shell
 # would have, had the user not written `--name=~/...` (bash expands `~` only at a word's start).
-PATH_OPTIONS = ("input", "output", "log_file")
+PATH_OPTIONS = ("input", "output", "log_file", "dask_scheduler_file")
 # What Dataflow needs to start a job; without them Beam creates a default bucket over the network.
 DATAFLOW_REQUIRED = (("project", ("project",)), ("region", ("region",)),
                      ("temp_location", ("temp_location", "staging_location")))
@@ -174,12 +173,12 @@ def _check_dask_values(argv: list[str]) -> None:
         text = _option(argv, name)
         if text is not None and not (text.isascii() and text.isdigit() and int(text) >= 1):
             raise UsageError(f"--{name}={text}: expected a whole number of at least 1" + (" (seconds)" if name.endswith("timeout") else ""))
-    scheduler_file = _option(argv, "dask_scheduler_file")
-    if scheduler_file is not None and not os.path.isfile(os.path.expanduser(scheduler_file)):
+    scheduler_file = _option(argv, "dask_scheduler_file")  # `~` expanded by as_meant, as Beam then passes it on
+    if scheduler_file is not None and not os.path.isfile(scheduler_file):
         raise UsageError(f"--dask_scheduler_file={scheduler_file}: no such file (the one `dask scheduler --scheduler-file` writes)")
     address = _option(argv, "dask_client_address")
-    if address is not None and not re.fullmatch(r"(?:(?:tcp|tls|inproc|ucx|ws|wss)://)?[^\s/:]+(?::\d{1,5})?", address):
-        raise UsageError(f"--dask_client_address={address}: expected a scheduler address, HOST:PORT or tcp://HOST:PORT")
+    if address is not None and (not address.strip() or any(char.isspace() for char in address)):
+        raise UsageError(f"--dask_client_address={address!r}: expected a scheduler address, HOST:PORT or tcp://HOST:PORT")
 
 
 def check(args, argv: list[str], rest: list[str]) -> None:
@@ -194,9 +193,8 @@ def check(args, argv: list[str], rest: list[str]) -> None:
     dask_flags = sorted({arg.split("=", 1)[0] for arg in rest if arg.split("=", 1)[0] in DASK_FLAGS})
     if dask_flags and runner != DASK:
         raise UsageError(f"{dask_flags[0]} has no effect without --runner=DaskRunner")
-    if runner == DASK:
-        _check_dask_values(argv)
     if runner == DASK:  # workers in other processes or on other machines: a POSIX path must be on storage they share
+        _check_dask_values(argv)
         for flag, value in (("--input", args.input), ("--output", args.output)):
             if value.startswith("memory://"):
                 raise UsageError(f"{flag}={value} is this process's memory, which DaskRunner workers cannot read; use a path on "

@@ -189,24 +189,25 @@ def _hold(descriptor: int) -> None:
     import fcntl
 
     try:
-        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        fcntl.flock(descriptor, fcntl.LOCK_SH)  # waits out another run's probe (`_held`), which lasts an instant
     except OSError:
         pass
 
 
 def _held(path: pathlib.Path) -> bool:
     """Whether a live run holds the log (its shared lock, `Session._open_log`)."""
+    import errno
     import fcntl
 
     try:
-        descriptor = os.open(path, os.O_RDONLY)
+        descriptor = os.open(path, os.O_RDWR)  # read-write: where flock is emulated by POSIX locks, an exclusive one needs it
     except OSError:
         return False
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         return False
-    except OSError:
-        return True
+    except OSError as error:
+        return error.errno in (errno.EWOULDBLOCK, errno.EAGAIN)
     finally:
         os.close(descriptor)
 

@@ -561,7 +561,8 @@ def _check_arrived(output: str, planned: Planned, shards: list[ShardResult], ups
 class _PublishFn(beam.DoFn):
     def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
                  plan_folder: staged_plan.PlanFolder | None = None, max_skipped: tuple[str, float] = ("count", 0),
-                 table: tables.TableSettings | None = None, planned: Planned | None = None):
+                 table: tables.TableSettings | None = None, planned: Planned | None = None, mark_published: bool = False):
+        self._mark_published = mark_published and not lake.is_lake((table or tables.TableSettings()).format)
         self._planned = planned
         self._max_skipped = max_skipped
         self._table = table or tables.TableSettings()
@@ -579,7 +580,8 @@ class _PublishFn(beam.DoFn):
         if self._table.format == tables.DEFAULT:  # a retried step (Dataflow retries a bundle) after it published
             published = publish.published_earlier(fs, staging, output, self._sidecar_extra)
             if published is not None:
-                publish.mark_done(fs, staging)
+                if self._mark_published:
+                    publish.mark_done(fs, staging)
                 yield {"sequences": published["num_sequences"], "timesteps": published["num_timesteps"]}
                 return
         if self._planned is not None:
@@ -624,7 +626,7 @@ class _PublishFn(beam.DoFn):
             if fs.exists(storage.join(staging, scratch)):
                 fs.rm(storage.join(staging, scratch), recursive=True)
         tables.publish(fs, staging, output, sidecar, self._table)
-        if not lake.is_lake(self._table.format):
+        if self._mark_published:
             publish.mark_done(fs, staging)
         yield {"sequences": sidecar["num_sequences"], "timesteps": sidecar["num_timesteps"]}
 
@@ -667,6 +669,8 @@ class WriteMixtrain(beam.PTransform):
         they are spilled; None: not recorded.
       file_prefix: what the converted rows' file references start with before their
         staging-relative path (a lake run's `runs/<run>/`).
+      mark_published: the publish step leaves a marker beside the staging folder for a launcher
+        that waits for the run (`publish.take_done`); lake tables name their runs themselves.
 
     The input is {"sequences": PCollection of converted sequences, "kept": PCollection of
     sequences reused from the previous output (spilled, never recorded for a resumption), optional,
@@ -678,8 +682,9 @@ class WriteMixtrain(beam.PTransform):
     def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
                  on_error: str = FAIL, plan_folder: staged_plan.PlanFolder | None = None, max_skipped: tuple[str, float] = ("count", 0),
                  table: tables.TableSettings | None = None, planned: Planned | None = None, generation: int | None = None,
-                 file_prefix: str = ""):
+                 file_prefix: str = "", mark_published: bool = False):
         super().__init__()
+        self._mark_published = mark_published
         self._generation = generation
         self._file_prefix = file_prefix
         self._planned = planned
@@ -720,7 +725,7 @@ class WriteMixtrain(beam.PTransform):
             | "PublishTrigger" >> beam.Create([None])
             | "Publish" >> beam.ParDo(
                 _PublishFn(self._staging_url, self._output_url, self._meta, self._num_shards, self._sidecar_extra, self._plan_folder,
-                           self._max_skipped, self._table, self._planned),
+                           self._max_skipped, self._table, self._planned, self._mark_published),
                 beam.pvalue.AsSingleton(collected, default_value=MergeShardsFn().extract_output([])),
                 beam.pvalue.AsList(errors),
                 beam.pvalue.AsList(tallies),

@@ -190,13 +190,13 @@ def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
         collect_garbage(output)
 
 
+DONE = "done"  # the suffix of the publish step's marker (`mark_done`)
+
+
 def _done_marker(staging: str) -> str:
     """Where the publish step says it published (`mark_done`): beside the run's staging folder,
     which the publication removed (a local sibling, `DST/_staging/<run>.done`)."""
     return f"{staging}.{DONE}"
-
-
-DONE = "done"
 
 
 def mark_done(fs, staging: str) -> None:
@@ -323,12 +323,16 @@ def collect_garbage(output: str) -> None:
     """Remove what killed runs left beside the output (staging, a replaced dataset) and, inside
     it, their staging (`_staging/`, object-store layout) when no live run owns it."""
     for folder in _siblings(output):
-        if _live_owner(folder) is None:
+        if folder.endswith(f".{DONE}") and os.path.isfile(folder):  # a launcher killed between publication and `take_done`
+            os.remove(folder)
+        elif _live_owner(folder) is None:
             shutil.rmtree(folder, ignore_errors=True)
     inside = f"{output}/{STAGING_DIR}"
     if os.path.isdir(inside):
         for name in os.listdir(inside):
-            if _live_owner(f"{inside}/{name}") is None:
+            if name.endswith(f".{DONE}") and os.path.isfile(f"{inside}/{name}"):
+                os.remove(f"{inside}/{name}")
+            elif _live_owner(f"{inside}/{name}") is None:
                 shutil.rmtree(f"{inside}/{name}", ignore_errors=True)
         if not os.listdir(inside):
             os.rmdir(inside)

@@ -390,6 +390,7 @@ class Lease:
         import threading
 
         self._fs, self._path, self._stop = fs, storage.join(staging, LEASE), threading.Event()
+        self._journal = storage.join(staging, RESUME_DIR)
         self._thread = threading.Thread(target=self._renew, name="mixtrain-lease", daemon=True)
 
     def __enter__(self) -> Lease:
@@ -399,7 +400,18 @@ class Lease:
         return self
 
     def __exit__(self, *_) -> None:
+        """The run is over (published, failed or interrupted): the lease is given up, so that the
+        same command run again resumes at once; only a killed launcher leaves a live one."""
+        if self._stop.is_set():
+            return
         self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join(timeout=10)
+            try:
+                if self._fs.exists(self._path):
+                    self._fs.rm(self._path)
+            except Exception:  # noqa: BLE001 - a lease left behind lapses by itself
+                pass
 
     def _write(self) -> None:
         self._fs.pipe_file(self._path, json.dumps({"renewed": time.time()}).encode())
@@ -407,7 +419,7 @@ class Lease:
     def _renew(self) -> None:
         while not self._stop.wait(LEASE_SECONDS):
             try:
-                if not self._fs.exists(self._path):  # the publish step removed the journal: the run is over
+                if not self._fs.exists(self._journal):  # the publish step removed the journal: the run is over
                     return
                 self._write()
             except Exception:  # noqa: BLE001 - a store that failed once may answer next time; the run's own steps report it

@@ -297,5 +297,5 @@ def _pandas():
     try:
         import pandas
     except ImportError:
-        raise RuntimeError("the lerobot_v2 sample is written through pandas, as lerobot writes it: pip install pandas") from None
+        raise ImportError("the lerobot_v2 sample is written through pandas, as lerobot writes it: pip install pandas") from None
     return pandas
