@@ -149,7 +149,8 @@ def encode_stats(stats: dict[str, ColumnStats]) -> dict:
     """Statistics computed upstream (image statistics), exactly: arrays as their bytes."""
     return {key: {"count": int(value.count), "mean": _array(value.mean), "m2": _array(value.m2), "min": _array(value.min),
                   "max": _array(value.max), "levels": [_array(level) for level in value.levels],
-                  "capacity": int(value.capacity), "image": bool(value.image)}
+                  "capacity": int(value.capacity), "image": bool(value.image),
+                  **({"shift": _array(value.shift)} if value.shift is not None else {})}
             for key, value in sorted(stats.items())}
 
 
@@ -157,7 +158,7 @@ def decode_stats(value: dict) -> dict[str, ColumnStats]:
     return {key: ColumnStats(count=int(item["count"]), mean=_unarray(item["mean"]), m2=_unarray(item["m2"]),
                              min=_unarray(item["min"]), max=_unarray(item["max"]),
                              levels=[_unarray(level) for level in item["levels"]], capacity=int(item["capacity"]),
-                             image=bool(item["image"]))
+                             image=bool(item["image"]), shift=_unarray(item["shift"]) if "shift" in item else None)
             for key, item in value.items()}
 
 

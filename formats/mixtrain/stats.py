@@ -43,6 +43,9 @@ class ColumnStats:
     levels: list[np.ndarray]  # levels[l]: [n_l, D] float64 rows each standing for 2**l values
     capacity: int = DEFAULT_CAPACITY
     image: bool = False  # per-channel image statistics: rendered as [C, 1, 1]
+    # Integers past 2**53 (float64 steps by 2,048 near 2**63): the exact per-dimension value
+    # (int64/uint64) that `mean` is relative to, the moments taken from exact differences to it.
+    shift: np.ndarray | None = None
 
     @staticmethod
     def of(values: np.ndarray, capacity: int = DEFAULT_CAPACITY, sketch_level: int = 0, image: bool = False) -> ColumnStats:
@@ -62,20 +65,25 @@ class ColumnStats:
                 merged = merged.merge(ColumnStats.of(values[start:start + _BLOCK_ROWS], capacity, 0, image))
             return merged
         data = values.astype(np.float64, copy=False)
-        mean = data.mean(axis=0)
         # Integers keep their own dtype where a stat is one of the values (min, max, the quantile
         # sketch): float64 holds integers exactly only up to 2**53.
         exact = values if _is_integer(values.dtype) else data
+        low, high = exact.min(axis=0), exact.max(axis=0)
+        shift = None
+        if _is_integer(values.dtype) and _past_float(low, high):
+            shift, data = low.copy(), _differences(values, low)
+        mean = data.mean(axis=0)
         levels = [np.zeros((0, data.shape[1]), exact.dtype)] * sketch_level + [exact[:: 2**sketch_level].copy()]
         stats = ColumnStats(
             count=data.shape[0],
             mean=mean,
             m2=((data - mean) ** 2).sum(axis=0),
-            min=exact.min(axis=0),
-            max=exact.max(axis=0),
+            min=low,
+            max=high,
             levels=levels,
             capacity=capacity,
             image=image,
+            shift=shift,
         )
         stats._compact()
         return stats
@@ -86,8 +94,9 @@ class ColumnStats:
         if other.count == 0:
             return self
         total = self.count + other.count
-        delta = other.mean - self.mean
-        mean = self.mean + delta * (other.count / total)
+        shift, first, second = _aligned(self, other)  # the partials' means in one frame (exact integer offsets)
+        delta = (second - first) + (other.mean - self.mean)
+        mean = (self.mean + first) + delta * (other.count / total)
         m2 = self.m2 + other.m2 + delta**2 * (self.count * other.count / total)
         depth = max(len(self.levels), len(other.levels))
         levels = []
@@ -95,7 +104,7 @@ class ColumnStats:
             parts = [ls[level] for ls in (self.levels, other.levels) if level < len(ls) and len(ls[level])]
             levels.append(np.concatenate(parts) if parts else np.zeros((0, self.mean.shape[0]), self.levels[0].dtype))
         merged = ColumnStats(total, mean, m2, np.minimum(self.min, other.min), np.maximum(self.max, other.max),
-                             levels, self.capacity, self.image)
+                             levels, self.capacity, self.image, shift)
         merged._compact()
         return merged
 
@@ -137,8 +146,9 @@ class ColumnStats:
         # has them written as integers, exact (its quantiles lie between min and max).
         exact = _is_integer(self.min.dtype) and max(np.abs(self.min.astype(object)).max(initial=0),
                                                     np.abs(self.max.astype(object)).max(initial=0)) > _FLOAT_EXACT
+        mean = self.mean.tolist() if self.shift is None else [float(s) + m for s, m in zip(self.shift.tolist(), self.mean.tolist())]
         out = {
-            "mean": self.mean.tolist(),
+            "mean": mean,
             "std": np.sqrt(self.m2 / self.count).tolist(),
             "min": _rendered(values.pop("min"), exact),
             "max": _rendered(values.pop("max"), exact),
@@ -156,6 +166,32 @@ _FLOAT_EXACT = 2**53
 
 def _is_integer(dtype: np.dtype) -> bool:
     return dtype.kind in "iu"
+
+
+def _past_float(low: np.ndarray, high: np.ndarray) -> bool:
+    """Whether some value lies beyond what float64 holds exactly (exact Python integers compared)."""
+    return max((abs(int(value)) for value in (*low.tolist(), *high.tolist())), default=0) > _FLOAT_EXACT
+
+
+def _differences(values: np.ndarray, low: np.ndarray) -> np.ndarray:
+    """values - low, exactly, as float64: int64 through uint64, where the difference (below 2**64
+    however far apart the values) wraps to its exact value."""
+    if values.dtype.kind == "i":
+        return (values.astype(np.int64).view(np.uint64) - low.astype(np.int64).view(np.uint64)).astype(np.float64)
+    return (values - low).astype(np.float64)
+
+
+def _aligned(first: ColumnStats, second: ColumnStats) -> tuple[np.ndarray | None, np.ndarray | float, np.ndarray | float]:
+    """(the merged shift, each partial's offset to it as float64): zeros where neither is shifted;
+    the offsets are exact integer differences, rounded once."""
+    if first.shift is None and second.shift is None:
+        return None, 0.0, 0.0
+    shifts = [[int(value) for value in stats.shift.tolist()] if stats.shift is not None else [0] * len(stats.mean)
+              for stats in (first, second)]
+    base = [min(a, b) for a, b in zip(*shifts)]
+    kind = (first.shift if first.shift is not None else second.shift).dtype
+    offsets = [np.array([float(value - zero) for value, zero in zip(shift, base)]) for shift in shifts]
+    return np.array(base, dtype=kind), offsets[0], offsets[1]
 
 
 def _rendered(values: np.ndarray, exact: bool) -> list:

@@ -160,3 +160,40 @@ def test_integer_step_column_statistics_from_arrow_are_exact():
     table = pa.table({"counter": pa.array(cells, pa.list_(pa.int64()))})
     out = json.loads(mixtrain.dumps(summarise([table_stats(table, [ColumnSpec("counter", STEPS, pa.list_(pa.int64()))])])))
     assert out["counter"]["min"] == [-2**63] and out["counter"]["max"] == [2**63 - 1] and out["counter"]["q50"] == [2**53 + 1]
+
+
+@pytest.mark.parametrize(("dtype", "base"), [(np.int64, 2**63 - 10_000), (np.int64, -2**63 + 5), (np.uint64, 2**64 - 10_000)],
+                         ids=["int64-top", "int64-bottom", "uint64-top"])
+def test_integer_moments_are_right_whatever_their_magnitude(dtype, base):
+    """Near +-2**63 float64 steps by 2,048: an int64 column's std came out 1010.7 where it is 199.8.
+    Moments are taken from exact differences to the column's minimum, in blocks and merged."""
+    import functools
+
+    offsets = np.random.default_rng(0).integers(0, 700, size=(50_000, 2))
+    values = np.array([[base + int(v) for v in row] for row in offsets.tolist()], dtype=dtype)
+    expected_std, expected_mean = offsets.std(axis=0), offsets.mean(axis=0)
+    stats = ColumnStats.of(values)  # 50,000 rows: several blocks, merged
+    merged = functools.reduce(ColumnStats.merge, [ColumnStats.of(part) for part in np.array_split(values, 7)])
+    for result in (stats, merged):
+        rendered = result.to_json()
+        assert np.allclose(rendered["std"], expected_std, rtol=1e-9, atol=0), rendered["std"]
+        assert rendered["mean"] == pytest.approx([float(base) + m for m in expected_mean], rel=1e-15)
+        assert rendered["min"] == [base + int(v) for v in offsets.min(axis=0)] and rendered["max"] == [base + int(v) for v in offsets.max(axis=0)]
+
+
+def test_an_integer_column_spanning_the_whole_int64_range_keeps_its_moments():
+    values = np.array([[-2**63 + 1], [2**63 - 1], [0], [2**62]], dtype=np.int64)
+    exact = [int(v) for v in values[:, 0].tolist()]
+    mean = sum(exact) / len(exact)
+    std = (sum((v - mean) ** 2 for v in exact) / len(exact)) ** 0.5
+    rendered = ColumnStats.of(values).to_json()
+    assert rendered["std"][0] == pytest.approx(std, rel=1e-12) and rendered["mean"][0] == pytest.approx(mean, rel=1e-12, abs=1.0)
+
+
+def test_small_integer_columns_keep_their_numbers_bit_for_bit():
+    """The exact path is taken only past 2**53: columns of ordinary integers keep the numbers they had."""
+    values = np.random.default_rng(1).integers(-1000, 1000, size=(20_000, 3))
+    data = values.astype(np.float64)
+    rendered = ColumnStats.of(values).to_json()
+    assert rendered["mean"] == ColumnStats.of(data).to_json()["mean"]
+    assert rendered["std"] == ColumnStats.of(data).to_json()["std"]
