@@ -36,7 +36,7 @@ from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageE
 from pipelines.early_plan import EarlyPlan
 from pipelines.plan import ConversionPlan, blame, created_now, make_plan, requested_encoding, without_cycle_collection
 from pipelines.progress import Progress
-from pipelines.session import Interrupted, new_run_id, remember_failed_log
+from pipelines.session import Interrupted, interrupted_by, new_run_id, remember_failed_log
 from transforms import staged_plan
 from transforms.errors import ERRORS
 from transforms.read import TALLIES, ReadSequences, stage_refs
@@ -467,11 +467,12 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
     except UsageError as error:
         _usage(console, error)
         return EXIT_USAGE
-    except Interrupted as interrupt:
-        message = interrupt.message() + (f"; {_resume_hint(kept)}" if kept else "")
-        print(f"error: {for_terminal(message)}", file=console, flush=True)
-        return interrupt.exit_code
-    except Exception as error:  # noqa: BLE001 - every failure becomes one line and a clean output
+    except (Interrupted, Exception) as error:  # noqa: BLE001 - every failure becomes one line and a clean output
+        interrupt = interrupted_by(error)
+        if interrupt is not None:
+            message = interrupt.message() + (f"; {_resume_hint(kept)}" if kept else "")
+            print(f"error: {for_terminal(message)}", file=console, flush=True)
+            return interrupt.exit_code
         message = failures.output_message(error, options.output) or failures.user_message(error)
         if message is None:  # not bad input: a fault of ours or of the platform
             first = (str(error).strip().splitlines() or [""])[0]

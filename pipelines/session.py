@@ -21,7 +21,7 @@ import tempfile
 import threading
 from typing import TextIO
 
-__all__ = ["Interrupted", "LogError", "Session", "default_log_dir", "new_run_id", "remember_failed_log"]
+__all__ = ["Interrupted", "LogError", "Session", "default_log_dir", "interrupted_by", "new_run_id", "remember_failed_log"]
 
 # Default logs are kept by age and size, never by count (20 counted every run of the user, and a
 # running conversion's own log was deleted under it): older than KEEP_DAYS, or past KEEP_BYTES
@@ -63,8 +63,25 @@ def default_log_dir() -> pathlib.Path:
     return pathlib.Path(base) / "mixtrain-convert" / "logs"
 
 
+_RECEIVED: list[int] = []  # the signals this process was interrupted by (`interrupted_by`)
+
+
 def _raise_interrupted(signum, _frame):
+    _RECEIVED.append(signum)
     raise Interrupted(signum)
+
+
+def interrupted_by(error: BaseException) -> Interrupted | None:
+    """The interrupt behind a failure: Beam's in-process runner wraps the Interrupted raised in a
+    DoFn into a RuntimeError ("pipelines.session.Interrupted: SIGINT"), which is still the user's
+    Ctrl-C (exit 130 and its one line), not a failed conversion."""
+    seen, first = set(), error
+    while error is not None and id(error) not in seen:
+        if isinstance(error, Interrupted):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return Interrupted(_RECEIVED[-1]) if _RECEIVED and "session.Interrupted" in str(first) else None
 
 
 class Session:

@@ -277,15 +277,17 @@ def test_success_prints_progress_with_a_total_and_leaves_no_temp_files(tmp_path)
     assert os.listdir(tmp_path / "tmpdir") == []
 
 
-@pytest.mark.parametrize("signum, code, group", [(signal.SIGINT, 130, False), (signal.SIGTERM, 143, False), (signal.SIGINT, 130, True)],
-                         ids=["sigint", "sigterm", "ctrl-c-to-the-process-group"])
-def test_an_interrupt_exits_with_one_line_no_staging_and_no_process(tmp_path, signum, code, group):
+@pytest.mark.parametrize("signum, code, group, workers", [(signal.SIGINT, 130, False, TWO_WORKERS), (signal.SIGTERM, 143, False, TWO_WORKERS),
+                                                    (signal.SIGINT, 130, True, TWO_WORKERS),
+                                                    (signal.SIGINT, 130, True, ("--direct_num_workers=1",))],
+                         ids=["sigint", "sigterm", "ctrl-c-to-the-process-group", "ctrl-c-one-worker-in-process"])
+def test_an_interrupt_exits_with_one_line_no_staging_and_no_process(tmp_path, signum, code, group, workers):
     src = tmp_path / "many"
     write_lerobot(str(src), SyntheticLeRobot(lengths=(30,) * 400, codec="h264", gop=None, episodes_per_video_file=100,
                                              episodes_per_data_file=100, cameras=("observation.images.top",)))
     dst = tmp_path / "out"
     process = _cli(tmp_path, f"--input={src}", f"--output={dst}", "--video=reencode", "--progress=lines", "--progress_interval=0.1",
-                   *TWO_WORKERS, wait=False, start_new_session=True)
+                   *workers, wait=False, start_new_session=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # interrupt once sequences are being converted by the workers
         line = process.stdout.readline()
