@@ -314,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=command_name("validate"), description="Check a Mixtrain dataset.")
     parser.add_argument("dataset", help="Mixtrain dataset root (path or fsspec URL)")
     parser.add_argument("--deep", action="store_true", help="decode every video and compare it with the source")
-    parser.add_argument("--source", default=None, help="source dataset root for --deep (default: the URI in mixtrain.json)")
+    parser.add_argument("--source", default=None, help="source dataset root for --deep (default: the URI in mixtrain.json when it is a path on this machine; "
+                             "a URL there is fetched only when named here)")
     parser.add_argument("--min_psnr", type=float, default=35.0, help="lowest luma PSNR (dB) a lossy encode may have")
     try:
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
@@ -339,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
             verdict = " (deep: no video columns to compare)"
         elif summary and summary[0].endswith(NOT_COMPARED):
             verdict = " (deep: statistics and videos not compared with the source)"
-        elif not any("not reachable" in line for line in summary):
+        elif not any("not reachable" in line or "not fetched" in line for line in summary):
             verdict = " (deep: videos match the source)"
     for finding in findings:
         print(for_terminal(finding))

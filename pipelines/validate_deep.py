@@ -51,8 +51,17 @@ def deep_check(url: str, source_url: str | None = None, min_psnr: float = 35.0) 
         return statistics, [NO_VIDEO]
     source = sidecar.get("source") or {}
     plan_options = (sidecar.get("converter") or {}).get("options", {}).get("source_options") or {}
-    loader = _source_loader(source_url or source.get("uri"), source.get("format"), plan_options)
-    notes = [] if loader is not None else [f"source {source_url or source.get('uri')!r} not reachable: checked decoding and timing only"]
+    named, notes = source_url, []
+    if named is None:  # what the dataset says: followed only on this machine's disk (a dataset from elsewhere is untrusted)
+        uri = source.get("uri")
+        if isinstance(uri, str) and (uri.startswith("file://") or "://" not in uri):
+            named = uri
+        elif uri:
+            notes = [f"source {uri!r} (named by mixtrain.json) not fetched: pass --source=URI to compare with it; checked decoding "
+                     "and timing only"]
+    loader = _source_loader(named, source.get("format"), plan_options)
+    if loader is None and not notes:
+        notes = [f"source {named!r} not reachable: checked decoding and timing only"]
     findings: list[str] = statistics
     totals = {name: {"sequences": 0, "frames": 0, "identical": 0, "psnr": math.inf} for name in columns}
     for shard in sidecar.get("shards", []):
@@ -164,7 +173,7 @@ def _source_loader(url: str | None, source_format: str | None, plan_options: dic
         meta, refs = source.plan(fs, root, plan_options)
         reader = source.open(fs, root, meta)
         refs = [record for ref in refs for record in reader.expand(ref)]
-    except (OSError, ConversionError):
+    except Exception:  # noqa: BLE001 - a source the user named that cannot be read: the note says so, no traceback
         return None
     by_id = {ref.sequence_id: ref for ref in refs}
 

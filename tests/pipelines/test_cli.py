@@ -456,3 +456,43 @@ def test_version_and_help_name_every_source_without_importing_beam(tmp_path):
     helped = subprocess.run([sys.executable, "-m", "pipelines.convert", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert "Convert a LeRobot v3.0 or v2.x, RLDS (TFRecord or ArrayRecord), ORTF or L5Kit dataset" in helped.stdout
     assert "--version" in helped.stdout and "--fresh" in helped.stdout
+
+
+@pytest.mark.parametrize("uri", ["http://127.0.0.1:{port}/internal", "s3://somebody/else", "gs://somebody/else", "hf://datasets/a/b"])
+def test_validate_deep_never_fetches_a_source_a_received_dataset_names(tmp_path, small_lerobot, uri):
+    """A dataset received from elsewhere is untrusted: its mixtrain.json's source.uri (an internal
+    address, another store) is not fetched unless the user names it; one line says so."""
+    import json
+    import socket
+    import threading
+
+    dst = tmp_path / "out"
+    assert _cli(tmp_path, f"--input={small_lerobot}", f"--output={dst}", "--progress=off").returncode == 0
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(5)
+    listener.settimeout(0.2)
+    accepted = []
+
+    def accept():
+        for _ in range(100):
+            try:
+                accepted.append(listener.accept())
+            except OSError:
+                pass
+
+    watcher = threading.Thread(target=accept, daemon=True)
+    watcher.start()
+    named = uri.format(port=listener.getsockname()[1])
+    sidecar = json.loads((dst / "mixtrain.json").read_text())
+    sidecar["source"]["uri"] = named
+    (dst / "mixtrain.json").write_text(json.dumps(sidecar))
+    try:
+        done = _cli(tmp_path, str(dst), "--deep", module="pipelines.validate")
+    finally:
+        listener.close()
+        watcher.join(timeout=25)
+    assert accepted == [] and "Traceback" not in done.stderr
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _lines(done.stdout)[0] == (f"source {named!r} (named by mixtrain.json) not fetched: pass --source=URI to compare with it; "
+                                      "checked decoding and timing only")
