@@ -314,7 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=command_name("validate"), description="Check a Mixtrain dataset.")
     parser.add_argument("dataset", help="Mixtrain dataset root (path or fsspec URL)")
     parser.add_argument("--deep", action="store_true", help="decode every video and compare it with the source")
-    parser.add_argument("--source", default=None, help="source dataset root for --deep (default: the URI in mixtrain.json when it is a path on this machine; "
+    parser.add_argument("--source", default=None,
+                        help="source dataset root for --deep (default: the URI in mixtrain.json when it is a path on this machine; "
                              "a URL there is fetched only when named here)")
     parser.add_argument("--min_psnr", type=float, default=35.0, help="lowest luma PSNR (dB) a lossy encode may have")
     try:
