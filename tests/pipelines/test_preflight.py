@@ -345,3 +345,15 @@ def test_options_a_local_run_would_ignore_or_cannot_serve_are_refused_at_once(tm
     code, lines, heavy = _refused(tmp_path, f"--input={small}", f"--output={tmp_path / 'out'}", *extra)
     assert (code, heavy, lines) == (2, False, [expected])
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    (["--dask_npartitions=-5"], "error: --dask_npartitions=-5: expected a whole number of at least 1"),
+    (["--dask_connection_timeout=soon"], "error: --dask_connection_timeout=soon: expected a whole number of at least 1 (seconds)"),
+    (["--dask_scheduler_file=/nonexistent/scheduler.json"],
+     "error: --dask_scheduler_file=/nonexistent/scheduler.json: no such file (the one `dask scheduler --scheduler-file` writes)"),
+])
+def test_dask_values_are_checked_like_ours(tmp_path, small, extra, expected):
+    """Beam's DaskOptions took any value (a timeout of "soon" became dask's default, -5 partitions went on)."""
+    code, lines, heavy = _refused(tmp_path, f"--input={small}", f"--output={tmp_path / 'out'}", "--runner=DaskRunner", *extra)
+    assert (code, heavy, lines) == (2, False, [expected])
