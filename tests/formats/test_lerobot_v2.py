@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from formats.errors import FormatError
 from formats.sources.lerobot_v2.sample import convert_v21_to_v30, write_dataset
 from formats.sources.lerobot_v3.sample import SyntheticLeRobot, camera_frames, encode_camera
 from pipelines import convert
@@ -259,3 +260,29 @@ def test_an_episode_field_named_like_a_column_of_ours_names_episodes_jsonl(tmp_p
         f"error: {index}: source features 'duration_seconds' and 'duration_seconds' both map to column 'duration_seconds'; "
         "rename one in the source")
     assert not (tmp_path / "out").exists()
+
+
+def test_episode_fields_are_read_from_every_line_not_the_first(tmp_path):
+    """A field the first line of episodes.jsonl lacks was dropped for every episode (tasks too: every
+    row's tasks became [] and no per-step task column was made)."""
+    from formats import storage
+    from formats.sources import lerobot_v2
+
+    src = tmp_path / "d"
+    write_dataset(str(src), SyntheticLeRobot(lengths=(5, 5, 5), cameras=()), version="v2.1")
+    index = src / "meta" / "episodes.jsonl"
+    lines = [json.loads(line) for line in index.read_text().splitlines()]
+    lines[1]["operator"], lines[2]["operator"] = "ana", "bo"  # not on the first line
+    index.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    fs, root = storage.open_root(str(src))
+    table = lerobot_v2._read_episodes(fs, root)
+    assert table.column("operator").to_pylist() == [None, "ana", "bo"]
+    del lines[0]["tasks"]  # tasks on some lines only: refused, naming the line
+    index.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(FormatError, match=r"episodes.jsonl: line 1: no tasks, where other lines list theirs$"):
+        lerobot_v2._read_episodes(fs, root)
+    lines[0]["tasks"] = ["a task"]
+    lines[1]["operator"], lines[2]["operator"] = 5, 2**70  # past 64 bits: the file is named, not the folder
+    index.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    with pytest.raises(FormatError, match=r"meta/episodes.jsonl: an episode field holds values of different types"):
+        lerobot_v2._read_episodes(fs, root)

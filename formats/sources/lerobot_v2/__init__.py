@@ -151,6 +151,10 @@ def _read_episodes(fs, root: str) -> pa.Table:
         if not isinstance(tasks, list) or not all(isinstance(task, str) for task in tasks):
             raise FormatError(f"{path}: line {number}: episode_{index:06d}: tasks must be a list of strings, found {tasks!r}")
         rows.append(row)
+    with_tasks = [("tasks" in row) for row in rows]
+    if any(with_tasks) and not all(with_tasks):  # a line without them would become an episode without tasks
+        number = next(number for (number, _), has in zip(lines, with_tasks) if not has)
+        raise FormatError(f"{path}: line {number}: no tasks, where other lines list theirs")
     rows.sort(key=lambda row: row["episode_index"])
     start = 0
     for previous, row in zip([None, *rows], rows):
@@ -158,10 +162,14 @@ def _read_episodes(fs, root: str) -> pa.Table:
             raise FormatError(f"{path}: episode_index {row['episode_index']} appears more than once")
         row["dataset_from_index"], row["dataset_to_index"] = start, start + row["length"]
         start += row["length"]
+    # Every field any line holds (from_pylist took the first line's fields: one the first line
+    # lacked was dropped for every episode); a line without a field gets null there.
+    names = list(dict.fromkeys(name for row in rows for name in row))
     try:
-        return pa.Table.from_pylist(rows)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as error:
-        raise FormatError(f"{path}: an episode field holds values of different types across lines: {error}") from error
+        return pa.table({name: [row.get(name) for row in rows] for name in names})
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as error:
+        raise FormatError(f"{path}: an episode field holds values of different types across lines, or an integer past "
+                          f"64 bits: {error}") from error
 
 
 def _read_tasks(fs, root: str) -> dict[int, str]:
