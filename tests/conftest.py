@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import shutil
+import subprocess
 
 # Before anything imports gcsfs, which reads this once, at import: its experimental GCS
 # (zonal/hierarchical buckets) probes every bucket over gRPC, which the tests' GCS emulator does not
@@ -78,3 +80,17 @@ def shared_lerobot(name: str) -> pathlib.Path:
     if not path.is_dir():
         pytest.skip(f"real fixture not found at {path} (../shared/fixtures is absent in a plain clone)")
     return path
+
+
+@contextlib.contextmanager
+def small_tmpfs(folder, size: str):
+    """A tmpfs of `size` mounted at `folder` (needs root, as on this project's machines and CI; the
+    test skips, saying so, where it cannot), unmounted afterwards."""
+    folder.mkdir(exist_ok=True)
+    made = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({made.stderr.strip()}): the disk test needs root")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], check=False)

@@ -26,6 +26,7 @@ from formats.sources.ortf.sample import write_dataset as write_ortf
 from formats.sources.rlds.sample import SyntheticRLDS
 from formats.sources.rlds.sample import write_dataset as write_rlds
 from pipelines import cli
+from tests.conftest import small_tmpfs
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TWO_WORKERS = ("--direct_num_workers=2", "--direct_running_mode=multi_processing")
@@ -355,14 +356,9 @@ def test_validate_deep_says_nothing_of_videos_where_there_are_none(tmp_path):
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 300 kB tmpfs (needs root, as on this project's machines and CI); unmounted afterwards."""
-    mount = tmp_path / "small"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=300k", "tmpfs", str(mount)], capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here ({made.stderr.strip()}): the full-disk test needs root")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    """A 300 kB tmpfs."""
+    with small_tmpfs(tmp_path / "small", "300k") as mount:
+        yield mount
 
 
 @pytest.mark.parametrize("extra", [("--direct_num_workers=1",), TWO_WORKERS, ("--on_error=skip", "--max_skipped=100%")],

@@ -540,14 +540,11 @@ def test_a_run_killed_as_it_spills_rows_and_a_truncated_spill_file_are_converted
 
 @pytest.fixture
 def small_disk(tmp_path):
-    """A 20 MB tmpfs (needs root, as on this project's machines and CI); unmounted afterwards."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    made = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=20m", "tmpfs", str(mount)], capture_output=True, text=True)
-    if made.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here ({made.stderr.strip()}): the disk tests need root")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=False)
+    """A 20 MB tmpfs."""
+    from tests.conftest import small_tmpfs
+
+    with small_tmpfs(tmp_path / "disk", "20m") as mount:
+        yield mount
 
 
 def test_a_full_or_read_only_disk_during_the_resumption_keeps_the_work_for_the_next(tmp_path, source, reference, small_disk):

@@ -225,19 +225,23 @@ def test_missing_credentials_are_one_line(s3, monkeypatch):
         s3_server.clear_clients()
 
 
-def test_an_endpoint_nobody_answers_is_one_line_at_the_deadline(s3, monkeypatch):
+@pytest.fixture
+def dead_endpoint(s3, monkeypatch):
+    """AWS_ENDPOINT_URL on a loopback port nobody answers, and a 1 s deadline to reach it."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         dead = probe.getsockname()[1]
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{dead}")
     monkeypatch.setattr(storage, "REACH_SECONDS", 1.0)
     s3_server.clear_clients()
-    try:
-        assert _error("--input=s3://bucket/sources/x", f"--output={s3 / 'never'}") == (
-            "error: s3://bucket/sources/x: the store did not answer in 1 s; check the network (a proxy or a firewall) and "
-            f"{ADVICE}, then retry\n")
-    finally:
-        s3_server.clear_clients()
+    yield
+    s3_server.clear_clients()
+
+
+def test_an_endpoint_nobody_answers_is_one_line_at_the_deadline(s3, dead_endpoint):
+    assert _error("--input=s3://bucket/sources/x", f"--output={s3 / 'never'}") == (
+        "error: s3://bucket/sources/x: the store did not answer in 1 s; check the network (a proxy or a firewall) and "
+        f"{ADVICE}, then retry\n")
 
 
 def test_the_lake_libraries_get_the_endpoint_of_the_s3_specific_variable(s3, monkeypatch):
@@ -278,23 +282,14 @@ def test_a_dask_cluster_converts_s3_to_s3_to_the_local_runners_bytes(s3):
 
 
 @pytest.mark.parametrize("command", ["validate", "inspect"])
-def test_validate_and_inspect_say_an_unreachable_store_in_one_line(s3, monkeypatch, capsys, command):
+def test_validate_and_inspect_say_an_unreachable_store_in_one_line(s3, dead_endpoint, capsys, command):
     """They printed 134 lines and 3 tracebacks (EndpointConnectionError) where convert printed one."""
     from pipelines import inspect
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        dead = probe.getsockname()[1]
-    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{dead}")
-    monkeypatch.setattr(storage, "REACH_SECONDS", 1.0)
-    s3_server.clear_clients()
-    try:
-        main = validate.main if command == "validate" else inspect.main
-        assert main(["s3://bucket/mixtrain/x"]) == 1
-        assert capsys.readouterr().err == ("error: s3://bucket/mixtrain/x: the store did not answer in 1 s; check the network (a proxy "
-                                           f"or a firewall) and {ADVICE}, then retry\n")
-    finally:
-        s3_server.clear_clients()
+    main = validate.main if command == "validate" else inspect.main
+    assert main(["s3://bucket/mixtrain/x"]) == 1
+    assert capsys.readouterr().err == ("error: s3://bucket/mixtrain/x: the store did not answer in 1 s; check the network (a proxy "
+                                       f"or a firewall) and {ADVICE}, then retry\n")
 
 
 def test_rlds_in_arrayrecord_shards_reads_from_s3_as_from_the_disk(s3):
