@@ -470,6 +470,8 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
     except (Interrupted, Exception) as error:  # noqa: BLE001 - every failure becomes one line and a clean output
         interrupt = interrupted_by(error)
         if interrupt is not None:
+            if error is not interrupt:  # what failed on the way out (a clean-up after the interrupt), for the log
+                _LOG.error("interrupted; then: %s", error, exc_info=error)
             message = interrupt.message() + (f"; {_resume_hint(kept)}" if kept else "")
             print(f"error: {for_terminal(message)}", file=console, flush=True)
             return interrupt.exit_code

@@ -56,8 +56,10 @@ _MOST = 1 << 48  # no report of a run counts this much (a count of bytes include
 _CREDENTIALS = struct.Struct("iII") if hasattr(socket, "SO_PASSCRED") and hasattr(socket, "SCM_CREDENTIALS") else struct.Struct("")
 
 
-def _descends_from(pid: int, ancestor: int) -> bool:
-    """Whether process `pid` is `ancestor` or below it (its parents read from /proc)."""
+def _descends_from(pid: int, ancestor: int) -> bool | None:
+    """Whether process `pid` is `ancestor` or below it (its parents read from /proc); None when
+    `pid` itself is gone (or /proc cannot be read)."""
+    first = True
     for _ in range(64):
         if pid == ancestor:
             return True
@@ -67,7 +69,8 @@ def _descends_from(pid: int, ancestor: int) -> bool:
             with open(f"/proc/{pid}/stat") as handle:
                 pid = int(handle.read().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):
-            return False
+            return None if first else False
+        first = False
     return False
 
 
@@ -169,10 +172,15 @@ class Progress:
             return True
         for level, kind, data in ancillary:
             if level == socket.SOL_SOCKET and kind == getattr(socket, "SCM_CREDENTIALS", None) and len(data) >= _CREDENTIALS.size:
-                pid = _CREDENTIALS.unpack_from(data)[0]
-                if pid not in self._senders:
-                    self._senders[pid] = _descends_from(pid, os.getpid())
-                return self._senders[pid]
+                pid, uid, _ = _CREDENTIALS.unpack_from(data)
+                if self._senders.get(pid):
+                    return True
+                ours = _descends_from(pid, os.getpid())
+                if ours is None:  # gone before its report was read (a worker reaped at the end): its user tells
+                    return uid == os.getuid()
+                if ours:  # only the run's own are remembered (a pid reused later by another process is asked again)
+                    self._senders[pid] = True
+                return ours
         return False
 
     def add(self, counts: dict) -> None:

@@ -75,13 +75,14 @@ def interrupted_by(error: BaseException) -> Interrupted | None:
     """The interrupt behind a failure: Beam's in-process runner wraps the Interrupted raised in a
     DoFn into a RuntimeError ("pipelines.session.Interrupted: SIGINT"), which is still the user's
     Ctrl-C (exit 130 and its one line), not a failed conversion."""
-    seen, first = set(), error
+    seen, wrapped = set(), False
     while error is not None and id(error) not in seen:
         if isinstance(error, Interrupted):
             return error
+        wrapped = wrapped or "session.Interrupted" in str(error)
         seen.add(id(error))
         error = error.__cause__ or error.__context__
-    return Interrupted(_RECEIVED[-1]) if _RECEIVED and "session.Interrupted" in str(first) else None
+    return Interrupted(_RECEIVED[-1]) if _RECEIVED and wrapped else None
 
 
 class Session:

@@ -17,6 +17,7 @@ their Arrow columns (one flat numpy view per column), never back through per-row
 from __future__ import annotations
 
 import dataclasses
+import fractions
 
 import numpy as np
 import pyarrow as pa
@@ -70,7 +71,7 @@ class ColumnStats:
         exact = values if _is_integer(values.dtype) else data
         low, high = exact.min(axis=0), exact.max(axis=0)
         shift = None
-        if _is_integer(values.dtype) and _past_float(low, high):
+        if _is_integer(values.dtype) and _past_float(low, high, len(values)):
             shift, data = low.copy(), _differences(values, low)
         mean = data.mean(axis=0)
         levels = [np.zeros((0, data.shape[1]), exact.dtype)] * sketch_level + [exact[:: 2**sketch_level].copy()]
@@ -146,7 +147,8 @@ class ColumnStats:
         # has them written as integers, exact (its quantiles lie between min and max).
         exact = _is_integer(self.min.dtype) and max(np.abs(self.min.astype(object)).max(initial=0),
                                                     np.abs(self.max.astype(object)).max(initial=0)) > _FLOAT_EXACT
-        mean = self.mean.tolist() if self.shift is None else [float(s) + m for s, m in zip(self.shift.tolist(), self.mean.tolist())]
+        mean = self.mean.tolist() if self.shift is None else \
+            [float(fractions.Fraction(int(s)) + fractions.Fraction(m)) for s, m in zip(self.shift.tolist(), self.mean.tolist())]
         out = {
             "mean": mean,
             "std": np.sqrt(self.m2 / self.count).tolist(),
@@ -168,9 +170,10 @@ def _is_integer(dtype: np.dtype) -> bool:
     return dtype.kind in "iu"
 
 
-def _past_float(low: np.ndarray, high: np.ndarray) -> bool:
-    """Whether some value lies beyond what float64 holds exactly (exact Python integers compared)."""
-    return max((abs(int(value)) for value in (*low.tolist(), *high.tolist())), default=0) > _FLOAT_EXACT
+def _past_float(low: np.ndarray, high: np.ndarray, rows: int) -> bool:
+    """Whether float64 could not sum `rows` of these values exactly (exact Python integers compared):
+    microsecond timestamps (1.7e15) over a block of rows already lose bits."""
+    return max((abs(int(value)) for value in (*low.tolist(), *high.tolist())), default=0) * max(1, rows) > _FLOAT_EXACT
 
 
 def _differences(values: np.ndarray, low: np.ndarray) -> np.ndarray:
@@ -186,9 +189,10 @@ def _aligned(first: ColumnStats, second: ColumnStats) -> tuple[np.ndarray | None
     the offsets are exact integer differences, rounded once."""
     if first.shift is None and second.shift is None:
         return None, 0.0, 0.0
-    shifts = [[int(value) for value in stats.shift.tolist()] if stats.shift is not None else [0] * len(stats.mean)
-              for stats in (first, second)]
-    base = [min(a, b) for a, b in zip(*shifts)]
+    shifts = [[int(value) for value in stats.shift.tolist()] if stats.shift is not None else None for stats in (first, second)]
+    known = [shift for shift in shifts if shift is not None]
+    base = [min(values) for values in zip(*known)]  # the shifted partials' frame: one in frame 0 would lose their bits again
+    shifts = [shift if shift is not None else [0] * len(base) for shift in shifts]
     kind = (first.shift if first.shift is not None else second.shift).dtype
     offsets = [np.array([float(value - zero) for value, zero in zip(shift, base)]) for shift in shifts]
     return np.array(base, dtype=kind), offsets[0], offsets[1]

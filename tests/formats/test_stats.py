@@ -197,3 +197,19 @@ def test_small_integer_columns_keep_their_numbers_bit_for_bit():
     rendered = ColumnStats.of(values).to_json()
     assert rendered["mean"] == ColumnStats.of(data).to_json()["mean"]
     assert rendered["std"] == ColumnStats.of(data).to_json()["std"]
+
+
+def test_integers_whose_sums_pass_float64_keep_their_moments():
+    """Below 2**53 each value is exact, but their sum is not: a constant column of microsecond
+    timestamps had std 0.5; a shifted block merged with an unshifted one fell back to frame 0."""
+    constant = np.full((1000, 1), 1_700_000_000_123_457, dtype=np.int64)
+    rendered = ColumnStats.of(constant).to_json()
+    assert rendered["std"] == [0.0] and rendered["mean"] == [1_700_000_000_123_457.0]
+    low = ColumnStats.of(np.array([[2**53 - 3], [2**53 - 1], [2**53]], dtype=np.int64))
+    high = ColumnStats.of(np.array([[2**53 + 1], [2**53 + 3]], dtype=np.int64))
+    from fractions import Fraction
+
+    whole = [2**53 - 3, 2**53 - 1, 2**53, 2**53 + 1, 2**53 + 3]
+    mean = Fraction(sum(whole), 5)
+    variance = sum((v - mean) ** 2 for v in whole) / 5
+    assert low.merge(high).to_json()["std"][0] == pytest.approx(float(variance) ** 0.5, rel=1e-12)  # 2.0

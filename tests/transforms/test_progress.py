@@ -147,7 +147,8 @@ def test_reports_from_outside_the_run_are_ignored_whatever_they_hold():
                     "time.sleep(0.2)\n"
                     "with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:\n"
                     "    s.sendto(b'{\"sequences\": 5}', '\\0' + sys.argv[1])\n"
-                    "    print('sent', flush=True)\n")
+                    "    print('sent', flush=True)\n"
+                    "    time.sleep(1)\n")  # alive while its datagram is read (one from a process gone by then is judged by its user)
         done = subprocess.run([sys.executable, "-c", outsider, os.environ[progress.ENV]], capture_output=True, text=True, timeout=30)
         assert done.returncode == 0 and done.stdout == "sent\n"  # run() waited for the reparented sender to close the pipe
         time.sleep(0.3)

@@ -166,10 +166,22 @@ def _read_episodes(fs, root: str) -> pa.Table:
     # lacked was dropped for every episode); a line without a field gets null there.
     names = list(dict.fromkeys(name for row in rows for name in row))
     try:
-        return pa.table({name: [row.get(name) for row in rows] for name in names})
+        table = pa.table({name: [row.get(name) for row in rows] for name in names})
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as error:
         raise FormatError(f"{path}: an episode field holds values of different types across lines, or an integer past "
                           f"64 bits: {error}") from error
+    for field in table.schema:
+        if _empty_struct(field.type):  # no Parquet writer can store it
+            raise FormatError(f"{path}: episode field {field.name!r} holds only empty objects ({{}}) on every line that has it")
+    return table
+
+
+def _empty_struct(kind: pa.DataType) -> bool:
+    if pa.types.is_struct(kind):
+        return kind.num_fields == 0 or any(_empty_struct(kind.field(index).type) for index in range(kind.num_fields))
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        return _empty_struct(kind.value_type)
+    return False
 
 
 def _read_tasks(fs, root: str) -> dict[int, str]:
