@@ -28,6 +28,7 @@ import pyarrow as pa
 from formats.errors import ColumnNameError, FormatError
 
 __all__ = [
+    "written_files",
     "ColumnSpec",
     "DatasetMeta",
     "base_columns",
@@ -163,6 +164,17 @@ class Sequence:
     extra_stats: dict[str, Any] = dataclasses.field(default_factory=dict)
     files: dict[str, Any] = dataclasses.field(default_factory=dict)
     video_notes: dict[str, dict] = dataclasses.field(default_factory=dict)
+
+
+def written_files(sequence: Sequence) -> list[str]:
+    """The relative paths of the files a written row names (its videos and copied files, after
+    the video step), sorted: what a reused row's files are linked from, what a resumption checks."""
+    found = []
+    for value in [*sequence.videos.values(), *sequence.files.values()]:
+        for path in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(path, str) and "://" not in path:
+                found.append(path)
+    return sorted(found)
 
 
 _OBSERVATION_PREFIXES = ("observation.", "observation/")

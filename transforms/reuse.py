@@ -17,7 +17,7 @@ from apache_beam.metrics import Metrics
 
 from formats import mixtrain, storage
 from formats.mixtrain.tables import lance
-from formats.sequence import ColumnSpec
+from formats.sequence import ColumnSpec, written_files
 from transforms import staged_plan
 
 __all__ = ["ReusePrevious", "KEPT_IDS"]
@@ -55,7 +55,7 @@ class _ReuseShardFn(beam.DoFn):
         if not rows:
             return
         for sequence in mixtrain.table_to_sequences(table.take(rows), self._columns):
-            for relative in _paths(sequence) if self._link_files else ():
+            for relative in written_files(sequence) if self._link_files else ():
                 self._link(relative)
             for column, by_sequence in self._notes.items():
                 if sequence.sequence_id in by_sequence:
@@ -78,13 +78,6 @@ class _ReuseShardFn(beam.DoFn):
             self._fs.copy(source, target)
         else:
             self._out_fs.pipe_file(target, self._fs.cat_file(source))
-
-
-def _paths(sequence) -> list[str]:
-    paths = [value for value in sequence.videos.values() if isinstance(value, str)]
-    for value in sequence.files.values():
-        paths += [value] if isinstance(value, str) else [v for v in value or [] if isinstance(v, str)]
-    return [path for path in paths if "://" not in path]
 
 
 class ReusePrevious(beam.PTransform):

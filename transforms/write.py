@@ -40,7 +40,7 @@ from formats.mixtrain.fingerprint import Fingerprints
 from formats.mixtrain.publish import stop_point
 from formats.mixtrain.stats import ColumnStats, non_finite_counts, table_stats
 from formats.mixtrain.tables import lake
-from formats.sequence import VIDEO, ColumnSpec, DatasetMeta, Sequence
+from formats.sequence import VIDEO, ColumnSpec, DatasetMeta, Sequence, written_files
 from transforms import staged_plan
 from transforms.errors import ERRORS, FAIL, SKIP
 from transforms.progress import flush, report
@@ -189,7 +189,8 @@ class _SpillRowsFn(beam.DoFn):
         if self._generation is not None:
             resume.write_entry(self._fs, self._root, self._generation, path, ends,
                                [{"id": sequence.sequence_id, "nbytes": size, "stats": sequence.extra_stats,
-                                 "notes": sequence.video_notes, "files": _written_files(sequence, self._file_prefix)}
+                                 "notes": sequence.video_notes, "files": [path[len(self._file_prefix):] for path in written_files(sequence)
+                                                   if path.startswith(self._file_prefix)]}
                                 for sequence, size in buffered])
             stop_point("conversion", "rows-spilled")
         yield shard, SpilledFile(path, tuple(sequence.sequence_id for sequence, _ in buffered), tuple(size for _, size in buffered),
@@ -207,16 +208,6 @@ SPILL_FRACTION = 0.02
 
 def _spill_interval(working: float) -> float:
     return max(SPILL_SECONDS, SPILL_FRACTION * working)
-
-
-def _written_files(sequence: Sequence, prefix: str) -> list[str]:
-    """The staging-relative paths of the files a converted row names (videos and copied files)."""
-    found = []
-    for value in [*sequence.videos.values(), *sequence.files.values()]:
-        for path in value if isinstance(value, (list, tuple)) else [value]:
-            if isinstance(path, str) and "://" not in path and path.startswith(prefix):
-                found.append(path[len(prefix):])
-    return sorted(found)
 
 
 SPILL_BATCH_ROWS = 64

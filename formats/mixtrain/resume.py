@@ -483,5 +483,6 @@ def describe(journal: Journal) -> str:
     """An interrupted run's staging in a few words: which run, when, how much it holds."""
     first = journal.headers[min(journal.headers)] if journal.headers else {}
     when = first.get("started_at", "at an unknown time")
-    return (f"run {journal.run_id} (started {when}): {journal.sequences} sequences recorded, "
+    ignored = f", {journal.unreadable} unreadable journal file(s) ignored" if journal.unreadable else ""
+    return (f"run {journal.run_id} (started {when}): {journal.sequences} sequences recorded{ignored}, "
             f"{journal.bytes / 1e6:.1f} MB staged in {journal.staging}")
