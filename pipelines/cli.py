@@ -40,7 +40,7 @@ REFUSED_TABLE_FORMATS = {
 # Options that only one source reads: given for another source they would change nothing.
 SOURCE_OPTIONS = {"split": "rlds", "fps": "rlds", "bgr_cameras": "rlds"}
 # Options that only matter when some camera is encoded (re-encode mode or image cameras).
-ENCODING_OPTIONS = ("video_codec", "video_crf", "video_gop", "video_preset", "video_pix_fmt")
+ENCODING_OPTIONS = ("video_codec", "video_crf", "video_gop", "video_preset", "video_pix_fmt", "video_min_psnr")
 
 EPILOG = """\
 Beam options:
@@ -162,6 +162,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--video_gop", default=None, type=_number(int, 1), metavar="N", help="a keyframe every N frames (default 10)")
     group.add_argument("--video_preset", default=None, metavar="P", help="encoder speed preset (default: h264/hevc medium, av1 8)")
     group.add_argument("--video_pix_fmt", default=None, metavar="FMT", help="yuv420p (default); yuv422p or yuv444p for h264 and hevc")
+    group.add_argument("--video_min_psnr", default=None, type=_number(float, 0), metavar="DB",
+                       help="luma PSNR every frame of a lossy encode keeps against its source (default 35, what validate "
+                            "--deep checks); a segment below it is encoded again at a lower crf, recorded in mixtrain.json; "
+                            "0: no floor")
     _flag(group, "--video_stats", "per-channel image statistics of sampled frames into stats.json")
     group.add_argument("--verify_copies", type=verify_mode, nargs="?", const=VERIFY_MODES[0], default=VERIFY_MODES[0],
                        metavar="true|full|false",

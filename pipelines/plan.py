@@ -61,7 +61,7 @@ def source_options(source: Source, options: Any) -> dict:
 def requested_encoding(options: Any) -> policy.EncodeOptions:
     """The --video_* flags as checked EncodeOptions (raises ConversionError on a bad combination)."""
     return policy.EncodeOptions(options.video_codec or "h264", options.video_crf, options.video_gop,
-                               options.video_preset, options.video_pix_fmt or "yuv420p").resolved()
+                               options.video_preset, options.video_pix_fmt or "yuv420p", options.video_min_psnr).resolved()
 
 
 def check_effective(options: Any, source: Source, meta: DatasetMeta, encode: dict) -> None:

@@ -103,10 +103,12 @@ class _WriteVideosFn(beam.DoFn):
                 path = item.source
                 if len(item) != sequence.length:
                     raise video.VideoError(f"camera {column!r} has {len(item)} images for {sequence.length} steps")
-                result = video.encode_frames(item.frames, destination, fps=self._fps, options=options or policy.EncodeOptions(),
-                                             on_frame=on_frame, expected_size=size, threads=self._codec_threads)
+                result = video.encode_to_floor(lambda: item.frames, destination, fps=self._fps,
+                                               options=options or policy.EncodeOptions(), on_frame=on_frame, expected_size=size,
+                                               threads=self._codec_threads)
                 self._encoded.inc()
                 self._frames.inc(result.frames)
+                _note_floor(sequence, column, result)
             else:
                 path = storage.resolve_inside(self._source_root, item.path, what="video file", fs=self._source_fs)
                 if not self._source_fs.exists(path):
@@ -122,6 +124,7 @@ class _WriteVideosFn(beam.DoFn):
                                 "written_as": "retime", "codec": result.options.codec, "pix_fmt": result.options.pix_fmt,
                                 "crf": result.options.crf, "reason": "the source's frame_index is not 0..T-1 (frames skipped or "
                                                                      "repeated): re-timed with a near-lossless encode"}
+                        _note_floor(sequence, column, result)
                     elif options is None:
                         # With image statistics the written file is decoded below anyway: verified in that one pass.
                         verify = self._verify_copies if on_frame is None else stream_copy.OFF
@@ -142,6 +145,7 @@ class _WriteVideosFn(beam.DoFn):
                                                         threads=self._codec_threads)
                         self._encoded.inc()
                         self._frames.inc(result.frames)
+                        _note_floor(sequence, column, result)
             if stats is not None and (summary := stats.result()) is not None:
                 sequence.extra_stats[column] = summary
         except ConversionError as error:
@@ -195,6 +199,19 @@ def _check_distinct_names(sequence: Sequence, column: str, refs: list[FileRef]) 
             raise in_context(FormatError(f"{column} files {seen[name]!r} and {ref.path!r} would both be written as {name!r}"),
                              sequence=sequence.sequence_id)
         seen[name] = ref.path
+
+
+def _note_floor(sequence: Sequence, column: str, result: video.EncodeResult) -> None:
+    """A segment encoded at a lower crf than its column's, to keep the luma PSNR floor, says so in
+    mixtrain.json (`crf_lowered` of the column, or the re-timing note of a copied one)."""
+    if result.below_floor is None:
+        return
+    crf, measured = result.below_floor
+    note = sequence.video_notes.setdefault(column, {"written_as": "encode", "codec": result.options.codec,
+                                                    "pix_fmt": result.options.pix_fmt})
+    note.update(crf=result.options.crf, psnr_min=round(result.psnr_min, 2),
+                reason=(f"{note['reason']}; " if "reason" in note else "")
+                + f"luma PSNR {measured:.2f} dB at crf {crf} is below the {result.options.min_psnr:g} dB floor")
 
 
 def _sampler(stats: ImageStats):

@@ -332,7 +332,9 @@ def _with_video_notes(types: dict[str, dict], notes: dict[str, dict]) -> dict[st
     """A copied column some of whose files are not packet copies says so, and names them: `written_as`
     becomes "copy+lossless" when each of them is a lossless encode (every file still decodes to the
     source's pixels), "copy+retime" when some episode had to be re-timed through a near-lossless
-    encode; `not_copied` maps each such sequence_id to how its file was written and why."""
+    encode; `not_copied` maps each such sequence_id to how its file was written and why. An encoded
+    column some of whose segments needed a lower crf to keep the luma PSNR floor names them in
+    `crf_lowered`, with the crf used and why."""
     for column, by_sequence in sorted(notes.items()):
         entry = types.get(column)
         if entry is None or not by_sequence:
@@ -341,7 +343,7 @@ def _with_video_notes(types: dict[str, dict], notes: dict[str, dict]) -> dict[st
             lossy = any(note.get("written_as") != "lossless" for note in by_sequence.values())
             entry["written_as"] = "copy+retime" if lossy else "copy+lossless"
             entry["lossless"] = not lossy
-        entry["not_copied"] = dict(sorted(by_sequence.items()))
+        entry["crf_lowered" if entry.get("written_as") == "encode" else "not_copied"] = dict(sorted(by_sequence.items()))
     return types
 
 

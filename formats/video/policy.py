@@ -9,6 +9,7 @@ itself is in formats/video/__init__.py (decode, encode) and formats/video/stream
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import av
 
@@ -29,6 +30,8 @@ __all__ = [
     "REENCODE",
     "MODES",
     "ENCODERS",
+    "MIN_PSNR",
+    "quality_ladder",
 ]
 
 # Codec name as containers report it -> the encoder PyAV's wheels ship for it.
@@ -44,6 +47,15 @@ DEFAULT_CRF = {"h264": 16, "hevc": 16, "av1": 20}
 # 64 is its largest coding-tree size: narrower frames are refused for hevc.
 MIN_HEVC_WIDTH = 64
 DEFAULT_GOP = 10
+# The luma PSNR (dB) every frame of a lossy encode must keep against its source, checked in the pass
+# that encodes it (`video.encode_to_floor`); `validate --deep` holds published files to the same floor.
+# Measured defaults miss it on content they were not tuned on (noise, fine texture: lerobot 0.3.3 PNG
+# cameras gave 33.3 dB at crf 16), so the crf of such a segment is lowered in CRF_STEP steps.
+MIN_PSNR = 35.0
+CRF_STEP = 6
+# The lowest crf a segment is lowered to: x264 crf 0 is lossless; SVT-AV1 crf 0 is not its best
+# (30.2 dB where crf 1 gave 52.2 on noise frames).
+LOWEST_CRF = {"h264": 0, "hevc": 0, "av1": 1}
 DEFAULT_PRESET = {"h264": "medium", "hevc": "medium", "av1": "8"}
 CRF_RANGE = {"h264": (0, 51), "hevc": (0, 51), "av1": (0, 63)}
 # What each encoder accepts of --video_pix_fmt (AV1 through SVT: 4:2:0 only).
@@ -56,10 +68,11 @@ PIX_FMTS = {
 
 @dataclasses.dataclass(frozen=True)
 class EncodeOptions:
-    """How to encode: codec, quality (crf), keyframe interval (gop), preset, pixel format.
+    """How to encode: codec, quality (crf), keyframe interval (gop), preset, pixel format, and the
+    luma PSNR floor each frame must keep (0: none).
 
     None means the codec's documented default (`resolved()` fills them in); `ffv1` is lossless
-    and ignores crf and preset.
+    and ignores crf, preset and the floor.
     """
 
     codec: str = "h264"
@@ -67,6 +80,7 @@ class EncodeOptions:
     gop: int | None = None
     preset: str | None = None
     pix_fmt: str = "yuv420p"
+    min_psnr: float | None = None
 
     def resolved(self) -> EncodeOptions:
         """These options with every default filled in and checked; raises ConversionError."""
@@ -74,7 +88,7 @@ class EncodeOptions:
         if codec not in ENCODERS:
             raise ConversionError(f"video codec {self.codec!r} is not supported (choose from {', '.join(sorted(ENCODERS))})")
         if codec == "ffv1":
-            return EncodeOptions(codec, None, 1 if self.gop is None else self.gop, None, self.pix_fmt)
+            return EncodeOptions(codec, None, 1 if self.gop is None else self.gop, None, self.pix_fmt, None)
         if self.pix_fmt not in PIX_FMTS[codec]:
             raise ConversionError(
                 f"pixel format {self.pix_fmt!r} is not available for {codec} (choose from {', '.join(PIX_FMTS[codec])})"
@@ -86,16 +100,31 @@ class EncodeOptions:
         gop = DEFAULT_GOP if self.gop is None else int(self.gop)
         if gop < 1:
             raise ConversionError(f"gop {gop} must be at least 1 (1: every frame a keyframe)")
-        return EncodeOptions(codec, crf, gop, self.preset or DEFAULT_PRESET[codec], self.pix_fmt)
+        floor = MIN_PSNR if self.min_psnr is None else float(self.min_psnr)
+        if not 0 <= floor < math.inf:
+            raise ConversionError(f"luma PSNR floor {floor:g} dB must be 0 (none) or more")
+        return EncodeOptions(codec, crf, gop, self.preset or DEFAULT_PRESET[codec], self.pix_fmt, floor)
 
     def column_meta(self) -> dict:
-        """What mixtrain.json records of an encode (crf/preset only where they mean something)."""
+        """What mixtrain.json records of an encode (crf/preset/floor only where they mean something)."""
         meta = {"codec": self.codec, "pix_fmt": self.pix_fmt, "gop": self.gop}
         if self.codec == "ffv1":
             meta["lossless"] = True
         else:
-            meta.update(crf=self.crf, preset=self.preset)
+            meta.update(crf=self.crf, preset=self.preset, min_psnr=self.min_psnr)
         return meta
+
+
+def quality_ladder(options: EncodeOptions) -> list[EncodeOptions]:
+    """The resolved options a segment is encoded with, in order, until its frames keep the floor:
+    the requested crf, then CRF_STEP lower each time down to the codec's LOWEST_CRF."""
+    if options.codec == "ffv1" or not options.min_psnr:
+        return [options]
+    lowest = LOWEST_CRF[options.codec]
+    crfs = [options.crf]
+    while crfs[-1] > lowest:
+        crfs.append(max(lowest, crfs[-1] - CRF_STEP))
+    return [dataclasses.replace(options, crf=crf) for crf in crfs]
 
 
 def is_high_bit_depth(pix_fmt: str | None) -> bool:
@@ -159,7 +188,7 @@ def near_lossless_options(codec: str, pix_fmt: str | None) -> EncodeOptions:
     """What re-timing encodes with by default: the source's codec at visually lossless quality,
     or FFV1 (lossless) for what those encoders cannot hold."""
     if codec in _NEAR_LOSSLESS_CRF and pix_fmt in PIX_FMTS[codec]:
-        return EncodeOptions(codec, _NEAR_LOSSLESS_CRF[codec], None, "12" if codec == "av1" else None, pix_fmt)
+        return EncodeOptions(codec, _NEAR_LOSSLESS_CRF[codec], None, "12" if codec == "av1" else None, pix_fmt).resolved()
     return EncodeOptions("ffv1", pix_fmt=lossless_pix_fmt(pix_fmt))
 
 

@@ -20,7 +20,6 @@ import av
 import numpy as np
 
 from formats import video
-from formats.video import policy
 
 __all__ = ["FrameReport", "compare_video", "psnr"]
 
@@ -52,24 +51,7 @@ class FrameReport:
         return found
 
 
-def psnr(reference: np.ndarray, output: np.ndarray, peak: float) -> float:
-    error = np.mean((reference.astype(np.float64) - output.astype(np.float64)) ** 2)
-    return math.inf if error == 0 else 10 * math.log10(peak**2 / error)
-
-
-def _luma(frame: av.VideoFrame, width: int, height: int, gray: bool) -> tuple[np.ndarray, float]:
-    """[H, W] luma (the Y plane an encoder codes, BT.601 limited range) cropped to width x
-    height, and its peak value. When both sides are gray (`gray`), the gray values themselves."""
-    name = frame.format.name
-    if gray:
-        deep = policy.is_high_bit_depth(name)
-        plane = frame.to_ndarray(format="gray16le" if deep else "gray")
-        return plane[:height, :width], 65535.0 if deep else 255.0
-    if name != "yuv420p":
-        frame = video.to_video_range(frame, "yuv420p")
-    plane = frame.planes[0]
-    rows = np.frombuffer(plane, np.uint8).reshape(plane.height, plane.line_size)
-    return rows[:height, :width], 255.0
+psnr = video.psnr  # one definition, shared with the encoder's own floor check
 
 
 def _same_planes(reference: av.VideoFrame, output: av.VideoFrame) -> bool:
@@ -120,8 +102,8 @@ def compare_video(output: BinaryIO | str | bytes, reference: Iterable, *, fps: f
         if identical and not _same_planes(ref_frame, out_frame):
             identical = False
         gray = ref_frame.format.name.startswith("gray") and out_frame.format.name.startswith("gray")
-        ref_luma, peak = _luma(ref_frame, ref_frame.width, ref_frame.height, gray)
-        out_luma, _ = _luma(out_frame, ref_frame.width, ref_frame.height, gray)
+        ref_luma, peak = video.luma_plane(ref_frame, ref_frame.width, ref_frame.height, gray)
+        out_luma, _ = video.luma_plane(out_frame, ref_frame.width, ref_frame.height, gray)
         if ref_luma.shape != out_luma.shape:
             scores.append(-math.inf)
             identical = False

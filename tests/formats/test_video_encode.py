@@ -20,7 +20,8 @@ from formats.video import policy as video_policy
 def test_encode_options_defaults_and_column_meta():
     options = video_policy.EncodeOptions().resolved()
     assert (options.codec, options.crf, options.gop, options.preset, options.pix_fmt) == ("h264", 16, 10, "medium", "yuv420p")
-    assert video_policy.EncodeOptions("av1").resolved().column_meta() == {"codec": "av1", "pix_fmt": "yuv420p", "gop": 10, "crf": 20, "preset": "8"}
+    assert video_policy.EncodeOptions("av1").resolved().column_meta() == {"codec": "av1", "pix_fmt": "yuv420p", "gop": 10, "crf": 20,
+                                                                          "preset": "8", "min_psnr": 35.0}
     assert video_policy.EncodeOptions("hevc", crf=30, gop=1, preset="fast", pix_fmt="yuv444p").resolved().crf == 30
 
 
@@ -387,3 +388,32 @@ def test_x265s_pool_sized_by_the_machine_leaves_the_pictures_alone(monkeypatch):
         video.encode_frames(frames, out, fps=30, options=video_policy.EncodeOptions("hevc"))
         pictures.append(_pictures(out.getvalue()))
     assert pictures[0] == pictures[1]
+
+
+NOISE = [np.random.default_rng(7).integers(0, 256, (48, 64, 3), dtype=np.uint8) for _ in range(12)]
+
+
+def test_an_encode_below_the_psnr_floor_is_encoded_again_at_a_lower_crf():
+    """Noise at crf 30 keeps about 25 dB; the encode measures it in its own pass (the same number
+    validate --deep finds) and steps the crf down until every frame keeps 35 dB."""
+    plain = io.BytesIO()
+    measured = video.encode_frames(NOISE, plain, fps=30, options=video_policy.EncodeOptions("h264", 30))
+    assert measured.psnr_min == verify.compare_video(plain.getvalue(), NOISE, fps=30).psnr_min < 35
+    held = io.BytesIO()
+    seen = []
+    result = video.encode_to_floor(lambda: NOISE, held, fps=30, options=video_policy.EncodeOptions("h264", 30),
+                                   on_frame=lambda index, frame: seen.append(index))
+    assert result.below_floor == (30, measured.psnr_min)
+    assert result.options.crf in (24, 18, 12, 6, 0) and result.frames == 12 and seen == list(range(12))  # frames seen once
+    report = verify.compare_video(held.getvalue(), NOISE, fps=30)
+    assert report.frames == 12 and report.psnr_min == result.psnr_min >= 35
+
+
+def test_the_floor_is_an_option_and_the_lowest_crf_its_limit():
+    free = io.BytesIO()
+    result = video.encode_to_floor(lambda: NOISE, free, fps=30, options=video_policy.EncodeOptions("h264", 30, min_psnr=0))
+    assert result.options.crf == 30 and result.psnr_min is None and result.below_floor is None
+    with pytest.raises(VideoError, match=r"^luma PSNR \S+ dB is below the 99 dB floor even at hevc crf 0: encode this camera "):
+        video.encode_to_floor(lambda: NOISE, io.BytesIO(), fps=30, options=video_policy.EncodeOptions("hevc", 20, min_psnr=99))
+    assert [o.crf for o in video_policy.quality_ladder(video_policy.EncodeOptions("av1").resolved())] == [20, 14, 8, 2, 1]
+    assert video_policy.quality_ladder(video_policy.EncodeOptions("ffv1").resolved())[0].min_psnr is None

@@ -1,6 +1,7 @@
 """End to end: --video=reencode, image cameras, depth, --video_stats and validate --deep."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -225,3 +226,29 @@ def test_image_shape_that_contradicts_the_images_is_refused_at_plan(tmp_path):
     info["features"]["observation.image"]["names"] = ["height", "width", "channels"]
     (src / "meta/info.json").write_text(json.dumps(info))
     assert _convert(src, tmp_path / "bad") == 1
+
+
+def test_segments_below_the_psnr_floor_are_encoded_finer_and_named(tmp_path):
+    """crf 51 keeps about 31 dB of these image cameras: with the floor (default 35 dB) each segment is
+    encoded again at a lower crf, named in mixtrain.json, and validate --deep passes; without it
+    (--video_min_psnr=0) the same run publishes what validate --deep rejects."""
+    src = tmp_path / "images"
+    write_dataset(str(src), SyntheticLeRobot(lengths=(12, 9), cameras=("observation.images.front",), codec="h264", width=65,
+                                            height=49, image_cameras=("observation.images.png_cam",)))
+    held, free = tmp_path / "held", tmp_path / "free"
+    assert _convert(src, held, "--video=reencode", "--video_crf=51") == 0
+    types = _sidecar(held)["column_types"]
+    for column in ("video_png_cam", "video_front"):
+        entry = types[column]
+        assert (entry["crf"], entry["min_psnr"]) == (51, 35.0)
+        lowered = entry["crf_lowered"]
+        assert sorted(lowered) == ["episode_000000", "episode_000001"], column
+        for note in lowered.values():
+            assert note["crf"] < 51 and note["psnr_min"] >= 35 and note["codec"] == "h264"
+            assert re.fullmatch(r"luma PSNR \d+\.\d\d dB at crf 51 is below the 35 dB floor", note["reason"])
+    findings, summary = validate.deep_check(str(held))
+    assert findings == [], findings
+    assert _convert(src, free, "--video=reencode", "--video_crf=51", "--video_min_psnr=0") == 0
+    assert "crf_lowered" not in _sidecar(free)["column_types"]["video_png_cam"]
+    findings, _ = validate.deep_check(str(free))
+    assert findings and all(re.search(r": min luma PSNR \d+\.\d\d dB is below 35 dB$", line) for line in findings), findings
