@@ -413,6 +413,8 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                     journal = _interrupted_run(out_fs, out_root, options, out)
                     if journal is not None:  # this run resumes it, in its folder and under its name
                         staging, run_id = journal.staging, journal.run_id
+                    if not lake.is_lake(options.table_format):
+                        resume.collect_leftovers(out_fs, out_root, keep=journal.staging if journal is not None else None)
                     publish.claim_staging(out_fs, staging)
                     claimed = True  # from here on the folder is this run's to remove, or to keep for a resumption
                     lease = resume.Lease(out_fs, staging).__enter__()

@@ -40,6 +40,7 @@ __all__ = [
     "interrupted_stagings",
     "staging_folders",
     "has_live_owner",
+    "staging_markers",
     "mark_done",
     "take_done",
     "remove_paths",
@@ -102,14 +103,28 @@ def stop_point(publisher: str, step: str) -> None:
 
 
 def staging_root(fs, output: str, run: str) -> str:
-    """Where a run writes before it publishes: a hidden sibling of the output on a local disk
-    where the output can be exchanged with it (`replaces_whole_folder`), else `DST/_staging/<run>`
-    (object stores, a mount point, a parent folder we may not write), published name by name."""
+    """Where a run writes before it publishes: a hidden sibling `.<name>.mixtrain-<run>` of the
+    output, on a local disk where the output can be exchanged with it (`replaces_whole_folder`)
+    and on object stores (published there name by name), so that no glob of the output's files
+    (`DST/**/*.parquet`) ever matches a staged file, even one a killed run left; else
+    `DST/_staging/<run>` (a mount point, a parent folder we may not write, a bucket's root)."""
     if storage.is_local(fs) and replaces_whole_folder(output):
         real = os.path.realpath(output)
         parent, name = os.path.split(real)
         return f"{parent}/.{name}{SIBLING_MARK}{run}"
+    if not storage.is_local(fs) and (split := _store_parent(output)) is not None:
+        parent, name = split
+        return f"{parent}/.{name}{SIBLING_MARK}{run}"
     return f"{output}/{STAGING_DIR}/{run}"
+
+
+def _store_parent(output: str) -> tuple[str, str] | None:
+    """(parent, name) of an object-store output below its bucket's root; None at the root."""
+    path = output.rstrip("/")
+    if "/" not in path.lstrip("/"):
+        return None
+    parent, name = path.rsplit("/", 1)
+    return parent, name
 
 
 def replaces_whole_folder(output: str) -> bool:
@@ -411,7 +426,7 @@ def interrupted_stagings(fs, output: str) -> list[tuple[str, str]]:
 
 def staging_folders(fs, output: str) -> list[tuple[str, str]]:
     """(folder, run id) of every run's staging folder for this output, newest run first: the hidden
-    siblings of a local output and `DST/_staging/<run>`."""
+    siblings of the output (local disks, object stores) and `DST/_staging/<run>`."""
     found = []
     if storage.is_local(fs):
         mark = f".{os.path.basename(os.path.realpath(output))}{SIBLING_MARK}"
@@ -419,13 +434,37 @@ def staging_folders(fs, output: str) -> list[tuple[str, str]]:
             run = os.path.basename(folder)[len(mark):]
             if RUN_ID.match(run) and os.path.isdir(folder) and not os.path.islink(folder):  # a symlink: not a folder a run made
                 found.append((folder, run))
-    parent = f"{output}/{STAGING_DIR}"
+    elif (split := _store_parent(output)) is not None:  # an object store's siblings, listed from the store
+        parent, name = split
+        mark = f".{name}{SIBLING_MARK}"
+        fs.invalidate_cache(parent)
+        for entry in fs.ls(parent, detail=True) if fs.exists(parent) else []:
+            entry_name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+            if entry.get("type") == "directory" and entry_name.startswith(mark) and RUN_ID.match(entry_name[len(mark):]):
+                found.append((f"{parent}/{entry_name}", entry_name[len(mark):]))
+    parent = f"{output}/{STAGING_DIR}"  # a mount point's, a bucket root's, and those of earlier versions
     if fs.exists(parent):
         for entry in fs.ls(parent, detail=True):
             run = entry["name"].rstrip("/").rsplit("/", 1)[-1]
             if entry.get("type") == "directory" and RUN_ID.match(run):
                 found.append((f"{parent}/{run}", run))
     return sorted(found, key=lambda item: item[1], reverse=True)
+
+
+def staging_markers(fs, output: str) -> list[str]:
+    """The markers publications leave beside their staging folders on an object store
+    (`<folder>.published`, `<folder>.done`), whether or not the folder is still there."""
+    found = []
+    for parent, mark in ([(f"{split[0]}", f".{split[1]}{SIBLING_MARK}")] if (split := _store_parent(output)) else []) + [
+            (f"{output}/{STAGING_DIR}", "")]:
+        if not fs.exists(parent):
+            continue
+        for entry in fs.ls(parent, detail=True):
+            name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+            run, _, suffix = name[len(mark):].rpartition(".")
+            if entry.get("type") == "file" and name.startswith(mark) and suffix in (DONE, "published") and RUN_ID.match(run):
+                found.append(f"{parent}/{name}")
+    return found
 
 
 def has_live_owner(fs, folder: str) -> bool:

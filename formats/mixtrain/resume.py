@@ -42,7 +42,7 @@ from formats.mixtrain import FILES_DIR, publish
 from formats.mixtrain.stats import ColumnStats
 
 __all__ = ["RESUME_DIR", "SPILL_DIR", "clear", "forget", "tidy", "Journal", "Resumption", "digest", "write_entry", "write_tally",
-           "write_header", "read_journal", "interrupted", "Lease", "check_no_leased_run", "output_identity",
+           "write_header", "read_journal", "interrupted", "Lease", "check_no_leased_run", "collect_leftovers", "output_identity",
            "plan", "options_changed", "encode_stats", "decode_stats", "describe"]
 
 RESUME_DIR = "_resume"
@@ -461,6 +461,35 @@ def check_no_leased_run(fs, output: str) -> None:
             raise ConversionError(f"{output}: another conversion is writing this output (its staging {folder} holds a lease renewed "
                                   f"{age:.0f} s ago); wait for it to finish, or, if it was stopped, run again in "
                                   f"{LEASE_STALE - age:.0f} s, when its lease has lapsed, to resume it")
+
+
+def collect_leftovers(fs, output: str, keep: str | None) -> list[str]:
+    """Remove the staging folders earlier runs left for `output` on an object store (a local disk's
+    are collected after publication, `publish.collect_garbage`): every one whose lease has lapsed
+    but `keep` (the folder this run resumes). A run killed while publishing left one without a
+    journal, which nothing would ever take; an older interrupted run's is never resumed (the
+    newest is). Their publications' markers go with them. Returns the paths removed."""
+    if storage.is_local(fs):
+        return []
+    removed = []
+    for folder, _ in publish.staging_folders(fs, output):
+        if folder != keep and not _leased(fs, folder):
+            publish.discard_staging(fs, folder, output)
+            removed.append(folder)
+    for marker in publish.staging_markers(fs, output):  # a launcher takes its marker after its staging (and lease) is gone:
+        folder = marker.rsplit(".", 1)[0]  # removed with its folder, or once it is as old as a lapsed lease
+        if folder in removed or (not fs.exists(folder) and _age(fs, marker) > LEASE_STALE):
+            fs.rm(marker)
+            removed.append(marker)
+    return removed
+
+
+def _age(fs, path: str) -> float:
+    """Seconds since an object was written (0 when the store does not say: kept)."""
+    try:
+        return max(0.0, time.time() - fs.modified(path).timestamp())
+    except (OSError, NotImplementedError, AttributeError, ValueError):
+        return 0.0
 
 
 def interrupted(fs, output: str, lake_table: bool | None = None) -> list[Journal]:

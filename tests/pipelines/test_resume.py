@@ -28,7 +28,7 @@ from formats.mixtrain import publish, resume
 from formats.mixtrain.fingerprint import Unit
 from formats.mixtrain.stats import ColumnStats
 from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
-from pipelines import conversion
+from pipelines import conversion, validate
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 EPISODES = 120
@@ -443,7 +443,8 @@ def _store(scheme: str):
 
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
 def test_an_object_store_run_killed_while_shards_are_written_resumes_to_the_same_objects(tmp_path, scheme):
-    """The staging on the store (`DST/_staging/<run>/`): a new run, on any machine, resumes it."""
+    """The staging on the store (the output's sibling `.out.mixtrain-<run>/`): a new run, on any
+    machine, resumes it."""
     from tests.pipelines.test_s3 import _comparable, _upload
     from tests.pipelines.test_s3 import _files as _objects
 
@@ -453,23 +454,53 @@ def test_an_object_store_run_killed_while_shards_are_written_resumes_to_the_same
         src = _upload(tmp_path / "src", f"{bucket}/src")
         assert _run(src, f"{bucket}/whole", "--num_shards=2")[0] == 0
         _killed_at_shards(src, f"{bucket}/out", "--num_shards=2")
-        staged = [key for key in _objects(f"{bucket}/out") if key.startswith(f"{publish.STAGING_DIR}/")]
+        assert not [key for key in _objects(bucket) if key.startswith("out/")]  # nothing inside the output yet
+        staged = [key for key in _objects(bucket) if key.startswith(f".out{publish.SIBLING_MARK}")]
         assert any(f"/{resume.DONE_DIR}/" in key for key in staged)
         # The killed launcher's lease is fresh: nothing takes its folder over until it is stale.
         (lease,) = [key for key in staged if key.endswith(f"/{resume.LEASE}")]
         fs, root = storage.open_root(f"{bucket}/out")
         assert resume.interrupted(fs, root) == []
         code, out, err = _run(src, f"{bucket}/out", "--num_shards=2")  # one writer per output: refused while the lease is live
-        assert code == 1 and re.fullmatch(rf"error: {root}: another conversion is writing this output \(its staging {root}/"
-                                          rf"{publish.STAGING_DIR}/\S+ holds a lease renewed \d+ s ago\); wait for it to finish, "
-                                          r"or, if it was stopped, run again in \d+ s, when its lease has lapsed, to resume it\n", err), err
-        fs.pipe_file(storage.join(root, lease), json.dumps({"renewed": time.time() - resume.LEASE_STALE - 1}).encode())
+        bucket_root = root.rsplit("/", 1)[0]
+        assert code == 1 and re.fullmatch(rf"error: {root}: another conversion is writing this output \(its staging {bucket_root}/"
+                                          rf"\.out{re.escape(publish.SIBLING_MARK)}\S+ holds a lease renewed \d+ s ago\); wait for it "
+                                          r"to finish, or, if it was stopped, run again in \d+ s, when its lease has lapsed, to resume "
+                                          r"it\n", err), err
+        fs.pipe_file(storage.join(bucket_root, lease), json.dumps({"renewed": time.time() - resume.LEASE_STALE - 1}).encode())
         code, out, err = _run(src, f"{bucket}/out", "--num_shards=2")
         assert code == 0, err
         assert _reused(out) == 16
         got, whole = _objects(f"{bucket}/out"), _objects(f"{bucket}/whole")
         assert _comparable(got.pop("mixtrain.json")) == _comparable(whole.pop("mixtrain.json"))
-        assert got == whole  # the staging gone, every object the same bytes
+        assert got == whole  # every object the same bytes
+        assert not [key for key in _objects(bucket) if key.startswith(".")]  # and no staging left beside them
+
+
+@pytest.mark.parametrize("step", ["moved-data", "sidecar-written", "marker-written"])
+def test_an_s3_publication_killed_leaves_nothing_a_glob_of_the_output_matches_and_the_next_run_collects_it(tmp_path, step):
+    """A publication killed between its steps leaves its staging beside the output, never inside:
+    `DST/**/*.parquet` matches the published shards only; the next run publishes and removes it."""
+    from tests.pipelines.test_s3 import _files as _objects
+    from tests.pipelines.test_s3 import _upload
+
+    write_dataset(str(tmp_path / "src"), SyntheticLeRobot(lengths=(10,) * 6, codec="h264", gop=None))
+    with _store("s3") as bucket:
+        src = _upload(tmp_path / "src", f"{bucket}/src")
+        assert _run(src, f"{bucket}/out", "--num_shards=2")[0] == 0
+        fs, root = storage.open_root(f"{bucket}/out")
+        process = _start(src, f"{bucket}/out", "--num_shards=3", "--overwrite", env={publish.STOP_AT: f"parquet-in-place:{step}"})
+        process.communicate(timeout=300)
+        assert process.returncode == -signal.SIGKILL
+        fs.invalidate_cache()
+        assert sorted(fs.glob(f"{root}/**/*.parquet")) == [f"{root}/data/part-{index:05d}.parquet" for index in range(3)]
+        assert [key for key in _objects(bucket) if key.startswith(f".out{publish.SIBLING_MARK}")]  # left beside it
+        for lease in fs.glob(f"{root.rsplit('/', 1)[0]}/.out{publish.SIBLING_MARK}*/{resume.LEASE}"):  # as if minutes had passed
+            fs.pipe_file(lease, json.dumps({"renewed": time.time() - resume.LEASE_STALE - 1}).encode())
+        code, out, err = _run(src, f"{bucket}/out", "--num_shards=3", "--overwrite")
+        assert code == 0, err
+        assert not [key for key in _objects(bucket) if key.startswith(".")], sorted(_objects(bucket))
+        assert validate.validate(f"{bucket}/out") == []
 
 
 @pytest.mark.parametrize("format_", ["rlds", "ortf", "l5kit", "lerobot_v2"])
