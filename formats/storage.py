@@ -30,7 +30,8 @@ from formats.errors import FormatError, MissingPackageError
 
 __all__ = ["open_root", "STORES", "object_store_options", "s3_endpoint", "s3_region", "open_reachable", "join", "url_for",
            "resolve_inside", "check_regular", "local_path", "is_local", "open_input", "read_json", "parse_json", "ParquetFooters",
-           "footer_signature", "parquet_file", "read_parquet", "check_parquet_footer", "MAX_PARQUET_FOOTER_BYTES"]
+           "footer_signature", "parquet_file", "read_parquet", "check_parquet_footer", "MAX_PARQUET_FOOTER_BYTES",
+           "template_problem"]
 
 # The largest Parquet footer read: a footer of 500 row groups is about 1.5 MB (`ParquetFooters`), and
 # pyarrow reads the length the file's last 8 bytes claim into memory before parsing it (a 4 GB claim
@@ -439,3 +440,28 @@ def open_input(fs: fsspec.AbstractFileSystem, path: str):
     if local_path(fs, path) is not None:
         return fs.open(path, "rb")
     return fs.open(path, "rb", cache_type="readahead")
+
+MAX_FIELD_WIDTH = 255  # a path template's widest field: `{episode_index:06d}` is 6
+
+
+def template_problem(template: str) -> str | None:
+    """Why a str.format path template from a dataset's metadata must not be filled, or None. Its
+    format specs are checked before any filling: a width is an allocation (`{episode_index:0>300000000d}`
+    made a string of 300 million characters, 1.9 GB, before anything noticed), and a nested field
+    (`{x:{y}}`) is a spec the data chooses."""
+    import re
+    import string
+
+    try:
+        fields = list(string.Formatter().parse(template))
+    except ValueError as error:
+        return str(error)
+    for _, name, spec, _ in fields:
+        if name is None or not spec:
+            continue
+        if "{" in spec or "}" in spec:
+            return f"the field {name!r} has a nested format spec"
+        if any(int(digits) > MAX_FIELD_WIDTH for digits in re.findall(r"[0-9]+", spec)):
+            return f"the field {name!r} asks for a width of more than {MAX_FIELD_WIDTH} characters"
+    return None
+

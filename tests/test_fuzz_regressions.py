@@ -556,6 +556,20 @@ def test_an_rlds_file_path_template_that_reads_an_attribute(tmp_path):
         rlds.plan(fs, root, {"fps": 10})
 
 
+def test_an_rlds_file_path_template_width_is_refused_before_it_is_filled(tmp_path):
+    """`{SHARD_INDEX:0>300000000}` made a 300-million-character name (1.9 GB) before anything noticed."""
+    import resource
+
+    from formats.sources import rlds
+
+    fs, root = _rlds_with_info(tmp_path, lambda info: info["splits"][0].update({"filepathTemplate": "{SHARD_INDEX:0>300000000}"}))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(FormatError, match=re.escape(f"{root}/dataset_info.json: splits[0].filepathTemplate '{{SHARD_INDEX:0>300000000}}' "
+                                                    "is not a valid template: the field 'SHARD_INDEX' asks for a width of more than 255")):
+        rlds.plan(fs, root, {"fps": 10})
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 100_000  # KB: nothing of the claimed size was made
+
+
 @pytest.mark.parametrize("shape", [[6], [1]])
 def test_a_lerobot_dtype_numpy_cannot_encode(lerobot, tmp_path, shape):
     """harness lerobot_json (a 2-minute run): `"dtype": "\\ud800"` made np.dtype raise

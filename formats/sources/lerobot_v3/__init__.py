@@ -573,6 +573,9 @@ def _data_types(fs, root: str, refs: list[EpisodeRef], keys: list[str], footers:
 def _fill(template: str, info_path: str, key: str, **values) -> str:
     """A `data_path` / `video_path` template filled in; a placeholder lerobot does not write or a
     bad format spec is one line naming the template, not a KeyError."""
+    problem = storage.template_problem(template)
+    if problem is not None:
+        raise FormatError(f"{info_path}: {key} {quoted(template)} is not a path template: {problem}")
     try:
         return template.format(**values)
     except (KeyError, IndexError, ValueError, AttributeError) as error:

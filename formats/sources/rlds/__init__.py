@@ -220,6 +220,8 @@ def _check_info(info: dict, path: str) -> None:
         if template is not None:
             if not isinstance(template, str):
                 raise FormatError(f"{path}: {where}.filepathTemplate must be a string, found {template!r}")
+            if (problem := storage.template_problem(template)) is not None:
+                raise FormatError(f"{path}: {where}.filepathTemplate {quoted(template)} is not a valid template: {problem}")
             try:
                 template.format(**{field: "0" for field in TEMPLATE_FIELDS})
             except KeyError as error:
