@@ -31,7 +31,7 @@ from formats.errors import FormatError, MissingPackageError
 __all__ = ["open_root", "STORES", "object_store_options", "s3_endpoint", "s3_region", "open_reachable", "join", "url_for",
            "resolve_inside", "check_regular", "local_path", "is_local", "open_input", "read_json", "parse_json", "ParquetFooters",
            "footer_signature", "parquet_file", "read_parquet", "check_parquet_footer", "MAX_PARQUET_FOOTER_BYTES",
-           "template_problem"]
+           "template_problem", "read_small", "text_lines", "MAX_JSON_BYTES", "MAX_LINE_BYTES"]
 
 # The largest Parquet footer read: a footer of 500 row groups is about 1.5 MB (`ParquetFooters`), and
 # pyarrow reads the length the file's last 8 bytes claim into memory before parsing it (a 4 GB claim
@@ -315,8 +315,7 @@ def read_json(fs: fsspec.AbstractFileSystem, path: str, *, missing: str | None =
         if missing is None:
             return None
         raise FormatError(f"{path}: {missing}")
-    check_regular(fs, path)
-    value = parse_json(fs.cat_file(path), path)
+    value = parse_json(read_small(fs, path, "a JSON metadata file"), path)
     if want_object and not isinstance(value, dict):
         raise FormatError(f"{path}: expected a JSON object, found {type(value).__name__}")
     return value
@@ -440,6 +439,43 @@ def open_input(fs: fsspec.AbstractFileSystem, path: str):
     if local_path(fs, path) is not None:
         return fs.open(path, "rb")
     return fs.open(path, "rb", cache_type="readahead")
+
+
+# What a metadata file may claim: its size on disk is not what it holds (a sparse info.json of
+# 4 KB on disk claimed 2.5 GB, read whole), so a JSON file is read only up to MAX_JSON_BYTES and a
+# JSON Lines file a block at a time, no line longer than MAX_LINE_BYTES held.
+MAX_JSON_BYTES = 256 << 20
+MAX_LINE_BYTES = 16 << 20
+_BLOCK = 1 << 20
+
+
+def read_small(fs: fsspec.AbstractFileSystem, path: str, what: str, limit: int = MAX_JSON_BYTES) -> bytes:
+    """A metadata file's bytes, refused in one line when it claims more than `limit`."""
+    check_regular(fs, path)
+    size = fs.size(path)
+    if size is not None and size > limit:
+        raise FormatError(f"{path}: {size} bytes is not plausible for {what} (at most {limit})")
+    return fs.cat_file(path)
+
+
+def text_lines(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[tuple[int, bytes]]:
+    """(line number from 1, line) of a text file read a block at a time (lines end at \n, \r\n
+    or \r); a line longer than MAX_LINE_BYTES is refused before it is held whole."""
+    number, pending = 0, b""
+    with open_input(fs, path) as handle:
+        while block := handle.read(_BLOCK):
+            pending += block
+            *complete, pending = pending.split(b"\n")
+            for piece in complete:
+                for line in piece.splitlines() or [b""]:
+                    number += 1
+                    yield number, line
+            if len(pending) > MAX_LINE_BYTES:
+                raise FormatError(f"{path}: line {number + 1} is longer than {MAX_LINE_BYTES} bytes: not a line of text")
+    for line in pending.splitlines():
+        number += 1
+        yield number, line
+
 
 MAX_FIELD_WIDTH = 255  # a path template's widest field: `{episode_index:06d}` is 6
 

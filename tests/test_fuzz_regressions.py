@@ -3,8 +3,11 @@ ended in a traceback before its fix: the product must now refuse it with one For
 the file. Each test states the harness and what escaped."""
 
 import json
+import pathlib
 import re
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +23,8 @@ from formats.sources.l5kit.zarr_v2 import ZarrArray, write_array
 from formats.sources.lerobot_v3.sample import SyntheticLeRobot
 from formats.sources.lerobot_v3.sample import write_dataset as write_lerobot
 from pipelines import validate
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
 def _zarr(tmp_path, change):
@@ -622,3 +627,31 @@ def test_a_lerobot_shape_whose_product_overflows_a_float(lerobot, tmp_path):
     fs, url = storage.open_root(str(root))
     with pytest.raises(FormatError, match=re.escape(f"{url}/meta/info.json: feature 'action' has shape [10000")):
         lerobot_v3.plan(fs, url, {})
+
+
+SPARSE_CASES = {  # format -> (the metadata file, what the one line says)
+    "lerobot_v3": ("meta/info.json", r"\d+ bytes is not plausible for a JSON metadata file \(at most 268435456\)"),
+    "lerobot_v2": ("meta/episodes.jsonl", r"line \d+ is longer than 16777216 bytes: not a line of text"),
+    "ortf": ("meta/tasks.jsonl", r"line \d+ is longer than 16777216 bytes: not a line of text"),
+}
+
+
+@pytest.mark.parametrize("format_", sorted(SPARSE_CASES))
+def test_a_sparse_metadata_file_is_refused_by_what_it_holds_not_by_what_it_claims(tmp_path, format_):
+    """A metadata file of a few KB on disk extended to 900 MB (sparse: zeros no disk holds) was read
+    whole (2.5 GB peak for a 2.5 GB claim). Planning refuses it in one line, holding at most one line."""
+    from formats import samples
+
+    relative, message = SPARSE_CASES[format_]
+    samples.get(format_).small(str(tmp_path / "ds"))
+    path = tmp_path / "ds" / relative
+    with open(path, "ab") as handle:
+        handle.truncate(900 << 20)
+    script = ("import resource, sys\nfrom formats import sources, storage\nfs, root = storage.open_root(sys.argv[1])\n"
+              "try:\n    sources.get(sys.argv[2]).plan(fs, root, {})\nexcept Exception as error:\n    print(error)\n"
+              "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n")
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "ds"), format_], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    error, peak = done.stdout.splitlines()
+    assert re.fullmatch(rf"{re.escape(str(path))}: {message}", error), error
+    assert int(peak) < 400_000, peak  # KB

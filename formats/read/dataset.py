@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numbers
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, BinaryIO
 
 import av
@@ -105,7 +105,7 @@ class Dataset:
         path = storage.join(self.root, mixtrain.ERRORS_FILE)
         if not self.fs.exists(path):
             return []
-        return error_records(self.fs.cat_file(path).decode(errors="replace"), path)
+        return error_records((line.decode(errors="replace") for _, line in storage.text_lines(self.fs, path)), path)
 
     # --- rows -----------------------------------------------------------------------------------
 
@@ -415,11 +415,12 @@ def _window_horizon(observation_horizon: int, action_horizon: int, stride: int) 
     return int(observation_horizon) + int(action_horizon)
 
 
-def error_records(text: str, where: str) -> list[dict]:
-    """The records of an _errors.jsonl text, one JSON object a line (blank lines skipped); any
-    other line a FormatError naming `where` and the line: `inspect` shows each record's fields."""
+def error_records(text: str | Iterable[str], where: str) -> list[dict]:
+    """The records of an _errors.jsonl text (or its lines), one JSON object a line (blank lines
+    skipped); any other line a FormatError naming `where` and the line: `inspect` shows each
+    record's fields."""
     records = []
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text.splitlines() if isinstance(text, str) else text, 1):
         if not line.strip():
             continue
         record = storage.parse_json(line, f"{where}: line {number}")

@@ -117,7 +117,7 @@ def _jsonl(fs, root: str, relative: str, what: str) -> tuple[str, list[dict]]:
     if fs.size(path) > MAX_JSONL_BYTES:
         raise FormatError(f"{path}: {fs.size(path)} bytes is not plausible for {what}")
     rows = []
-    for number, line in enumerate(fs.cat_file(path).splitlines(), start=1):
+    for number, line in storage.text_lines(fs, path):
         if not line.strip():
             continue
         try:

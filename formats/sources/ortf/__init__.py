@@ -197,11 +197,11 @@ def _tasks(fs, root: str) -> dict[int, dict]:
     if not fs.exists(path):
         return {}
     tasks = {}
-    try:
-        text = fs.cat_file(path).decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise FormatError(f"{path}: not UTF-8 text: {error}") from error
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, raw in storage.text_lines(fs, path):
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise FormatError(f"{path}: line {number}: not UTF-8 text: {error}") from error
         if not line.strip():
             continue
         try:

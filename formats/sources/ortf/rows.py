@@ -228,7 +228,7 @@ def _annotations(fs, root: str, ref: EpisodeRef, sequence: Sequence) -> None:
     if "scene_objects.json" in names:
         objects = storage.resolve_inside(root, f"{ref.annotations}/scene_objects.json", what="annotation file", fs=fs)
         try:
-            text = fs.cat_file(objects).decode("utf-8")
+            text = storage.read_small(fs, objects, "scene_objects.json").decode("utf-8")
         except UnicodeDecodeError as error:
             raise FormatError(f"{folder}/scene_objects.json: malformed JSON: {error}") from error
         storage.parse_json(text, f"{folder}/scene_objects.json")  # kept as text, checked to parse
