@@ -24,13 +24,16 @@ class Sample:
     `small(path)` writes a few short sequences with every kind of column the format has (the
     contract tests' input) and returns the writer's truth or None; `bundled(path, episodes)` writes
     the `make_sample` dataset and returns what it wrote in words ("an ortf sample with 12 episodes
-    (337 steps)"); `convert_args` are command-line options converting either needs.
+    (337 steps)"); `convert_args` are command-line options converting either needs;
+    `bundled_choices` names the keyword options `bundled` also takes, each with its choices (the
+    first is the default): `make_sample` offers them as options of this format only.
     """
 
     source: str
     small: Callable[[str], Any]
-    bundled: Callable[[str, int], str]
+    bundled: Callable[..., str]
     convert_args: tuple[str, ...] = ()
+    bundled_choices: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
 
 
 # The built-in writers (sources/<format>/sample.py) register themselves when imported, on first

@@ -308,3 +308,24 @@ def test_a_local_shard_stays_open_for_its_records_and_a_remote_footer_is_read_on
     assert [arrayrecord.read_record(memory, "/ar/s0.array_record", n, remote) for n in (0, 7, 49)] == \
         [f"0:{n}".encode() * 40 for n in (0, 7, 49)]
     assert len(sizes) == 1  # the footer (and the size) fetched once for the shard's records
+
+
+def test_make_sample_writes_the_rlds_sample_in_array_record_shards(tmp_path, capsys):
+    """`python -m pipelines.make_sample DST --format=rlds --file_format=array_record`: the same
+    episodes as the TFRecord sample, in ArrayRecord shards; the option is refused for other formats."""
+    from pipelines import make_sample
+
+    assert make_sample.main([str(tmp_path / "ar"), "--format=rlds", "--file_format=array_record", "--episodes=6"]) == 0
+    assert make_sample.main([str(tmp_path / "tf"), "--format=rlds", "--episodes=6"]) == 0
+    names = sorted(path.name for path in (tmp_path / "ar").iterdir())
+    assert names == ["dataset_info.json", "features.json", "synthetic_rlds-train.array_record-00000-of-00001"]
+    assert json.loads((tmp_path / "ar/dataset_info.json").read_text())["fileFormat"] == "array_record"
+    _, _, _, got = _all(tmp_path / "ar")
+    _, _, _, expected = _all(tmp_path / "tf")
+    assert len(got) == 6
+    _same_sequences(got, expected)
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as refused:
+        make_sample.main([str(tmp_path / "lr"), "--file_format=array_record"])
+    assert refused.value.code == 2 and capsys.readouterr().err.endswith(
+        "error: --file_format has no effect with --format=lerobot_v3\n") and not (tmp_path / "lr").exists()

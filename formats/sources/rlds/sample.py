@@ -203,11 +203,12 @@ def _small(path: str) -> dict:
     return write_dataset(path, SyntheticRLDS(splits={"train": (6, 4, 5)}, shards={"train": 2}))
 
 
-def _bundled(path: str, episodes: int) -> str:
+def _bundled(path: str, episodes: int, file_format: str = "tfrecord") -> str:
     lengths = tuple(8 + (5 * i) % 9 for i in range(episodes))
-    write_dataset(path, SyntheticRLDS(splits={"train": lengths}, shards={"train": max(1, episodes // 5)}))
-    return f"an rlds sample with {episodes} episodes ({sum(lengths)} steps; convert it with --fps)"
+    write_dataset(path, SyntheticRLDS(splits={"train": lengths}, shards={"train": max(1, episodes // 5)}, file_format=file_format))
+    return f"an rlds sample with {episodes} episodes ({sum(lengths)} steps, {file_format} shards; convert it with --fps)"
 
 
 # Synthetic RLDS has no known control rate: a conversion needs --fps.
-samples.register(samples.Sample("rlds", _small, _bundled, convert_args=("--fps=10",)))
+samples.register(samples.Sample("rlds", _small, _bundled, convert_args=("--fps=10",),
+                                bundled_choices={"file_format": FILE_FORMATS}))
