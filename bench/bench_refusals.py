@@ -1,4 +1,5 @@
-"""How fast the command line refuses what it can refuse without data (issue: each < 0.5 s on 2 cores).
+"""How fast the command line refuses (issue 41: what it can refuse without data < 0.5 s on 2 cores;
+what needs the data without waiting for Beam's import).
 
     python bench/bench_refusals.py [--repeat=5]
 
@@ -38,6 +39,11 @@ def main() -> None:
         (src / "meta").mkdir(parents=True)
         out.mkdir()
         (out / "mixtrain.json").write_text("{}")
+        sample, notes = pathlib.Path(folder, "lerobot"), pathlib.Path(folder, "notes")
+        notes.mkdir()
+        (notes / "NOTES.md").write_text("mine")
+        subprocess.run([sys.executable, "-m", "pipelines.make_sample", str(sample), "--episodes=4"], cwd=ROOT, check=True,
+                       capture_output=True)
         cases = {
             "--help (floor)": ["--help"],
             "unknown option": [f"--input={src}", f"--output={folder}/o", "--num_workrs=2"],
@@ -45,6 +51,13 @@ def main() -> None:
             "existing output": [f"--input={src}", f"--output={out}"],
             "local path, DataflowRunner": [f"--input={src}", "--output=gs://b/o", "--runner=DataflowRunner"],
             "Dataflow without --project": ["--input=gs://b/i", "--output=gs://b/o", "--runner=DataflowRunner"],
+            "--detach, local runner": [f"--input={src}", f"--output={folder}/o", "--detach"],
+            "a crf the codec lacks": [f"--input={src}", f"--output={folder}/o", "--video_crf=99"],
+            "hf:// without the hub extra": ["--input=hf://lerobot/pusht", f"--output={folder}/o"],
+            "folder not a dataset": [f"--input={sample}", f"--output={notes}"],
+            # These need the data (the early planner reads it; the answer does not wait for Beam):
+            "--fps on a LeRobot dataset": [f"--input={sample}", f"--output={folder}/o", "--fps=10"],
+            "--video_codec, every camera copied": [f"--input={sample}", f"--output={folder}/o", "--video_codec=hevc"],
         }
         floor = None
         print(f"{'refusal':32} {'exit':>4} {'seconds':>8} {'x --help':>9}")

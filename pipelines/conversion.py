@@ -34,9 +34,9 @@ from pipelines import cli, failures, local_workers, preflight
 from pipelines.beam_flags import DASK_FLAGS
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
 from pipelines.early_plan import EarlyPlan
-from pipelines.plan import ConversionPlan, blame, created_now, make_plan, requested_encoding, without_cycle_collection
+from pipelines.plan import ConversionPlan, blame, created_now, make_plan, without_cycle_collection
 from pipelines.progress import Progress
-from pipelines.session import Interrupted, interrupted_by, new_run_id, remember_failed_log
+from pipelines.session import Interrupted, interrupted_by, new_run_id
 from transforms import staged_plan
 from transforms.errors import ERRORS
 from transforms.read import TALLIES, ReadSequences, stage_refs
@@ -91,13 +91,12 @@ def prepare_output(output_url: str, overwrite: bool, table_format: str = tables.
             raise errors.ConversionError(preflight.already_published(root, "Lance"))
         return
     names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(root, detail=False)}
-    foreign = publish.foreign_entries(fs, root)
-    ours = names - set(foreign) - {publish.STAGING_DIR}
-    if not ours and not foreign:
+    if not names - {publish.STAGING_DIR}:
         return
-    if mixtrain.SIDECAR not in ours and not (ours and not foreign):
-        raise errors.ConversionError(f"{root}: output is not empty and is not a Mixtrain dataset ({', '.join(sorted(names))}); "
-                                     "choose another --output")
+    problem = preflight.foreign_output(fs, root)
+    if problem is not None:
+        raise errors.ConversionError(problem)
+    foreign = publish.foreign_entries(fs, root)
     if not overwrite:
         raise errors.ConversionError(preflight.already_published(root, "Mixtrain"))
     if foreign and storage.is_local(fs) and publish.replaces_whole_folder(root):
@@ -311,13 +310,6 @@ def _launch_only(options: PipelineOptions) -> str | None:
 def _check_command_line(argv: list[str], options: ConvertOptions, all_options: PipelineOptions) -> None:
     """Every check that needs Beam but not the data; raises UsageError."""
     cli.check_unknown(beam_unknown(argv), known_options())
-    try:
-        requested_encoding(options)
-    except errors.ConversionError as error:
-        raise UsageError(str(error)) from None
-    if options.incremental and options.video_stats:
-        raise UsageError("--video_stats cannot be combined with --incremental (image statistics of reused sequences are not "
-                         "kept); run without --incremental to refresh them")
     if options.table_format == "lance" and importlib.util.find_spec("lance") is None:
         raise UsageError("--table_format=lance needs pylance, which is not installed: pip install 'mixtrain-convert[lance]'")
     if options.table_format not in tables.names():
@@ -325,35 +317,6 @@ def _check_command_line(argv: list[str], options: ConvertOptions, all_options: P
     if lake.missing_library(options.table_format):
         raise UsageError(f"--table_format={options.table_format} needs {lake.missing_library(options.table_format)}, which is not "
                          "installed: pip install 'mixtrain-convert[lake]' (or -e '.[lake]' in a clone)")
-    if all_options.view_as(StandardOptions).runner == preflight.DASK:
-        for flag, value in (("--dry_run", all_options.view_as(TestOptions).dry_run),
-                            ("--template_location", all_options.view_as(GoogleCloudOptions).template_location)):
-            if value:
-                raise UsageError(f"{flag} has no effect with --runner=DaskRunner (it runs the conversion); it is for "
-                                 "--runner=DataflowRunner")
-        if options.detach:
-            raise UsageError("--detach cannot work with --runner=DaskRunner: the run's tasks belong to this process's Dask "
-                             "client, and its exit cancels them; run the launcher where it can wait (a batch job, tmux)")
-    if options.detach and all_options.view_as(StandardOptions).runner in preflight.LOCAL_RUNNERS:
-        raise UsageError("--detach has no effect on a local runner (the run is this process); it is for --runner=DataflowRunner")
-    roots = {}
-    for flag, url in (("--input", options.input), ("--output", options.output)):
-        try:
-            roots[flag] = storage.parse_url(url)  # not opened yet: run() reaches the stores, with a deadline
-        except ImportError as error:  # storage.MissingPackageError (also a ValueError): its message starts with the URL
-            raise UsageError(f"{flag}={error}") from None
-        except ValueError as error:  # an unknown protocol
-            raise UsageError(f"{flag}={url}: {error}") from None
-    (in_fs, in_root), (out_fs, out_root) = roots["--input"], roots["--output"]
-    if options.table_format == "iceberg" and not options.catalog and not storage.is_local(out_fs):
-        raise UsageError(f"--output={options.output}: the embedded Iceberg catalog is an SQLite file on the output's disk, which "
-                         "an object store is not; pass --catalog (a REST, SQL or Glue catalog the workers reach, docs/lake.md)")
-    if in_fs is out_fs and not storage.is_local(in_fs):  # local paths: preflight.check
-        for (inner, inner_flag), (outer, outer_flag) in (((in_root, "--input"), (out_root, "--output")),
-                                                         ((out_root, "--output"), (in_root, "--input"))):
-            if inner == outer or inner.startswith(outer.rstrip("/") + "/"):
-                raise UsageError(f"{inner_flag} is inside {outer_flag} ({options.input} and {options.output}): choose an output "
-                                 "folder outside the input dataset")
 
 
 def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = None, run_id: str | None = None,
@@ -466,9 +429,6 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
             else:
                 _discard(out_fs, staging, out_root, created)
             raise
-    except UsageError as error:
-        _usage(console, error)
-        return EXIT_USAGE
     except (Interrupted, Exception) as error:  # noqa: BLE001 - every failure becomes one line and a clean output
         interrupt = interrupted_by(error)
         if interrupt is not None:
@@ -477,18 +437,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
             message = interrupt.message() + (f"; {_resume_hint(kept)}" if kept else "")
             print(f"error: {for_terminal(message)}", file=console, flush=True)
             return interrupt.exit_code
-        message = failures.output_message(error, options.output) or failures.user_message(error)
-        if message is None:  # not bad input: a fault of ours or of the platform
-            first = (str(error).strip().splitlines() or [""])[0]
-            message = f"{options.output}: conversion failed: {type(error).__name__}: {first}"
-        _LOG.error("conversion failed: %s", message, exc_info=error)  # the traceback, for whoever reads the log
-        print(f"error: {for_terminal(message)}", file=console, flush=True)
-        hint = [f"Beam's and the workers' log of this run: {log_path}"] if log_path else []
-        remember_failed_log(log_path)
-        hint += [_resume_hint(kept)] if kept else []
-        if hint:
-            print(for_terminal(f"({'; '.join(hint)})"), file=console, flush=True)
-        return EXIT_FAILED
+        return failures.report(error, console, output=options.output, log_path=log_path, kept_hint=_resume_hint(kept) if kept else "")
     finally:
         if lease is not None:
             lease.__exit__(None, None, None)

@@ -92,7 +92,8 @@ def main() -> None:
         try:
             if early_plan.wanted(args):  # the plan is made in a forked process while Beam is imported here
                 planner = early_plan.EarlyPlan()
-                planner.start(args)
+                local = preflight.is_local_path(args.input) and preflight.is_local_path(args.output)
+                planner.start(args, on_refusal=(lambda error: _refused_early(error, args, session)) if local else None)
             from pipelines import conversion, local_workers
 
             if local_workers.wanted(argv):  # local multi-process workers: forked from this process's imports
@@ -116,6 +117,26 @@ def main() -> None:
             if zygote is not None:
                 zygote.stop()
     exit_without_teardown(code)
+
+
+def _refused_early(error: BaseException, args, session) -> None:
+    """What the early planner refused, said while Beam is still being imported (the planner's
+    thread calls this), as `conversion.run` would say it, and the process ended: no wait for an
+    import whose pipeline would never run. Local input and output only (on object stores the
+    launcher reaches the stores first); a live run writing the output is still said first, as the
+    launcher's check before planning says it. Nothing was written yet."""
+    from formats import storage
+    from formats.errors import ConversionError
+    from formats.mixtrain import publish
+    from pipelines import failures
+
+    try:
+        fs, root = storage.open_root(args.output)
+        publish.check_no_live_run(fs, root)
+    except ConversionError as live:
+        error = live
+    code = failures.report(error, session.console, output=args.output, log_path=str(session.log_path) if session.log_path else None)
+    session.leave_now(code)
 
 
 if __name__ == "__main__":

@@ -29,12 +29,13 @@ import dataclasses
 import logging
 import os
 import pickle
-import select
 import signal
 import struct
 import sys
+import threading
 import traceback
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 from pipelines import local_workers
@@ -54,6 +55,7 @@ GRACE_SECONDS = 0.2
 # the fingerprints it carries (computed in the planner) would stay in the launcher's memory.
 MAX_REFS = 100_000
 _PR_SET_PDEATHSIG = 1
+_REFUSAL, _OTHER = b"E", b"P"  # after the length: whether the answer is a refusal (read at once, see `start`)
 
 
 def wanted(args: Any) -> bool:
@@ -120,12 +122,15 @@ def _planner(args: Any, write_fd: int, parent: int) -> None:
             signal.signal(signum, signal.SIG_DFL)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGINT, signal.SIGTERM))
         _die_with(parent)
+        outcome = _outcome(args)
+        kind = _REFUSAL if outcome[1] == "error" else _OTHER
         try:
-            data = pickle.dumps(_outcome(args), protocol=pickle.HIGHEST_PROTOCOL)
+            data = pickle.dumps(outcome, protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as error:  # noqa: BLE001 - a plan that cannot be pickled: the launcher plans itself
-            data = pickle.dumps((None, "replan", f"the plan does not pickle: {type(error).__name__}"), protocol=pickle.HIGHEST_PROTOCOL)
+            kind, data = _OTHER, pickle.dumps((None, "replan", f"the plan does not pickle: {type(error).__name__}"),
+                                              protocol=pickle.HIGHEST_PROTOCOL)
         with os.fdopen(write_fd, "wb") as pipe:
-            pipe.write(_LENGTH.pack(len(data)))
+            pipe.write(_LENGTH.pack(len(data)) + kind)
             pipe.write(data)
     except BaseException:  # noqa: BLE001 - the launcher went away (a broken pipe) or anything else: just end
         code = 1
@@ -137,15 +142,22 @@ class EarlyPlan:
 
     def __init__(self) -> None:
         self._pid: int | None = None
-        self._read_fd: int | None = None
+        self._answer: tuple[bytes, bytes] | None = None  # (kind, pickled outcome), once received
+        self._received = threading.Event()
+        self._reader: threading.Thread | None = None
 
-    def start(self, args: Any) -> bool:
+    def start(self, args: Any, on_refusal: Callable[[BaseException], None] | None = None) -> bool:
         """Fork the planner for the command line `args` (what `cli.parse` returned); False when
         the fork fails (the launcher then plans itself). SIGINT and SIGTERM wait until the fork is
         done and each side holds what it needs (the child its own signal handling, this object the
         child's pid, for `cancel`): an interrupt in between would unwind the child through the
         launcher's clean-up, or lose the child. (Blocked in this thread; the launcher's one other
-        thread, --verbose's log copier, blocks them for good.)"""
+        thread, --verbose's log copier, blocks them for good.)
+
+        A thread receives the answer as raw bytes while the launcher imports Beam (never unpickling
+        a plan there: a fork of the launcher meanwhile must find no lock held); a refusal, small,
+        is unpickled at once and handed to `on_refusal` when given, which may end the launcher
+        without waiting for Beam's import (`pipelines.convert`)."""
         read_fd, write_fd = os.pipe()
         sys.stdout.flush()
         sys.stderr.flush()
@@ -164,7 +176,10 @@ class EarlyPlan:
                 os.close(read_fd)
                 _planner(args, write_fd, parent)
             os.close(write_fd)
-            self._pid, self._read_fd = pid, read_fd
+            self._pid = pid
+            self._reader = threading.Thread(target=self._receive, args=(read_fd, on_refusal), name="mixtrain-early-plan",
+                                            daemon=True)
+            self._reader.start()
             return True
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
@@ -173,13 +188,19 @@ class EarlyPlan:
         """The plan the planner made, when it was done (or is within `grace` seconds; None: however
         long it takes) and made for this output URL; raises what the planner raised; None when the
         launcher must plan itself."""
-        if self._pid is None:
+        if self._pid is None and self._reader is None:
             return None
         try:
-            outcome = self._receive(grace)
+            received = self._received.wait(grace)
+            if not received:
+                _LOG.info("planning on the launcher: the early planner was not done when the launcher was ready")
         finally:
             self.cancel()
-        if outcome is None:
+        if not received or self._answer is None:
+            return None
+        try:
+            outcome = pickle.loads(self._answer[1])  # noqa: S301 - written by our own forked child, never read from storage
+        except Exception:  # noqa: BLE001
             return None
         planned_url, kind, *rest = outcome
         if kind == "replan":
@@ -195,35 +216,34 @@ class EarlyPlan:
         _LOG.info("the plan was made by the early planner while Beam was imported")
         return rest[0]
 
-    def _receive(self, grace: float | None):
-        ready, _, _ = select.select([self._read_fd], [], [], grace)
-        if not ready:
-            _LOG.info("planning on the launcher: the early planner was not done when the launcher was ready")
-            return None
-        chunks = []
-        with os.fdopen(self._read_fd, "rb", closefd=True) as pipe:
-            self._read_fd = None
-            header = pipe.read(_LENGTH.size)
-            if len(header) != _LENGTH.size:
-                _LOG.info("planning on the launcher: the early planner ended without an answer")
-                return None
-            remaining = _LENGTH.unpack(header)[0]
-            while remaining:
-                chunk = pipe.read(min(remaining, 1 << 24))
-                if not chunk:
-                    return None
-                chunks.append(chunk)
-                remaining -= len(chunk)
+    def _receive(self, read_fd: int, on_refusal: Callable[[BaseException], None] | None) -> None:
+        """The reader thread: the planner's answer as bytes (nothing when it ends without one)."""
         try:
-            return pickle.loads(b"".join(chunks))  # noqa: S301 - written by our own forked child, never read from storage
-        except Exception:  # noqa: BLE001
-            return None
+            with os.fdopen(read_fd, "rb", closefd=True) as pipe:
+                header = pipe.read(_LENGTH.size + 1)
+                if len(header) != _LENGTH.size + 1:
+                    _LOG.info("planning on the launcher: the early planner ended without an answer")
+                    return
+                remaining, chunks = _LENGTH.unpack(header[:-1])[0], []
+                while remaining:
+                    chunk = pipe.read(min(remaining, 1 << 24))
+                    if not chunk:
+                        return
+                    chunks.append(chunk)
+                    remaining -= len(chunk)
+            self._answer = (header[-1:], b"".join(chunks))
+        finally:
+            self._received.set()
+        if self._answer[0] == _REFUSAL and on_refusal is not None:
+            try:
+                _, kind, error, text = pickle.loads(self._answer[1])  # noqa: S301 - our own child's bytes
+            except Exception:  # noqa: BLE001 - said where the launcher plans, as before
+                return
+            _LOG.info("the early planner refused the input; its traceback:\n%s", text)
+            on_refusal(error)
 
     def cancel(self) -> None:
-        """Stop the planner (if it still runs) and reap it; idempotent."""
-        if self._read_fd is not None:
-            os.close(self._read_fd)
-            self._read_fd = None
+        """Stop the planner (if it still runs), reap it and let the reader thread end; idempotent."""
         if self._pid is not None:
             try:
                 os.kill(self._pid, signal.SIGKILL)
@@ -234,3 +254,5 @@ class EarlyPlan:
             except ChildProcessError:
                 pass
             self._pid = None
+        if self._reader is not None and self._reader is not threading.current_thread():
+            self._reader.join(timeout=5)  # the pipe's writer is gone: its read ends

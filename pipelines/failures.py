@@ -5,13 +5,18 @@ output named as the output rather than as whichever file was being written.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+from typing import TextIO
 
 from formats import errors
 from formats.mixtrain import publish
+from formats.text import for_terminal
 
-__all__ = ["output_message", "user_message"]
+__all__ = ["output_message", "user_message", "report"]
+
+_LOG = logging.getLogger("mixtrain-convert")
 
 _ERROR_LINE = re.compile(r"(?:^|\s|\.)(?:" + "|".join(n for n in errors.__all__ if n[0].isupper()) + r"): (.+)")
 
@@ -46,3 +51,29 @@ def user_message(error: BaseException) -> str | None:
     if matches:
         return re.sub(r" \[while running '.*'\]$", "", matches[-1].strip())
     return None
+
+
+def report(error: BaseException, console: TextIO, *, output: str, log_path: str | None, kept_hint: str = "") -> int:
+    """Say a failed conversion on `console` as one `error:` line (a command-line error's hint, or
+    the log's path, on one more) and return its exit status: 2 for the command line, else 1."""
+    from pipelines.cli import EXIT_FAILED, EXIT_USAGE, UsageError
+    from pipelines.session import remember_failed_log
+
+    if isinstance(error, UsageError):
+        print(f"error: {for_terminal(error)}", file=console, flush=True)
+        if error.hint:
+            print(error.hint, file=console, flush=True)
+        return EXIT_USAGE
+    message = output_message(error, output) or user_message(error)
+    if message is None:  # not bad input: a fault of ours or of the platform
+        first = (str(error).strip().splitlines() or [""])[0]
+        message = f"{output}: conversion failed: {type(error).__name__}: {first}"
+    _LOG.error("conversion failed: %s", message, exc_info=error)  # the traceback, for whoever reads the log
+    print(f"error: {for_terminal(message)}", file=console, flush=True)
+    hint = [f"Beam's and the workers' log of this run: {log_path}"] if log_path else []
+    remember_failed_log(log_path)
+    hint += [kept_hint] if kept_hint else []
+    if hint:
+        print(for_terminal(f"({'; '.join(hint)})"), file=console, flush=True)
+    return EXIT_FAILED
+

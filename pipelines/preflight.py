@@ -135,6 +135,21 @@ def output_holds_dataset(root: str) -> str | None:
     return None
 
 
+def foreign_output(fs, root: str) -> str | None:
+    """Why the existing output folder `root` is not one to publish into: it holds files and no
+    Mixtrain dataset (our own staging aside); None when it is empty or a dataset."""
+    from formats.mixtrain import publish
+
+    names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(root, detail=False)}
+    foreign = publish.foreign_entries(fs, root)
+    ours = names - set(foreign) - {publish.STAGING_DIR}
+    if not ours and not foreign:
+        return None
+    if "mixtrain.json" not in ours and not (ours and not foreign):
+        return f"{root}: output is not empty and is not a Mixtrain dataset ({', '.join(sorted(names))}); choose another --output"
+    return None
+
+
 def already_published(root: str, kind: str) -> str:
     """The one message for an output that holds a dataset and no --overwrite/--incremental."""
     verb = "replace it" if kind == "Mixtrain" else "publish a new version of it"
@@ -199,6 +214,20 @@ def check(args, argv: list[str], rest: list[str]) -> None:
             if value.startswith("memory://"):
                 raise UsageError(f"{flag}={value} is this process's memory, which DaskRunner workers cannot read; use a path on "
                                  "storage the workers share, or an object store URL")
+    if args.detach and runner in LOCAL_RUNNERS:
+        raise UsageError("--detach has no effect on a local runner (the run is this process); it is for --runner=DataflowRunner")
+    if runner == DASK:
+        for name in ("dry_run", "template_location"):
+            if _option(argv, name):
+                raise UsageError(f"--{name} has no effect with --runner=DaskRunner (it runs the conversion); it is for "
+                                 "--runner=DataflowRunner")
+        if args.detach:
+            raise UsageError("--detach cannot work with --runner=DaskRunner: the run's tasks belong to this process's Dask "
+                             "client, and its exit cancels them; run the launcher where it can wait (a batch job, tmux)")
+    if args.incremental and args.video_stats:
+        raise UsageError("--video_stats cannot be combined with --incremental (image statistics of reused sequences are not "
+                         "kept); run without --incremental to refresh them")
+    _check_encoding(args)
     if args.overwrite and args.incremental:
         raise UsageError("--overwrite and --incremental cannot be combined: --incremental replaces the dataset too, reusing its "
                          "unchanged sequences; --overwrite converts every sequence again")
@@ -222,6 +251,7 @@ def check(args, argv: list[str], rest: list[str]) -> None:
                 raise UsageError(f"DataflowRunner needs {', '.join(missing)}",
                                  hint="python -m pipelines.convert --input=gs://... --output=gs://... --runner=DataflowRunner "
                                       "--project=PROJECT --region=REGION --temp_location=gs://BUCKET/tmp (docs/dataflow.md)")
+    _check_stores(args)
     if not (is_local_path(args.input) and is_local_path(args.output)):
         return
     source, target = _local(args.input), _local(args.output)
@@ -236,6 +266,57 @@ def check(args, argv: list[str], rest: list[str]) -> None:
     if os.path.exists(target) and not os.path.isdir(target):
         raise Refusal(f"{target}: output exists and is not a directory")
     kind = output_holds_dataset(target)
+    if kind is None and args.table_format in ("parquet", "lance") and os.path.isdir(target) and os.listdir(target):
+        from formats import storage
+
+        problem = foreign_output(storage.open_root(target)[0], target)
+        if problem is not None:
+            raise Refusal(problem)
     if kind is not None and not (args.overwrite or args.incremental) and args.table_format in ("parquet", "lance"):
         if (kind == "Lance") == (args.table_format == "lance"):
             raise Refusal(already_published(target, kind))
+
+
+def _check_encoding(args) -> None:
+    """The --video_* options as one encoder setting (a crf outside the codec's range, a pixel
+    format it lacks), before any import of Beam."""
+    if not any(getattr(args, name) is not None for name in cli.ENCODING_OPTIONS):
+        return
+    from formats.errors import ConversionError
+    from formats.video import policy
+
+    try:
+        policy.EncodeOptions(args.video_codec or "h264", args.video_crf, args.video_gop, args.video_preset,
+                             args.video_pix_fmt or "yuv420p", args.video_min_psnr).resolved()
+    except ConversionError as error:
+        raise UsageError(str(error)) from None
+
+
+def _check_stores(args) -> None:
+    """What the URLs alone refuse: a protocol whose package is missing or unknown, the embedded
+    Iceberg catalog on an object store, an input and output one inside the other on one store.
+    Local paths are left to the checks below (no import of fsspec and pyarrow before the planner
+    is forked)."""
+    if is_local_path(args.input) and is_local_path(args.output):
+        return
+    from formats import storage
+
+    roots = {}
+    for flag, url in (("--input", args.input), ("--output", args.output)):
+        try:
+            roots[flag] = storage.parse_url(url)  # not opened: the stores are reached later, with a deadline
+        except ImportError as error:  # storage.MissingPackageError (also a ValueError): its message starts with the URL
+            raise UsageError(f"{flag}={error}") from None
+        except ValueError as error:  # an unknown protocol
+            raise UsageError(f"{flag}={url}: {error}") from None
+    (in_fs, in_root), (out_fs, out_root) = roots["--input"], roots["--output"]
+    if args.table_format == "iceberg" and not args.catalog and not storage.is_local(out_fs):
+        raise UsageError(f"--output={args.output}: the embedded Iceberg catalog is an SQLite file on the output's disk, which "
+                         "an object store is not; pass --catalog (a REST, SQL or Glue catalog the workers reach, docs/lake.md)")
+    if in_fs is out_fs and not storage.is_local(in_fs):  # local paths: below
+        for (inner, inner_flag), (outer, outer_flag) in (((in_root, "--input"), (out_root, "--output")),
+                                                         ((out_root, "--output"), (in_root, "--input"))):
+            if inner == outer or inner.startswith(outer.rstrip("/") + "/"):
+                raise UsageError(f"{inner_flag} is inside {outer_flag} ({args.input} and {args.output}): choose an output "
+                                 "folder outside the input dataset")
+

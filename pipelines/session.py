@@ -148,6 +148,20 @@ class Session:
     def close(self) -> None:
         self.__exit__(None, None, None)
 
+    def leave_now(self, code: int) -> None:
+        """End the process from any thread (the early planner's reader, while the main thread is
+        in Beam's import): what was printed and logged flushed, the temporary folder removed, and
+        nothing else of the interpreter's teardown (signal handlers are the main thread's)."""
+        sys.stderr.flush()
+        self.console.flush()
+        for handler in logging.getLogger().handlers:
+            handler.flush()
+        shutil.rmtree(self._temp, ignore_errors=True)
+        if self._tee is not None:
+            os.dup2(self._saved_fd, 2)  # the tee's pipe loses its writer: what it holds reaches the log
+            self._tee.join(timeout=2)
+        os._exit(code)
+
     def __exit__(self, *exc_info) -> None:
         self.ignore_signals()
         tempfile.tempdir = None

@@ -196,9 +196,9 @@ def test_convert_forks_the_planner_before_importing_beam_and_takes_its_plan(tmp_
     script = _convert_script(
         "early_plan.GRACE_SECONDS = 120  # however loaded the machine: this test is about taking the plan\n"
         "start = early_plan.EarlyPlan.start\n"
-        "def recorded(self, args):\n"
+        "def recorded(self, args, **options):\n"
         "    print('beam imported at the fork:', 'apache_beam' in sys.modules, flush=True)\n"
-        "    return start(self, args)\n"
+        "    return start(self, args, **options)\n"
         "early_plan.EarlyPlan.start = recorded\n"
         f"sys.argv = ['pipelines.convert', '--input={src}', '--output={dst}', '--progress=off', '--log_file={log}']")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -249,3 +249,75 @@ def _cmdline(pid: str) -> bytes:
             return handle.read()
     except OSError:
         return b""
+
+
+_BEAM_NEVER_ARRIVES = ("import importlib.abc, importlib.machinery, sys, time\n"
+                       "class _Never(importlib.abc.Loader):\n"
+                       "    def create_module(self, spec):\n"
+                       "        return None\n"
+                       "    def exec_module(self, module):\n"
+                       "        time.sleep(600)  # an import that never ends (holding only its own module's lock)\n"
+                       "class _Slow(importlib.abc.MetaPathFinder):\n"
+                       "    def find_spec(self, name, path=None, target=None):\n"
+                       "        return importlib.machinery.ModuleSpec(name, _Never()) if name == 'apache_beam' else None\n"
+                       "sys.meta_path.insert(0, _Slow())\n")
+
+
+@pytest.mark.parametrize("case", ["option of another source", "input the source refuses"])
+def test_a_refusal_the_planner_finds_is_said_without_waiting_for_beams_import(tmp_path, case):
+    """Issue 41: `--fps` on a LeRobot dataset took 2-5 s (Beam's import) to say one line. The
+    planner's refusal is said as soon as it is found, whatever Beam's import is doing (here it never
+    ends), in the words and with the exit status the launcher uses."""
+    if case == "option of another source":
+        src, extra = tmp_path / "lerobot", ["--fps=10"]
+        samples.get("lerobot_v3").small(str(src))
+        expected = "error: --fps is an option of --source=rlds; it has no effect on this lerobot_v3 dataset\n"
+    else:
+        src, extra = tmp_path / "rlds", []
+        samples.get("rlds").small(str(src))
+        expected = None
+    log, dst = tmp_path / "run.log", tmp_path / "out"
+    script = _convert_script(_BEAM_NEVER_ARRIVES + f"sys.argv = ['pipelines.convert', '--input={src}', '--output={dst}', "
+                                                   f"'--progress=off', '--log_file={log}', *{extra!r}]")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    if expected is not None:
+        assert (done.returncode, done.stderr) == (2, expected)
+    else:
+        assert done.returncode == 1
+        assert done.stderr == (f"error: {src}/dataset_info.json: 'synthetic_rlds': RLDS does not record a frame rate and "
+                               "'synthetic_rlds' is not in the table of known Open X-Embodiment control rates; pass --fps=<Hz>\n"
+                               f"(Beam's and the workers' log of this run: {log})\n")
+        assert "FormatError" in log.read_text()  # the traceback is in the log
+    assert not dst.exists() and "apache_beam" not in done.stderr
+
+
+REFUSED_BEFORE_BEAM = {  # what the command line and the folders alone refuse (issue 41: each took 2-5 s, Beam's import)
+    "--detach on the local runner": (["--detach"], 2,
+                                     "error: --detach has no effect on a local runner (the run is this process); it is for "
+                                     "--runner=DataflowRunner\n"),
+    "a crf the codec lacks": (["--video=reencode", "--video_crf=99"], 2, "error: crf 99 is outside 0..51 for h264\n"),
+    "--video_stats with --incremental": (["--video_stats", "--incremental"], 2,
+                                         "error: --video_stats cannot be combined with --incremental (image statistics of reused "
+                                         "sequences are not kept); run without --incremental to refresh them\n"),
+    "a folder that is not a dataset": (["--output={tmp}/notes"], 1,
+                                       "error: {tmp}/notes: output is not empty and is not a Mixtrain dataset (NOTES.md); choose "
+                                       "another --output\n"),
+    "the embedded catalog on a store": (["--output=s3://bucket/lake", "--table_format=iceberg"], 2,
+                                        "error: --output=s3://bucket/lake: the embedded Iceberg catalog is an SQLite file on the "
+                                        "output's disk, which an object store is not; pass --catalog (a REST, SQL or Glue catalog "
+                                        "the workers reach, docs/lake.md)\n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED_BEFORE_BEAM))
+def test_command_line_refusals_are_said_before_beam_is_imported(tmp_path, case):
+    flags, code, expected = REFUSED_BEFORE_BEAM[case]
+    src = tmp_path / "lerobot"
+    samples.get("lerobot_v3").small(str(src))
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "NOTES.md").write_text("mine")
+    argv = [f"--input={src}", f"--output={tmp_path}/out", "--progress=off", *(flag.format(tmp=tmp_path) for flag in flags)]
+    script = _convert_script(_BEAM_NEVER_ARRIVES + f"sys.argv = ['pipelines.convert', *{argv!r}]")
+    done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (code, expected.format(tmp=tmp_path))
+    assert not (tmp_path / "out").exists() and (tmp_path / "notes").exists()
