@@ -53,7 +53,9 @@ case "${1:-}" in
     shift
     ensure_chromium
     "$VENV/bin/ruff" check .
-    "$VENV/bin/python" -m pytest -q "$@"
+    # Test files spread over the cores (--dist loadfile: a file's module fixtures are made once);
+    # MIXTRAIN_TEST_PROCESSES=0 runs them in this one process.
+    "$VENV/bin/python" -m pytest -q -n "${MIXTRAIN_TEST_PROCESSES:-auto}" --maxprocesses=4 --dist loadfile "$@"
     ;;
   bench)
     shift

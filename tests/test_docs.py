@@ -24,8 +24,8 @@ Blocks per page (run / marked), 2026-11-26:
 | docs/lance.md | 4 | 1 | the dataset layout tree |
 | docs/output.md | 0 | 1 | the output tree |
 | docs/reading.md | 0 | 1 | needs torch (not a dependency) |
-| docs/rlds.md | 0 | 1 | Google Cloud (a public bucket, Dataflow) |
-| docs/storage.md | 2 | 1 | the variables naming a store of the reader's own |
+| docs/rlds.md | 1 | 1 | Google Cloud (a public bucket, Dataflow) |
+| docs/storage.md | 2 | 2 | the variables naming a store of the reader's own; starting a local S3 server that stays up |
 """
 
 from __future__ import annotations
@@ -59,8 +59,8 @@ COUNTS = {  # page: (blocks run, blocks marked); pages without a code block are 
     "docs/lance.md": (4, 1),
     "docs/output.md": (0, 1),
     "docs/reading.md": (0, 1),
-    "docs/rlds.md": (0, 1),
-    "docs/storage.md": (2, 1),
+    "docs/rlds.md": (1, 1),
+    "docs/storage.md": (2, 2),
 }
 MARKER = re.compile(r"^\s*<!-- docs-test: (not run|illustration): (?P<reason>.+?) -->\s*$")
 OPEN = re.compile(r"^(?P<indent>\s*)```(?P<lang>[\w-]*)\s*$")
@@ -115,11 +115,16 @@ EXPECTED = {
         7: [r"'current': False\}\n.*'current': True\}\n\[True, False\]\n$"],
         9: [r"converted 12 sequences.*-> gs://bucket/lake: Iceberg table default\.dataset"],
     },
+    "docs/rlds.md": {
+        0: [r"^wrote an rlds sample with 12 episodes \(\d+ steps, array_record shards; convert it with --fps\) to sample/rlds_ar\n"
+            r"\[mixtrain-convert\] rlds: 12 sequences -> sample/rlds_ar_mixtrain \(1 shard\)\n"
+            r"converted 12 sequences, \d+ timesteps.*-> sample/rlds_ar_mixtrain\n$"],
+    },
     "docs/storage.md": {
-        1: [r"converted 12 sequences.*-> s3://bucket/mixtrain/so100\n", r"ok: s3://bucket/mixtrain/so100 is a valid Mixtrain dataset",
+        2: [r"converted 12 sequences.*-> s3://bucket/mixtrain/so100\n", r"ok: s3://bucket/mixtrain/so100 is a valid Mixtrain dataset",
             r"-> s3://bucket/lake/so100: Delta table, version 0 \(deltalake: DeltaTable\('s3://bucket/lake/so100', "
             r"storage_options=\{'aws_endpoint': 'http://127\.0\.0\.1:\d+', 'aws_allow_http': 'true', 'aws_region': 'us-east-1'\}\)\)"],
-        2: [r"^12 s3://bucket/mixtrain/so100/files/video_front/episode_000000\.mp4\n$"],
+        3: [r"^12 s3://bucket/mixtrain/so100/files/video_front/episode_000000\.mp4\n$"],
     },
     "docs/dask.md": {
         1: [r"converted 12 sequences.*-> sample/dask\n\[True, True, True\]\n$"],
