@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
+import re
 import shutil
 
 import av
@@ -286,3 +287,21 @@ def test_episode_fields_are_read_from_every_line_not_the_first(tmp_path):
     index.write_text("".join(json.dumps(line) + "\n" for line in lines))
     with pytest.raises(FormatError, match=r"meta/episodes.jsonl: an episode field holds values of different types"):
         lerobot_v2._read_episodes(fs, root)
+
+
+def test_a_missing_data_file_is_refused_by_the_plan_not_by_a_worker(originals, tmp_path, monkeypatch):
+    """Issue 41: a 200,000-line episodes.jsonl was planned whole (18 s, 1.4 GB) before a worker found
+    a data file missing. The plan lists each data folder once and names the first missing file
+    before it builds a single episode's ref."""
+    from formats import storage
+    from formats.sources import lerobot_v2
+
+    root = tmp_path / "src"
+    shutil.copytree(originals / "data", root)
+    (root / E1).unlink()
+    built = []
+    monkeypatch.setattr(lerobot_v2, "plan_episodes", lambda *args, **kwargs: built.append(args) or (None, []))
+    fs, path = storage.open_root(str(root))
+    with pytest.raises(FormatError, match=f"^{re.escape(str(root / E1))}: episode_000001: data file not found \\(episode 1\\)$"):
+        lerobot_v2.plan(fs, path)
+    assert built == []

@@ -99,6 +99,7 @@ def plan(fs: fsspec.AbstractFileSystem, root: str, options: dict | None = None) 
         raise FormatError(f"{info_path}: 'chunks_size' must be a positive number of episodes per chunk folder, found {chunks_size}")
     layout = V2Layout(require(info, "data_path", str, info_path), info.get("video_path"), info_path, chunks_size)
     episodes = _read_episodes(fs, root)
+    _check_data_files(fs, root, layout, episodes)
     tasks = _read_tasks(fs, root)
     meta, refs = plan_episodes(fs, root, info, layout, episodes, tasks, FORMAT, EPISODES_PATH)
     _check_no_unlisted_files(fs, root, refs)
@@ -195,6 +196,26 @@ def _read_tasks(fs, root: str) -> dict[int, str]:
             raise FormatError(f"{path}: task_index {index} appears more than once")
         tasks[index] = text
     return tasks
+
+
+def _check_data_files(fs, root: str, layout: V2Layout, episodes: pa.Table) -> None:
+    """Every listed episode's data file, found by listing each data folder once, before the
+    episodes are planned: a missing one was found by a worker after the whole plan (18 s and
+    1.4 GB at 200,000 episodes). A template that cannot be filled is left to the plan to name."""
+    shared: dict = {}
+    listed: dict[str, set[str]] = {}
+    for index in episodes.column("episode_index").to_pylist():
+        try:
+            relative = layout.data_file({"episode_index": index}, shared)
+            path = storage.resolve_inside(root, relative, what="data file", fs=fs)
+        except FormatError:
+            return
+        folder, name = path.rsplit("/", 1)
+        if folder not in listed:
+            listed[folder] = ({entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(folder, detail=False)}
+                              if fs.isdir(folder) else set())
+        if name not in listed[folder]:
+            raise FormatError(f"{path}: episode_{index:06d}: data file not found (episode {index})")
 
 
 def _check_no_unlisted_files(fs, root: str, refs: list) -> None:
