@@ -146,6 +146,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--max_skipped", default=skip_limit(DEFAULT_MAX_SKIPPED), type=skip_limit, metavar="N|P%",
                        help=f"with --on_error=skip: publish nothing if more sequences than this (a count, or a percentage of "
                             f"the sequences) were skipped (default {DEFAULT_MAX_SKIPPED.replace('%', '%%')})")
+    group.add_argument("--limit", default=0, type=_number(int, 0), metavar="N",
+                       help="convert only the first N units of the source, to try a conversion first: N episodes (LeRobot, "
+                            "ORTF), N scenes (L5Kit), N shards (RLDS); mixtrain.json records it (default 0: all)")
     _flag(group, "--overwrite", "replace an existing Mixtrain dataset at --output")
     _flag(group, "--incremental", "nightly re-conversion: reuse unchanged sequences of the dataset at --output, convert new "
                                   "and changed ones, drop deleted ones, publish a complete new version")

@@ -400,6 +400,9 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
             total = sources.sequence_count(pending)
             what = f"{total} sequences" if total is not None else f"{len(pending)} source units"
             reused = len(plan.refs) - len(plan.to_convert)
+            limit = plan.sidecar_extra["options"].get("limit")
+            if limit:
+                what += f" (--limit: the first {limit['first']} of {limit['of']} units)"
             if plan.reused is not None and plan.reused["context_changed"]:
                 print("[mixtrain-convert] --incremental: the previous output was written with other options or by another "
                       "converter version; every sequence is converted again", file=out, flush=True)

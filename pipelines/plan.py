@@ -192,6 +192,9 @@ def _make_plan(options: Any, *, output_url: str, created_at: str, previous_root:
             _refuse_forced_source(fs, root, source)
         plan_options = source_options(source, options)
         meta, refs = source.plan(fs, root, plan_options)
+    planned_units = len(refs)
+    if options.limit:  # the first N units, in the plan's order: a trial conversion
+        refs = refs[:options.limit]
     # What the source's metadata puts in the columns, checked as mixtrain.json will hold it: a
     # value our own reader refuses (a camera fps of null, a pix_fmt of 5) is refused now, not published.
     schema.check_sidecar({"column_types": mixtrain.column_types(meta.columns)},
@@ -218,6 +221,7 @@ def _make_plan(options: Any, *, output_url: str, created_at: str, previous_root:
                     **({"max_skipped": errors.describe_skip_limit(options.max_skipped)} if options.on_error == "skip" else {}),
                     "video_encoding": dataclasses.asdict(requested), "video_stats": options.video_stats,
                     "array_layout": options.array_layout, "table_format": options.table_format,
+                    **({"limit": {"first": len(refs), "of": planned_units}} if options.limit else {}),
                     **({"lance_videos": options.lance_videos} if options.table_format == "lance" else {})},
         "created_at": created_at,
     }

@@ -228,6 +228,9 @@ def check(args, argv: list[str], rest: list[str]) -> None:
         raise UsageError("--video_stats cannot be combined with --incremental (image statistics of reused sequences are not "
                          "kept); run without --incremental to refresh them")
     _check_encoding(args)
+    if args.limit and args.incremental:
+        raise UsageError("--limit cannot be combined with --incremental: the published dataset would lose every unit past "
+                         "the first N; try the conversion into another --output")
     if args.overwrite and args.incremental:
         raise UsageError("--overwrite and --incremental cannot be combined: --incremental replaces the dataset too, reusing its "
                          "unchanged sequences; --overwrite converts every sequence again")

@@ -214,3 +214,31 @@ def test_memory_urls_end_to_end(multi_file_dataset):
     assert validate.validate("memory://e2e_out") == []
     with fs.open("/e2e_out/mixtrain.json") as handle:
         assert json.load(handle)["num_sequences"] == 7
+
+
+def test_limit_converts_the_first_units_exactly_and_says_so(tmp_path, capsys):
+    """`--limit=N` (issue 41: a trial on a few episodes first, as lerobot's episodes=[...]): the first
+    N units of the plan, each row equal to the full conversion's, recorded in mixtrain.json."""
+    from formats import samples
+
+    src = tmp_path / "src"
+    samples.get("lerobot_v3").bundled(str(src), 6)
+    full, part = tmp_path / "full", tmp_path / "part"
+    assert _convert(src, full) == 0
+    capsys.readouterr()
+    assert _convert(src, part, "--limit=2") == 0
+    assert "lerobot_v3: 2 sequences (--limit: the first 2 of 6 units) -> " in capsys.readouterr().out
+    sidecar = json.loads((part / "mixtrain.json").read_text())
+    assert sidecar["num_sequences"] == 2 and sidecar["converter"]["options"]["limit"] == {"first": 2, "of": 6}
+    got, expected = _rows(part), _rows(full)
+    assert got.column("sequence_id").to_pylist() == ["episode_000000", "episode_000001"]
+    assert got.drop_columns([c for c in got.column_names if c.startswith("video_")]).equals(
+        expected.slice(0, 2).drop_columns([c for c in got.column_names if c.startswith("video_")]))
+    for column in ("video_front", "video_wrist"):
+        for name in got.column(column).to_pylist():
+            assert (part / name).read_bytes() == (full / name).read_bytes()
+    assert validate.validate(str(part)) == []
+    capsys.readouterr()
+    assert _convert(src, part, "--limit=2", "--incremental") == convert.EXIT_USAGE
+    assert capsys.readouterr().err == ("error: --limit cannot be combined with --incremental: the published dataset would lose "
+                                       "every unit past the first N; try the conversion into another --output\n")
