@@ -39,7 +39,9 @@ def can_fork() -> bool:
 
 def wanted(argv: list[str]) -> bool:
     """The command line asks for local multi-process workers (DirectRunner is the default runner),
-    where the launcher can fork (`can_fork`); elsewhere Beam's own cold workers are used."""
+    where the launcher can fork (`can_fork`); elsewhere Beam's own cold workers are used. One
+    worker too (issue 42): a user who asks for a worker process gets it warm from the zygote, not
+    Beam's cold start (40 LeRobot episodes on 2 cores: 1.99 s against 3.41 s, the same bytes)."""
     if not can_fork():
         return False
     from apache_beam.options.pipeline_options import DirectOptions, PipelineOptions, StandardOptions
@@ -47,7 +49,7 @@ def wanted(argv: list[str]) -> bool:
     options = PipelineOptions(argv)  # Beam's own parsing: --key=value and --key value alike
     direct = options.view_as(DirectOptions)
     return (options.view_as(StandardOptions).runner in (None, "DirectRunner", "FnApiRunner")
-            and direct.direct_running_mode == "multi_processing" and direct.direct_num_workers != 1)
+            and direct.direct_running_mode == "multi_processing")
 
 
 def codec_threads(num_workers: int | None) -> int:

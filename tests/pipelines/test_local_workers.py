@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
 from pipelines import local_workers, validate
 
@@ -46,9 +48,9 @@ def _alive(pids) -> list[int]:
             and "Z" not in pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]]
 
 
-def _convert(source, output, env: dict | None = None) -> subprocess.Popen:
+def _convert(source, output, env: dict | None = None, workers: int = 2) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "pipelines.convert", f"--input={source}", f"--output={output}", "--progress=off",
-                             "--direct_num_workers=2", "--direct_running_mode=multi_processing"],
+                             f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing"],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
@@ -76,7 +78,7 @@ def _until_gone(pids, seconds: float = 30) -> list[int]:
 def test_wanted_only_for_local_multi_process_runs():
     assert local_workers.wanted(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])
     assert local_workers.wanted(["--runner=DirectRunner", "--direct_num_workers=0", "--direct_running_mode=multi_processing"])
-    assert not local_workers.wanted(["--direct_num_workers=1", "--direct_running_mode=multi_processing"])
+    assert local_workers.wanted(["--direct_num_workers=1", "--direct_running_mode=multi_processing"])  # warm, not cold
     assert not local_workers.wanted(["--direct_num_workers=2", "--direct_running_mode=multi_threading"])
     assert not local_workers.wanted(["--runner=DataflowRunner", "--direct_num_workers=2", "--direct_running_mode=multi_processing"])
 
@@ -90,17 +92,18 @@ def _watch(process: subprocess.Popen) -> dict[int, str]:
     return seen
 
 
-def test_workers_are_forked_from_the_zygote(tmp_path):
+@pytest.mark.parametrize("workers", [2, 1])
+def test_workers_are_forked_from_the_zygote(tmp_path, workers):
     source = tmp_path / "src"
     write_dataset(str(source), SyntheticLeRobot(lengths=[40] * 12, episodes_per_video_file=4))
     env, record = _recording_interpreters(tmp_path)
-    process = _convert(source, tmp_path / "out", env)
+    process = _convert(source, tmp_path / "out", env, workers)
     seen = _watch(process)
     assert process.returncode == 0, process.stderr.read()
     forked = [command for command in seen.values() if "pipelines.convert" in command]
-    assert len(forked) >= 3  # the zygote and at least the two workers
+    assert len(forked) >= 1 + workers  # the zygote and the workers
     started = record.read_text().splitlines()  # every interpreter of the run, however short-lived
-    assert "pipelines.convert" in started[0] and sum("pipelines.local_workers connect" in line for line in started) >= 2, started
+    assert "pipelines.convert" in started[0] and sum("pipelines.local_workers connect" in line for line in started) >= workers, started
     assert not [line for line in started if "sdk_worker_main" in line]  # Beam never had to start a cold worker
     assert validate.validate(str(tmp_path / "out")) == []
     assert _until_gone(seen) == []
