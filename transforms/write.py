@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import collections
 import concurrent.futures
+import contextlib
 import dataclasses
 import functools
 import itertools
@@ -613,10 +614,16 @@ class _PublishFn(beam.DoFn):
         )
         # Not published (a plan folder elsewhere stays: a template's); the journal first: a folder
         # the publication has started on is never resumed.
+        # A staging folder beside an object-store output is never without a live claim: the
+        # publication's heartbeat is written before the launcher's lease goes with the journal.
+        beats = self._table.format in (tables.DEFAULT, "lance")
+        if beats:
+            publish.beat(fs, staging)
         for scratch in (resume.RESUME_DIR, SPILL_DIR, staged_plan.PLAN_DIR):
             if fs.exists(storage.join(staging, scratch)):
                 fs.rm(storage.join(staging, scratch), recursive=True)
-        tables.publish(fs, staging, output, sidecar, self._table)
+        with publish.heartbeat(fs, staging) if beats else contextlib.nullcontext():
+            tables.publish(fs, staging, output, sidecar, self._table)
         if self._mark_published:
             publish.mark_done(fs, staging)
         yield {"sequences": sidecar["num_sequences"], "timesteps": sidecar["num_timesteps"]}

@@ -6,6 +6,7 @@ The rows, schema and sidecar themselves are formats/mixtrain/__init__.py; this m
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
 import json
@@ -16,6 +17,8 @@ import signal
 import socket
 import stat
 import sys
+import threading
+import time
 
 from formats import storage
 from formats.errors import ConversionError
@@ -41,6 +44,10 @@ __all__ = [
     "staging_folders",
     "has_live_owner",
     "staging_markers",
+    "beat",
+    "heartbeat",
+    "publishing_age",
+    "PUBLISHING",
     "mark_done",
     "take_done",
     "remove_paths",
@@ -203,6 +210,64 @@ def publish(fs, staging: str, output: str, sidecar_value: dict) -> None:
     _discard_published(fs, staging, output)
     if storage.is_local(fs):
         collect_garbage(output)
+
+
+# While a publication runs on an object store, the step publishing (a worker, or a launcher that
+# is gone: --detach) renews this heartbeat in the staging folder: the launcher's lease went with
+# the journal, and another run must not take the folder for a killed run's leftover
+# (`resume.collect_leftovers`) while its objects are being copied into the output.
+PUBLISHING = "_publishing"
+HEARTBEAT_SECONDS = 30.0
+HEARTBEAT_STALE = 150.0
+
+
+def beat(fs, staging: str) -> None:
+    """Write the publication's heartbeat now (object stores)."""
+    if not storage.is_local(fs):
+        fs.pipe_file(f"{staging}/{PUBLISHING}", json.dumps({"renewed": time.time()}).encode())
+
+
+@contextlib.contextmanager
+def heartbeat(fs, staging: str):
+    """Renew the publication's heartbeat every HEARTBEAT_SECONDS while the block runs (object
+    stores). A renewal first finds the heartbeat still there, so one after the publisher discarded
+    the staging does not bring the folder back (a write racing the discard leaves an object that
+    the next run collects once it is stale)."""
+    if storage.is_local(fs):
+        yield
+        return
+    beat(fs, staging)
+    stop = threading.Event()
+
+    def renew() -> None:
+        while not stop.wait(HEARTBEAT_SECONDS):
+            try:
+                if fs.exists(f"{staging}/{PUBLISHING}"):
+                    beat(fs, staging)
+            except Exception:  # noqa: BLE001 - a store that failed once may answer next time
+                pass
+
+    thread = threading.Thread(target=renew, name="mixtrain-publishing", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+
+
+def publishing_age(fs, staging: str) -> float | None:
+    """Seconds since a publication in `staging` renewed its heartbeat, while it is fresh; else None."""
+    if storage.is_local(fs):
+        return None
+    try:
+        renewed = json.loads(fs.cat_file(f"{staging}/{PUBLISHING}"))["renewed"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(renewed, (int, float)) or isinstance(renewed, bool):
+        return None
+    age = max(0.0, time.time() - renewed)
+    return age if age < HEARTBEAT_STALE else None
 
 
 DONE = "done"  # the suffix of the publish step's marker (`mark_done`)

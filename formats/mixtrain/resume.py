@@ -461,24 +461,41 @@ def check_no_leased_run(fs, output: str) -> None:
             raise ConversionError(f"{output}: another conversion is writing this output (its staging {folder} holds a lease renewed "
                                   f"{age:.0f} s ago); wait for it to finish, or, if it was stopped, run again in "
                                   f"{LEASE_STALE - age:.0f} s, when its lease has lapsed, to resume it")
+        age = publish.publishing_age(fs, folder)
+        if age is not None:
+            raise ConversionError(f"{output}: another conversion is publishing this output (its staging {folder} renewed its "
+                                  f"publication's heartbeat {age:.0f} s ago); wait for it to finish, or, if it was stopped, run "
+                                  f"again in {publish.HEARTBEAT_STALE - age:.0f} s, when it has lapsed")
+
+
+# A publish step's `.done` marker waits for its launcher (`publish.take_done`), which may sit through
+# a job's teardown for minutes: one is taken for a leftover only after a day.
+DONE_MARKER_STALE = 86400.0
 
 
 def collect_leftovers(fs, output: str, keep: str | None) -> list[str]:
-    """Remove the staging folders earlier runs left for `output` on an object store (a local disk's
-    are collected after publication, `publish.collect_garbage`): every one whose lease has lapsed
-    but `keep` (the folder this run resumes). A run killed while publishing left one without a
-    journal, which nothing would ever take; an older interrupted run's is never resumed (the
-    newest is). Their publications' markers go with them. Returns the paths removed."""
+    """Remove what killed publications left beside an object-store output (a local disk's is
+    collected after publication, `publish.collect_garbage`): a staging folder without a journal
+    (its publication started: nothing would ever resume it), whose publication heartbeat and
+    launcher lease have both lapsed, but `keep` (the folder this run resumes); with it, its
+    `.published` marker. A folder with a journal is an interrupted conversion's, resumed or
+    discarded (`--fresh`) as before, never collected here; a live one (a heartbeat or a lease
+    renewed within 150 s) never. Returns the paths removed."""
     if storage.is_local(fs):
         return []
     removed = []
     for folder, _ in publish.staging_folders(fs, output):
-        if folder != keep and not _leased(fs, folder):
-            publish.discard_staging(fs, folder, output)
-            removed.append(folder)
-    for marker in publish.staging_markers(fs, output):  # a launcher takes its marker after its staging (and lease) is gone:
-        folder = marker.rsplit(".", 1)[0]  # removed with its folder, or once it is as old as a lapsed lease
-        if folder in removed or (not fs.exists(folder) and _age(fs, marker) > LEASE_STALE):
+        if folder == keep or _leased(fs, folder) or publish.publishing_age(fs, folder) is not None:
+            continue
+        if fs.exists(storage.join(folder, RESUME_DIR)):
+            continue
+        publish.discard_staging(fs, folder, output)
+        removed.append(folder)
+    for marker in publish.staging_markers(fs, output):
+        folder, suffix = marker.rsplit(".", 1)
+        if fs.exists(folder):
+            continue
+        if folder in removed or (suffix == "published" and _age(fs, marker) > LEASE_STALE) or _age(fs, marker) > DONE_MARKER_STALE:
             fs.rm(marker)
             removed.append(marker)
     return removed

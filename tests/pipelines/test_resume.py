@@ -494,9 +494,16 @@ def test_an_s3_publication_killed_leaves_nothing_a_glob_of_the_output_matches_an
         assert process.returncode == -signal.SIGKILL
         fs.invalidate_cache()
         assert sorted(fs.glob(f"{root}/**/*.parquet")) == [f"{root}/data/part-{index:05d}.parquet" for index in range(3)]
-        assert [key for key in _objects(bucket) if key.startswith(f".out{publish.SIBLING_MARK}")]  # left beside it
-        for lease in fs.glob(f"{root.rsplit('/', 1)[0]}/.out{publish.SIBLING_MARK}*/{resume.LEASE}"):  # as if minutes had passed
-            fs.pipe_file(lease, json.dumps({"renewed": time.time() - resume.LEASE_STALE - 1}).encode())
+        left = [key for key in _objects(bucket) if key.startswith(f".out{publish.SIBLING_MARK}")]  # beside it
+        (heartbeat,) = [key for key in left if key.endswith(f"/{publish.PUBLISHING}")]
+        # Its heartbeat is fresh: as far as anyone can tell it is still publishing. Refused, kept.
+        code, out, err = _run(src, f"{bucket}/out", "--num_shards=3", "--overwrite")
+        assert code == 1 and re.fullmatch(rf"error: {root}: another conversion is publishing this output \(its staging \S+ renewed "
+                                          r"its publication's heartbeat \d+ s ago\); wait for it to finish, or, if it was stopped, "
+                                          r"run again in \d+ s, when it has lapsed\n", err), err
+        assert sorted(key for key in _objects(bucket) if key.startswith(".")) == sorted(left)
+        fs.pipe_file(f"{root.rsplit('/', 1)[0]}/{heartbeat}",  # as if minutes had passed
+                     json.dumps({"renewed": time.time() - publish.HEARTBEAT_STALE - 1}).encode())
         code, out, err = _run(src, f"{bucket}/out", "--num_shards=3", "--overwrite")
         assert code == 0, err
         assert not [key for key in _objects(bucket) if key.startswith(".")], sorted(_objects(bucket))
@@ -598,3 +605,30 @@ def test_a_full_or_read_only_disk_during_the_resumption_keeps_the_work_for_the_n
     assert code == 0, err
     assert _reused(out) >= len(recorded)
     assert _files(dst) == _files(reference)
+
+
+def test_collect_leftovers_takes_only_a_dead_publications_folder():
+    """On an object store another run removes a staging folder only when nothing can still be
+    using it: no live lease (converting), no fresh heartbeat (publishing: the lease went with the
+    journal), no journal (an interrupted conversion is resumed or --fresh'ed, never collected)."""
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    output = "/collect/out"
+    fs.pipe_file(f"{output}/mixtrain.json", b"{}")
+    folders = {name: publish.staging_root(fs, output, f"20261128T17000{i}-0123abcd") for i, name in
+               enumerate(("converting", "publishing", "interrupted", "dead"))}
+    for folder in folders.values():
+        fs.pipe_file(f"{folder}/data/part-00000.parquet", b"rows")
+    lease = resume.Lease(fs, folders["converting"]).__enter__()
+    try:
+        fs.pipe_file(f"{folders['interrupted']}/{resume.RESUME_DIR}/run-0001.json", b"{}")
+        publish.beat(fs, folders["publishing"])
+        publish.beat(fs, folders["dead"])
+        fs.pipe_file(f"{folders['dead']}/{publish.PUBLISHING}", json.dumps({"renewed": time.time() - 1000}).encode())
+        fs.pipe_file(f"{folders['dead']}.published", b"")
+        assert resume.collect_leftovers(fs, output, keep=None) == [folders["dead"], f"{folders['dead']}.published"]
+        assert all(fs.exists(folders[name]) for name in ("converting", "publishing", "interrupted"))
+        assert not fs.exists(folders["dead"]) and fs.exists(f"{output}/mixtrain.json")
+    finally:
+        lease._stop.set()
