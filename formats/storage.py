@@ -442,20 +442,25 @@ def open_input(fs: fsspec.AbstractFileSystem, path: str):
 
 
 # What a metadata file may claim: its size on disk is not what it holds (a sparse info.json of
-# 4 KB on disk claimed 2.5 GB, read whole), so a JSON file is read only up to MAX_JSON_BYTES and a
-# JSON Lines file a block at a time, no line longer than MAX_LINE_BYTES held.
-MAX_JSON_BYTES = 256 << 20
+# 4 KB on disk claimed 2.5 GB, read whole), so a JSON file is read only up to MAX_JSON_BYTES (its
+# objects take up to about 23 times its bytes once parsed) and a JSON Lines file a block at a
+# time, no line longer than MAX_LINE_BYTES held.
+MAX_JSON_BYTES = 64 << 20
 MAX_LINE_BYTES = 16 << 20
 _BLOCK = 1 << 20
 
 
 def read_small(fs: fsspec.AbstractFileSystem, path: str, what: str, limit: int = MAX_JSON_BYTES) -> bytes:
-    """A metadata file's bytes, refused in one line when it claims more than `limit`."""
+    """A metadata file's bytes, refused in one line when it claims or holds more than `limit`
+    (never more than `limit` + 1 bytes read, whatever a listing said of its size)."""
     check_regular(fs, path)
     size = fs.size(path)
     if size is not None and size > limit:
         raise FormatError(f"{path}: {size} bytes is not plausible for {what} (at most {limit})")
-    return fs.cat_file(path)
+    data = fs.cat_file(path, start=0, end=limit + 1)
+    if len(data) > limit:
+        raise FormatError(f"{path}: more than {limit} bytes is not plausible for {what}")
+    return data
 
 
 def text_lines(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[tuple[int, bytes]]:
@@ -478,6 +483,7 @@ def text_lines(fs: fsspec.AbstractFileSystem, path: str) -> Iterator[tuple[int, 
 
 
 MAX_FIELD_WIDTH = 255  # a path template's widest field: `{episode_index:06d}` is 6
+MAX_TEMPLATE_CHARS = 1024  # a path template's length: with fields of at most MAX_FIELD_WIDTH, what it fills stays small
 
 
 def template_problem(template: str) -> str | None:
@@ -488,6 +494,8 @@ def template_problem(template: str) -> str | None:
     import re
     import string
 
+    if len(template) > MAX_TEMPLATE_CHARS:
+        return f"{len(template)} characters (a path template has at most {MAX_TEMPLATE_CHARS})"
     try:
         fields = list(string.Formatter().parse(template))
     except ValueError as error:
@@ -497,7 +505,9 @@ def template_problem(template: str) -> str | None:
             continue
         if "{" in spec or "}" in spec:
             return f"the field {name!r} has a nested format spec"
-        if any(int(digits) > MAX_FIELD_WIDTH for digits in re.findall(r"[0-9]+", spec)):
+        # Every run of digits, ASCII or not (str.format takes a width in Arabic-Indic digits too),
+        # judged by its length first (int() refuses more than 4,300 digits).
+        if any(len(digits) > 3 or int(digits) > MAX_FIELD_WIDTH for digits in re.findall(r"\d+", spec)):
             return f"the field {name!r} asks for a width of more than {MAX_FIELD_WIDTH} characters"
     return None
 

@@ -96,6 +96,9 @@ def main() -> None:
                 planner.start(args, on_refusal=(lambda error: _refused_early(error, args, session)) if local else None)
             from pipelines import conversion, local_workers
 
+            if planner is not None:
+                planner.launcher_goes_on()
+
             if local_workers.wanted(argv):  # local multi-process workers: forked from this process's imports
                 zygote = local_workers.Zygote()
             code = conversion.run(argv, console=session.console, run_id=run_id, started=STARTED,
@@ -124,7 +127,8 @@ def _refused_early(error: BaseException, args, session) -> None:
     thread calls this), as `conversion.run` would say it, and the process ended: no wait for an
     import whose pipeline would never run. Local input and output only (on object stores the
     launcher reaches the stores first); a live run writing the output is still said first, as the
-    launcher's check before planning says it. Nothing was written yet."""
+    launcher's check before planning says it. Only while the launcher is importing Beam
+    (`EarlyPlan.launcher_goes_on`): nothing was written yet."""
     from formats import storage
     from formats.errors import ConversionError
     from formats.mixtrain import publish

@@ -145,6 +145,8 @@ class EarlyPlan:
         self._answer: tuple[bytes, bytes] | None = None  # (kind, pickled outcome), once received
         self._received = threading.Event()
         self._reader: threading.Thread | None = None
+        self._refusing = threading.Lock()  # held by the reader while it says a refusal and ends the process
+        self._launcher_went_on = False  # once the launcher is past Beam's import, a refusal waits for `result`
 
     def start(self, args: Any, on_refusal: Callable[[BaseException], None] | None = None) -> bool:
         """Fork the planner for the command line `args` (what `cli.parse` returned); False when
@@ -239,8 +241,18 @@ class EarlyPlan:
                 _, kind, error, text = pickle.loads(self._answer[1])  # noqa: S301 - our own child's bytes
             except Exception:  # noqa: BLE001 - said where the launcher plans, as before
                 return
-            _LOG.info("the early planner refused the input; its traceback:\n%s", text)
-            on_refusal(error)
+            with self._refusing:
+                if self._launcher_went_on:  # it may have written (a staging folder): it says the refusal itself
+                    return
+                _LOG.info("the early planner refused the input; its traceback:\n%s", text)
+                on_refusal(error)  # ends the process
+
+    def launcher_goes_on(self) -> None:
+        """The launcher is past Beam's import and about to touch the output: from now on a refusal
+        is raised by `result`, in the launcher's own order, never said early (after waiting for a
+        reader that is saying one, and so ends the process)."""
+        with self._refusing:
+            self._launcher_went_on = True
 
     def cancel(self) -> None:
         """Stop the planner (if it still runs), reap it and let the reader thread end; idempotent."""

@@ -286,11 +286,10 @@ def _check_encoding(args) -> None:
     if not any(getattr(args, name) is not None for name in cli.ENCODING_OPTIONS):
         return
     from formats.errors import ConversionError
-    from formats.video import policy
+    from pipelines.plan import requested_encoding
 
     try:
-        policy.EncodeOptions(args.video_codec or "h264", args.video_crf, args.video_gop, args.video_preset,
-                             args.video_pix_fmt or "yuv420p", args.video_min_psnr).resolved()
+        requested_encoding(args)
     except ConversionError as error:
         raise UsageError(str(error)) from None
 

@@ -31,6 +31,32 @@ def clear_clients() -> None:
     s3fs.S3FileSystem.clear_instance_cache()
 
 
+def _start() -> tuple[subprocess.Popen, int]:
+    """moto's server on a free port, answering. A port found free may be taken before moto binds
+    it (test files run side by side): moto then exits, and another port is tried; the answer is
+    taken as ours only once our process has lived past it."""
+    for _ in range(5):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 60
+        while server.poll() is None and time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            except OSError:
+                time.sleep(0.1)
+                continue
+            time.sleep(0.3)  # a moto that could not bind exits at once
+            if server.poll() is None:
+                return server, port
+        if server.poll() is None:
+            server.terminate()
+            server.wait(timeout=30)
+    raise RuntimeError("moto's S3 server did not start (five ports tried)")
+
+
 @contextlib.contextmanager
 def running(bucket: str = "bucket") -> Iterator[str]:
     """The server serving while the block runs, `bucket` created; yields its URL (for AWS_ENDPOINT_URL).
@@ -40,22 +66,9 @@ def running(bucket: str = "bucket") -> Iterator[str]:
     and the call waited out its 180 s timeout."""
     pytest.importorskip("moto.server", reason="moto[server] is a test dependency (pip install -e .[test])")
     pytest.importorskip("s3fs", reason="s3fs is installed by setup.py's s3 and test extras")
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    server, port = _start()
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"moto's S3 server did not start on port {port} (exit status {server.poll()})") from None
-                time.sleep(0.1)
         import s3fs
 
         s3fs.S3FileSystem(endpoint_url=url, key=KEY, secret=KEY, skip_instance_cache=True).mkdir(bucket)

@@ -630,7 +630,7 @@ def test_a_lerobot_shape_whose_product_overflows_a_float(lerobot, tmp_path):
 
 
 SPARSE_CASES = {  # format -> (the metadata file, what the one line says)
-    "lerobot_v3": ("meta/info.json", r"\d+ bytes is not plausible for a JSON metadata file \(at most 268435456\)"),
+    "lerobot_v3": ("meta/info.json", r"\d+ bytes is not plausible for a JSON metadata file \(at most 67108864\)"),
     "lerobot_v2": ("meta/episodes.jsonl", r"line \d+ is longer than 16777216 bytes: not a line of text"),
     "ortf": ("meta/tasks.jsonl", r"line \d+ is longer than 16777216 bytes: not a line of text"),
 }

@@ -623,7 +623,7 @@ def encode_to_floor(frames: Callable[[], Iterable], destination: BinaryIO | str,
             return dataclasses.replace(result, below_floor=first)
         first = first or (tried.crf, result.psnr_min)
     raise VideoError(f"luma PSNR {result.psnr_min:.2f} dB is below the {tried.min_psnr:g} dB floor even at {tried.codec} crf "
-                     f"{tried.crf}: encode this camera losslessly (--video_codec=ffv1) or lower --video_min_psnr")
+                     f"{tried.crf}: lower --video_min_psnr (0: no floor) or encode this camera with another --video_codec")
 
 
 # Threads of the encoders whose bytes depend on their thread count: a constant, so that a dataset

@@ -41,6 +41,7 @@ from formats.video import (
     _rewind,
     _seek,
     _segment_frames,
+    _truncate,
     _video_stream,
     bitstream,
     encode_frames,
@@ -434,9 +435,3 @@ def _decoded_digests(destination: BinaryIO | str) -> list[bytes]:
         _rewind(destination)
 
 
-def _truncate(destination: BinaryIO | str) -> None:
-    if isinstance(destination, str):
-        open(destination, "wb").close()
-    else:
-        destination.seek(0)
-        destination.truncate()

@@ -63,6 +63,11 @@ CASES = {
                         "cannot be filled with chunk_index, file_index (ValueError"),
     "a width of 300 million": (lambda r: _info(r, data_path="data/chunk-{chunk_index:03d}/file-{file_index:0>300000000d}.parquet"),
                                "is not a path template: the field 'file_index' asks for a width of more than 255 characters"),
+    "a width in Arabic-Indic digits": (lambda r: _info(r, data_path="data/chunk-{chunk_index:03d}/file-{file_index:\u0663\u0660\u0660"
+                                                                 "\u0660\u0660\u0660\u0660\u0660d}.parquet"),
+                                       "is not a path template: the field 'file_index' asks for a width of more than 255 characters"),
+    "a template of 5,000 digits": (lambda r: _info(r, data_path="data/{chunk_index:" + "9" * 5000 + "}.parquet"),
+                                   "is not a path template: 5027 characters (a path template has at most 1024)"),
     "a nested spec": (lambda r: _info(r, data_path="data/chunk-{chunk_index:{file_index}}/file-{file_index:03d}.parquet"),
                       "is not a path template: the field 'chunk_index' has a nested format spec"),
     "absurd shape": (lambda r: _feature(r, "action", shape=[10**12]), "feature 'action' has shape [1000000000000]: more than 1e+09 values per frame"),

@@ -413,7 +413,7 @@ def test_the_floor_is_an_option_and_the_lowest_crf_its_limit():
     free = io.BytesIO()
     result = video.encode_to_floor(lambda: NOISE, free, fps=30, options=video_policy.EncodeOptions("h264", 30, min_psnr=0))
     assert result.options.crf == 30 and result.psnr_min is None and result.below_floor is None
-    with pytest.raises(VideoError, match=r"^luma PSNR \S+ dB is below the 99 dB floor even at hevc crf 0: encode this camera "):
+    with pytest.raises(VideoError, match=r"^luma PSNR \S+ dB is below the 99 dB floor even at hevc crf 0: lower --video_min_psnr "):
         video.encode_to_floor(lambda: NOISE, io.BytesIO(), fps=30, options=video_policy.EncodeOptions("hevc", 20, min_psnr=99))
     assert [o.crf for o in video_policy.quality_ladder(video_policy.EncodeOptions("av1").resolved())] == [20, 14, 8, 2, 1]
     assert video_policy.quality_ladder(video_policy.EncodeOptions("ffv1").resolved())[0].min_psnr is None

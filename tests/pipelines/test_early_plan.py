@@ -229,12 +229,18 @@ def test_a_killed_launcher_takes_the_planner_along(tmp_path):
 def test_ctrl_c_while_beam_is_imported_is_one_line_and_leaves_nothing(tmp_path):
     """SIGINT to the launcher's process group (a Ctrl-C) while it imports Beam and the planner plans:
     one `error:` line, exit 130, no output, and no planner left behind."""
-    src, dst = tmp_path / "lerobot", tmp_path / "out"
+    src, dst, importing = tmp_path / "lerobot", tmp_path / "out", tmp_path / "importing"
     samples.get("lerobot_v3").small(str(src))
-    launcher = subprocess.Popen([sys.executable, "-m", "pipelines.convert", f"--input={src}", f"--output={dst}", "--progress=off",
-                                 f"--log_file={tmp_path / 'run.log'}"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    # Beam's import made endless, and saying when it starts: the signal lands inside it on any machine, however loaded.
+    endless = _BEAM_NEVER_ARRIVES.replace("        time.sleep(600)", f"        open({str(importing)!r}, 'w').close()\n        time.sleep(600)")
+    script = _convert_script(endless + f"sys.argv = ['pipelines.convert', '--input={src}', '--output={dst}', '--progress=off', "
+                                       f"'--log_file={tmp_path / 'run.log'}']")
+    launcher = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, start_new_session=True)
-    time.sleep(0.4)  # Beam's import takes 1.3 s or more: the launcher is in it, the planner at work
+    deadline = time.monotonic() + 120
+    while not importing.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert importing.exists()
     os.killpg(launcher.pid, signal.SIGINT)
     _, stderr = launcher.communicate(timeout=60)
     assert launcher.returncode == 130 and stderr == "error: interrupted (SIGINT): the output was left as it was\n", stderr
