@@ -457,7 +457,10 @@ def read_small(fs: fsspec.AbstractFileSystem, path: str, what: str, limit: int =
     size = fs.size(path)
     if size is not None and size > limit:
         raise FormatError(f"{path}: {size} bytes is not plausible for {what} (at most {limit})")
-    data = fs.cat_file(path, start=0, end=limit + 1)
+    # A read of N bytes allocates N first (Python's file read): ask for what the file says it holds.
+    data = fs.cat_file(path, start=0, end=(limit if size is None else min(size, limit)) + 1)
+    if size is not None and size < len(data) <= limit:  # it holds more than its listing said (a stale cache)
+        data = fs.cat_file(path, start=0, end=limit + 1)
     if len(data) > limit:
         raise FormatError(f"{path}: more than {limit} bytes is not plausible for {what}")
     return data
