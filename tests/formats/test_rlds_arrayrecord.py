@@ -329,3 +329,26 @@ def test_make_sample_writes_the_rlds_sample_in_array_record_shards(tmp_path, cap
         make_sample.main([str(tmp_path / "lr"), "--file_format=array_record"])
     assert refused.value.code == 2 and capsys.readouterr().err.endswith(
         "error: --file_format has no effect with --format=lerobot_v3\n") and not (tmp_path / "lr").exists()
+
+
+def test_a_record_that_inflates_like_a_bomb_is_refused_before_it_is_read(tmp_path):
+    """Issue 41: a record whose zstd chunk of a few KB inflated to 800 MB was accepted at 2.6 GB
+    peak. Its chunk header claims the size; one past 64 MiB claiming more than 100 times its stored
+    bytes is refused before array_record allocates it, locally and through a remote store."""
+    import resource
+
+    local = str(tmp_path / "bomb.array_record")
+    arrayrecord.write_records(local, [b"\0" * (80 << 20), b"an episode"])
+    assert (tmp_path / "bomb.array_record").stat().st_size < 1 << 20
+    fs = fsspec.filesystem("file")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(FormatError, match=r"^record 0: its chunk claims 83886080 bytes decompressed from \d+ \(more than 100 "
+                                          r"times, past 67108864\): a decompression bomb, not an episode$"):
+        arrayrecord.read_record(fs, local, 0, {})
+    assert arrayrecord.read_record(fs, local, 1, {}) == b"an episode"
+    memory = fsspec.filesystem("memory")
+    memory.pipe_file("/bomb/shard.array_record", (tmp_path / "bomb.array_record").read_bytes())
+    with pytest.raises(FormatError, match=r"^record 0: its chunk claims 83886080 bytes"):
+        arrayrecord.read_record(memory, "/bomb/shard.array_record", 0, {})
+    assert arrayrecord.read_record(memory, "/bomb/shard.array_record", 1, {}) == b"an episode"
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 60_000  # KB: the 80 MB never made

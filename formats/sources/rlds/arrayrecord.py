@@ -46,6 +46,12 @@ _MAGIC = 0x71930E704FDAE05E  # RiegeliPostscript.magic (array_record_reader.cc k
 # A footer larger than this (stored or decompressed) is a corrupt offset or size, not an index
 # (1e6 chunks take about 15 MB).
 MAX_FOOTER_BYTES = 256 << 20
+# A record's chunk header claims its decompressed size, which array_record allocates before it
+# decodes: a chunk claiming more than MAX_INFLATION times its stored bytes, past INFLATION_FLOOR,
+# is a decompression bomb (a zstd chunk of zeros: 800 MB from a few KB, 2.6 GB peak), refused
+# before it is read. RLDS records hold encoded images and arrays, which zstd shrinks a few times.
+INFLATION_FLOOR = 64 << 20
+MAX_INFLATION = 100
 
 
 def _module():
@@ -99,6 +105,7 @@ def read_record(fs: fsspec.AbstractFileSystem, path: str, index: int, cache: dic
     local = storage.local_path(fs, path)
     if local is None:
         return _remote(fs, path, cache).read(fs, index)
+    _index(fs, path, cache).check_inflation(fs, index)
     if cache is None:
         return _read(_open(local), index)
     kept = cache.get(_OPEN)
@@ -164,10 +171,24 @@ def _remote(fs: fsspec.AbstractFileSystem, path: str, cache: dict | None) -> _Re
     return remote
 
 
+def _index(fs: fsspec.AbstractFileSystem, path: str, cache: dict | None) -> _Remote:
+    """A local file's chunk index (its footer), remembered like a remote one's, without the
+    sparse copy that checks a remote footer's hashes (array_record checks a local file's itself)."""
+    key = ("index", path)
+    if cache is not None and key in cache:
+        return cache[key]
+    index = _Remote(fs, path, fs.size(path), verify=False)
+    if cache is not None:
+        for entry in [entry for entry in cache if isinstance(entry, tuple) and entry[0] == "index"]:
+            cache.pop(entry)  # a worker reads its local shards one after another: the last one is kept
+        cache[key] = index
+    return index
+
+
 class _Remote:
     """Where a remote ArrayRecord file's chunks are, from its postscript and footer."""
 
-    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, size: int):
+    def __init__(self, fs: fsspec.AbstractFileSystem, path: str, size: int, verify: bool = True):
         self.path, self.size = path, size
         if size < _BLOCK:
             raise FormatError(f"not a readable ArrayRecord file: {size} bytes, less than the 64 KiB postscript")
@@ -193,6 +214,8 @@ class _Remote:
         self.records = self.firsts[-1]
         if metadata.get(3, self.records) != self.records or self.offsets != sorted(self.offsets):
             raise FormatError("not a readable ArrayRecord file: its footer's chunk list is inconsistent")
+        if not verify:
+            return
         with self._sparse() as local:  # array_record checks the postscript's and footer's hashes
             reader = _open(local)
             opened = reader.num_records()
@@ -212,18 +235,36 @@ class _Remote:
             handle.flush()
             yield handle.name
 
-    def read(self, fs: fsspec.AbstractFileSystem, index: int) -> bytes:
+    def _chunk_of(self, index: int) -> tuple[int, int]:
         if not 0 <= index < self.records:
             raise FormatError(f"record {index}: the file holds {self.records} records")
         chunk = bisect.bisect_right(self.firsts, index) - 1
-        begin, end = self.offsets[chunk], self.offsets[chunk + 1]
-        with self._sparse((begin, fs.cat_file(self.path, start=begin, end=end))) as local:
+        return self.offsets[chunk], self.offsets[chunk + 1]
+
+    def check_inflation(self, fs: fsspec.AbstractFileSystem, index: int, blob: bytes | None = None) -> None:
+        """Refuse the chunk of record `index` when it claims to inflate like a bomb (INFLATION_FLOOR)."""
+        begin, end = self._chunk_of(index)
+        head = blob if blob is not None else fs.cat_file(self.path, start=begin, end=min(end, begin + _CHUNK_HEADER + 2 * _BLOCK_HEADER))
+        plain = _plain(head[:_CHUNK_HEADER + 2 * _BLOCK_HEADER], begin)
+        if len(plain) < _CHUNK_HEADER:
+            return  # a truncated chunk: array_record says so
+        stored, = struct.unpack_from("<Q", plain, 8)
+        claimed, = struct.unpack_from("<Q", plain, 32)
+        if claimed > INFLATION_FLOOR and claimed > MAX_INFLATION * max(stored, 1):
+            raise FormatError(f"record {index}: its chunk claims {claimed} bytes decompressed from {stored} (more than "
+                              f"{MAX_INFLATION} times, past {INFLATION_FLOOR}): a decompression bomb, not an episode")
+
+    def read(self, fs: fsspec.AbstractFileSystem, index: int) -> bytes:
+        begin, end = self._chunk_of(index)
+        blob = fs.cat_file(self.path, start=begin, end=end)
+        self.check_inflation(fs, index, blob)
+        with self._sparse((begin, blob)) as local:
             return _read(_open(local), index)
 
 
-def _chunk(blob: bytes, at: int, what: str) -> tuple[int, bytes]:
-    """(chunk type, chunk data) of the chunk beginning `blob`, which starts at file offset `at`;
-    the block headers that interrupt it (one every 64 KiB of the file) are removed."""
+def _plain(blob: bytes, at: int) -> bytearray:
+    """The bytes of `blob` (starting at file offset `at`) without the block headers that interrupt
+    them (one every 64 KiB of the file)."""
     plain = bytearray()
     position = 0
     while position < len(blob):
@@ -233,6 +274,12 @@ def _chunk(blob: bytes, at: int, what: str) -> tuple[int, bytes]:
         end = min(len(blob), position + _BLOCK - (at + position) % _BLOCK)
         plain += blob[position:end]
         position = end
+    return plain
+
+
+def _chunk(blob: bytes, at: int, what: str) -> tuple[int, bytes]:
+    """(chunk type, chunk data) of the chunk beginning `blob`, which starts at file offset `at`."""
+    plain = _plain(blob, at)
     if len(plain) < _CHUNK_HEADER:
         raise FormatError(f"not a readable ArrayRecord file: its {what} chunk is truncated")
     data_size, = struct.unpack_from("<Q", plain, 8)
