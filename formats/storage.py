@@ -31,7 +31,7 @@ from formats.errors import FormatError, MissingPackageError
 __all__ = ["open_root", "STORES", "object_store_options", "s3_endpoint", "s3_region", "open_reachable", "join", "url_for",
            "resolve_inside", "check_regular", "local_path", "is_local", "open_input", "read_json", "parse_json", "ParquetFooters",
            "footer_signature", "parquet_file", "read_parquet", "check_parquet_footer", "MAX_PARQUET_FOOTER_BYTES",
-           "template_problem", "read_small", "text_lines", "MAX_JSON_BYTES", "MAX_LINE_BYTES"]
+           "template_problem", "read_small", "text_lines", "MAX_JSON_BYTES", "MAX_SIDECAR_BYTES", "MAX_LINE_BYTES"]
 
 # The largest Parquet footer read: a footer of 500 row groups is about 1.5 MB (`ParquetFooters`), and
 # pyarrow reads the length the file's last 8 bytes claim into memory before parsing it (a 4 GB claim
@@ -308,14 +308,15 @@ def local_path(fs: fsspec.AbstractFileSystem, path: str) -> str | None:
     return path if is_local(fs) else None
 
 
-def read_json(fs: fsspec.AbstractFileSystem, path: str, *, missing: str | None = None, want_object: bool = True) -> Any:
+def read_json(fs: fsspec.AbstractFileSystem, path: str, *, missing: str | None = None, want_object: bool = True,
+              limit: int | None = None) -> Any:
     """A metadata file's JSON, malformed text a FormatError naming the file. An absent file is
     None, or the FormatError `missing` when the format requires it."""
     if not fs.exists(path):
         if missing is None:
             return None
         raise FormatError(f"{path}: {missing}")
-    value = parse_json(read_small(fs, path, "a JSON metadata file"), path)
+    value = parse_json(read_small(fs, path, "a JSON metadata file", limit or MAX_JSON_BYTES), path)
     if want_object and not isinstance(value, dict):
         raise FormatError(f"{path}: expected a JSON object, found {type(value).__name__}")
     return value
@@ -446,6 +447,7 @@ def open_input(fs: fsspec.AbstractFileSystem, path: str):
 # objects take up to about 23 times its bytes once parsed) and a JSON Lines file a block at a
 # time, no line longer than MAX_LINE_BYTES held.
 MAX_JSON_BYTES = 64 << 20
+MAX_SIDECAR_BYTES = 256 << 20  # mixtrain.json: per-sequence notes (crf_lowered, not_copied) make it grow with the dataset
 MAX_LINE_BYTES = 16 << 20
 _BLOCK = 1 << 20
 
@@ -457,6 +459,8 @@ def read_small(fs: fsspec.AbstractFileSystem, path: str, what: str, limit: int =
     size = fs.size(path)
     if size is not None and size > limit:
         raise FormatError(f"{path}: {size} bytes is not plausible for {what} (at most {limit})")
+    if size == 0:  # a range of an empty object is unsatisfiable to S3 and GCS
+        return b""
     # A read of N bytes allocates N first (Python's file read): ask for what the file says it holds.
     data = fs.cat_file(path, start=0, end=(limit if size is None else min(size, limit)) + 1)
     if size is not None and size < len(data) <= limit:  # it holds more than its listing said (a stale cache)
@@ -510,7 +514,7 @@ def template_problem(template: str) -> str | None:
             return f"the field {name!r} has a nested format spec"
         # Every run of digits, ASCII or not (str.format takes a width in Arabic-Indic digits too),
         # judged by its length first (int() refuses more than 4,300 digits).
-        if any(len(digits) > 3 or int(digits) > MAX_FIELD_WIDTH for digits in re.findall(r"\d+", spec)):
+        if any(len(digits.lstrip("0")) > 3 or int(digits) > MAX_FIELD_WIDTH for digits in re.findall(r"\d+", spec)):
             return f"the field {name!r} asks for a width of more than {MAX_FIELD_WIDTH} characters"
     return None
 

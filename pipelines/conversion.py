@@ -464,7 +464,8 @@ def _interrupted_run(fs, root: str, options: ConvertOptions, out: TextIO) -> res
     """The journal of the newest run for this output that was interrupted (no live process owns
     its staging folder, no commit of it landed), which this run resumes; None to start afresh.
     With --fresh every such folder is removed first (said on `out`); one whose journal names
-    another output (copied from elsewhere) is never resumed, and is collected like any leftover."""
+    another output (copied from elsewhere) is never resumed (--fresh discards it; a local one is
+    collected after publication like any leftover)."""
     identity = resume.output_identity(fs, root)
     is_lake = lake.is_lake(options.table_format)
     for journal in resume.interrupted(fs, root, lake_table=is_lake):

@@ -62,7 +62,7 @@ def validate(url: str) -> list[str]:
     if not fs.exists(sidecar_path):
         return [f"{sidecar_path}: missing (not a finished Mixtrain dataset)"]
     try:
-        sidecar = storage.parse_json(storage.read_small(fs, sidecar_path, "mixtrain.json", limit=4 * storage.MAX_JSON_BYTES), sidecar_path)
+        sidecar = storage.parse_json(storage.read_small(fs, sidecar_path, "mixtrain.json", limit=storage.MAX_SIDECAR_BYTES), sidecar_path)
     except FormatError as error:
         return [str(error)]
     findings: list[str] = []

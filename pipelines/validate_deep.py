@@ -43,7 +43,7 @@ def deep_check(url: str, source_url: str | None = None, min_psnr: float = 35.0) 
     if not fs.exists(storage.join(root, mixtrain.SIDECAR)) and (lance.is_dataset(fs, root) or lake.detect(fs, root)):
         kind = "a Lance dataset" if lance.is_dataset(fs, root) else f"a {lake.detect(fs, root).capitalize()} table"
         return [], [f"{kind}: its structure is checked; {NOT_COMPARED}"]
-    sidecar = storage.read_json(fs, storage.join(root, mixtrain.SIDECAR))
+    sidecar = storage.read_json(fs, storage.join(root, mixtrain.SIDECAR), limit=storage.MAX_SIDECAR_BYTES)
     check_sidecar(sidecar, storage.join(root, mixtrain.SIDECAR))
     statistics = check_statistics(fs, root, sidecar)
     columns = {name: entry for name, entry in sidecar["column_types"].items() if entry.get("type") == "video"}

@@ -31,10 +31,26 @@ def clear_clients() -> None:
     s3fs.S3FileSystem.clear_instance_cache()
 
 
+def _listens(pid: int, port: int) -> bool:
+    """Whether process `pid` holds the socket listening on loopback `port` (/proc/net/tcp's inode
+    among the process's descriptors)."""
+    inodes = set()
+    with open("/proc/net/tcp") as table:
+        for line in table.readlines()[1:]:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":  # LISTEN
+                inodes.add(fields[9])
+    try:
+        held = {os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")}
+    except OSError:
+        return False
+    return any(f"socket:[{inode}]" in held for inode in inodes)
+
+
 def _start() -> tuple[subprocess.Popen, int]:
     """moto's server on a free port, answering. A port found free may be taken before moto binds
-    it (test files run side by side): moto then exits, and another port is tried; the answer is
-    taken as ours only once our process has lived past it."""
+    it (test files run side by side): moto then exits, and another port is tried; a server answers
+    for us only when our process holds the listening socket."""
     for _ in range(5):
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
@@ -48,9 +64,9 @@ def _start() -> tuple[subprocess.Popen, int]:
             except OSError:
                 time.sleep(0.1)
                 continue
-            time.sleep(0.3)  # a moto that could not bind exits at once
-            if server.poll() is None:
+            if _listens(server.pid, port):  # not another process's server on a port taken meanwhile
                 return server, port
+            time.sleep(0.1)
         if server.poll() is None:
             server.terminate()
             server.wait(timeout=30)

@@ -617,12 +617,10 @@ class _PublishFn(beam.DoFn):
         # A staging folder beside an object-store output is never without a live claim: the
         # publication's heartbeat is written before the launcher's lease goes with the journal.
         beats = self._table.format in (tables.DEFAULT, "lance")
-        if beats:
-            publish.beat(fs, staging)
-        for scratch in (resume.RESUME_DIR, SPILL_DIR, staged_plan.PLAN_DIR):
-            if fs.exists(storage.join(staging, scratch)):
-                fs.rm(storage.join(staging, scratch), recursive=True)
         with publish.heartbeat(fs, staging) if beats else contextlib.nullcontext():
+            for scratch in (resume.RESUME_DIR, SPILL_DIR, staged_plan.PLAN_DIR):
+                if fs.exists(storage.join(staging, scratch)):
+                    fs.rm(storage.join(staging, scratch), recursive=True)
             tables.publish(fs, staging, output, sidecar, self._table)
         if self._mark_published:
             publish.mark_done(fs, staging)

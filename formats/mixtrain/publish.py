@@ -254,6 +254,13 @@ def heartbeat(fs, staging: str):
     finally:
         stop.set()
         thread.join(timeout=10)
+        # A renewal racing the discard at the end of a publication brings back a folder holding only
+        # the heartbeat, which a retried publish step would take for a staging to publish again.
+        try:
+            if fs.exists(f"{staging}/{PUBLISHING}") and fs.find(staging) == [f"{staging}/{PUBLISHING}"]:
+                fs.rm(f"{staging}/{PUBLISHING}")
+        except OSError:
+            pass
 
 
 def publishing_age(fs, staging: str) -> float | None:

@@ -41,7 +41,8 @@ def open_dataset(url: str, *, version: int | None = None) -> Dataset:
             return _open_lake(fs, root, lake_format)
     if version is not None:
         raise ValueError(f"{url}: versions are a Lance dataset's (--table_format=lance); this is a standalone dataset")
-    sidecar = storage.read_json(fs, path, missing="not found: not a finished Mixtrain dataset (no mixtrain.json)")
+    sidecar = storage.read_json(fs, path, missing="not found: not a finished Mixtrain dataset (no mixtrain.json)",
+                                limit=storage.MAX_SIDECAR_BYTES)
     if sidecar.get("mixtrain") != mixtrain.VERSION:
         raise FormatError(f"{path}: format version {sidecar.get('mixtrain')!r} is not one this reader knows ({mixtrain.VERSION!r})")
     check_sidecar(sidecar, path)

@@ -632,3 +632,33 @@ def test_collect_leftovers_takes_only_a_dead_publications_folder():
         assert not fs.exists(folders["dead"]) and fs.exists(f"{output}/mixtrain.json")
     finally:
         lease._stop.set()
+
+
+def test_a_heartbeat_renewal_racing_the_discard_leaves_no_staging(monkeypatch):
+    """A renewal that found the heartbeat just before the publication discarded the staging writes it
+    back after: a folder holding only the heartbeat, which a retried publish step would take for a
+    staging to publish again (an empty dataset). The heartbeat removes it once its thread is done."""
+    import threading
+
+    import fsspec
+
+    fs = fsspec.filesystem("memory")
+    output = "/heartbeat/out"
+    staging = publish.staging_root(fs, output, "20261128T170000-0123abcd")
+    fs.pipe_file(f"{staging}/data/part-00000.parquet", b"rows")
+    monkeypatch.setattr(publish, "HEARTBEAT_SECONDS", 0.05)
+    gate, real_beat = threading.Event(), publish.beat
+
+    def late_beat(fs_, folder):
+        gate.wait(5)  # found the heartbeat; the publisher discards meanwhile
+        real_beat(fs_, folder)
+
+    real_beat(fs, staging)
+    with publish.heartbeat(fs, staging):
+        monkeypatch.setattr(publish, "beat", late_beat)
+        time.sleep(0.2)
+        monkeypatch.setattr(publish, "beat", real_beat)
+        publish.publish(fs, staging, output, {"num_sequences": 1, "created_at": "x"})
+        gate.set()
+    assert not fs.exists(staging) and fs.find(staging) == []
+    assert publish.published_earlier(fs, staging, output, {"created_at": "x"}) is not None

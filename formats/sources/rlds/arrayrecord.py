@@ -105,7 +105,9 @@ def read_record(fs: fsspec.AbstractFileSystem, path: str, index: int, cache: dic
     local = storage.local_path(fs, path)
     if local is None:
         return _remote(fs, path, cache).read(fs, index)
-    _index(fs, path, cache).check_inflation(fs, index)
+    found = _index(fs, path, cache)
+    if found is not None:
+        found.check_inflation(fs, index)
     if cache is None:
         return _read(_open(local), index)
     kept = cache.get(_OPEN)
@@ -171,16 +173,23 @@ def _remote(fs: fsspec.AbstractFileSystem, path: str, cache: dict | None) -> _Re
     return remote
 
 
-def _index(fs: fsspec.AbstractFileSystem, path: str, cache: dict | None) -> _Remote:
-    """A local file's chunk index (its footer), remembered like a remote one's, without the
-    sparse copy that checks a remote footer's hashes (array_record checks a local file's itself)."""
+def _index(fs: fsspec.AbstractFileSystem, path: str, cache: dict | None) -> _Remote | None:
+    """A local file's chunk index (its footer), remembered like a remote one's (the 8 shards used
+    last: records of several shards arrive mixed), without the sparse copy that checks a remote
+    footer's hashes (array_record checks a local file's itself). None when this module cannot read
+    the footer (brotli or snappy, which array_record reads): the inflation check is then skipped."""
     key = ("index", path)
     if cache is not None and key in cache:
+        cache[key] = cache.pop(key)  # the most recently used last
         return cache[key]
-    index = _Remote(fs, path, fs.size(path), verify=False)
+    try:
+        index = _Remote(fs, path, fs.size(path), verify=False)
+    except FormatError:
+        index = None  # array_record opens it and says what is wrong, or reads it
     if cache is not None:
-        for entry in [entry for entry in cache if isinstance(entry, tuple) and entry[0] == "index"]:
-            cache.pop(entry)  # a worker reads its local shards one after another: the last one is kept
+        indexes = [entry for entry in cache if isinstance(entry, tuple) and entry[0] == "index"]
+        if len(indexes) >= 8:
+            cache.pop(indexes[0])
         cache[key] = index
     return index
 
