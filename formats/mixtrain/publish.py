@@ -265,16 +265,22 @@ def heartbeat(fs, staging: str):
 
 def publishing_age(fs, staging: str) -> float | None:
     """Seconds since a publication in `staging` renewed its heartbeat, while it is fresh; else None."""
+    return renewal_age(fs, f"{staging}/{PUBLISHING}", HEARTBEAT_STALE)
+
+
+def renewal_age(fs, path: str, stale: float) -> float | None:
+    """Seconds since the renewal `{"renewed": time}` at `path` (a lease, a heartbeat: object stores)
+    was written, while younger than `stale`; None for an old, absent or unreadable one."""
     if storage.is_local(fs):
         return None
     try:
-        renewed = json.loads(fs.cat_file(f"{staging}/{PUBLISHING}"))["renewed"]
+        renewed = json.loads(fs.cat_file(path))["renewed"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     if not isinstance(renewed, (int, float)) or isinstance(renewed, bool):
         return None
     age = max(0.0, time.time() - renewed)
-    return age if age < HEARTBEAT_STALE else None
+    return age if age < stale else None
 
 
 DONE = "done"  # the suffix of the publish step's marker (`mark_done`)

@@ -429,16 +429,7 @@ class Lease:
 
 def _lease_age(fs, staging: str) -> float | None:
     """Seconds since the folder's lease was renewed, while it is live (object stores); else None."""
-    if storage.is_local(fs):
-        return None
-    try:
-        renewed = json.loads(fs.cat_file(storage.join(staging, LEASE)))["renewed"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if not isinstance(renewed, (int, float)) or isinstance(renewed, bool):
-        return None
-    age = max(0.0, time.time() - renewed)
-    return age if age < LEASE_STALE else None
+    return publish.renewal_age(fs, storage.join(staging, LEASE), LEASE_STALE)
 
 
 def _leased(fs, staging: str) -> bool:

@@ -23,7 +23,8 @@ import contextlib
 import itertools
 import struct
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import fsspec
 
@@ -160,17 +161,21 @@ def _remote(fs: fsspec.AbstractFileSystem, path: str, cache: dict | None) -> _Re
     reader's, per worker) by path, the 8 shards used last: every record of a shard reads the same
     footer, and records of several shards arrive mixed after the shuffle that spreads them. (A
     shard rewritten meanwhile fails array_record's hash checks, never gives another record.)"""
-    key = ("remote", path)
+    return _remembered(cache, ("remote", path), lambda: _Remote(fs, path, fs.size(path)))
+
+
+def _remembered(cache: dict | None, key: tuple[str, str], make: Callable[[], Any]) -> Any:
+    """`make()`, kept in `cache` under `key` among the 8 of its kind (key[0]) used last."""
     if cache is not None and key in cache:
         cache[key] = cache.pop(key)  # the most recently used last
         return cache[key]
-    remote = _Remote(fs, path, fs.size(path))
+    value = make()
     if cache is not None:
-        remotes = [entry for entry in cache if isinstance(entry, tuple) and entry[0] == "remote"]
-        if len(remotes) >= 8:
-            cache.pop(remotes[0])
-        cache[key] = remote
-    return remote
+        kept = [entry for entry in cache if isinstance(entry, tuple) and entry[0] == key[0]]
+        if len(kept) >= 8:
+            cache.pop(kept[0])
+        cache[key] = value
+    return value
 
 
 def _index(fs: fsspec.AbstractFileSystem, path: str, cache: dict | None) -> _Remote | None:
@@ -178,20 +183,13 @@ def _index(fs: fsspec.AbstractFileSystem, path: str, cache: dict | None) -> _Rem
     last: records of several shards arrive mixed), without the sparse copy that checks a remote
     footer's hashes (array_record checks a local file's itself). None when this module cannot read
     the footer (brotli or snappy, which array_record reads): the inflation check is then skipped."""
-    key = ("index", path)
-    if cache is not None and key in cache:
-        cache[key] = cache.pop(key)  # the most recently used last
-        return cache[key]
-    try:
-        index = _Remote(fs, path, fs.size(path), verify=False)
-    except FormatError:
-        index = None  # array_record opens it and says what is wrong, or reads it
-    if cache is not None:
-        indexes = [entry for entry in cache if isinstance(entry, tuple) and entry[0] == "index"]
-        if len(indexes) >= 8:
-            cache.pop(indexes[0])
-        cache[key] = index
-    return index
+    def make() -> _Remote | None:
+        try:
+            return _Remote(fs, path, fs.size(path), verify=False)
+        except FormatError:
+            return None  # array_record opens it and says what is wrong, or reads it
+
+    return _remembered(cache, ("index", path), make)
 
 
 class _Remote:
