@@ -32,7 +32,7 @@ from formats.mixtrain.tables import lake, lance
 from formats.text import for_terminal
 from pipelines import cli, failures, local_workers, preflight
 from pipelines.beam_flags import DASK_FLAGS
-from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, EXIT_USAGE, UsageError
+from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_SKIPPED, UsageError
 from pipelines.early_plan import EarlyPlan
 from pipelines.plan import ConversionPlan, blame, created_now, make_plan, without_cycle_collection
 from pipelines.progress import Progress
@@ -344,8 +344,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
         options = all_options.view_as(ConvertOptions)
         _check_command_line(argv, options, all_options)
     except UsageError as error:
-        _usage(console, error)
-        return EXIT_USAGE
+        return failures.report(error, console, output="", log_path=None)  # a command-line error names no output
     except preflight.Refusal as error:
         print(f"error: {for_terminal(error)}", file=console, flush=True)
         return EXIT_FAILED
@@ -591,12 +590,6 @@ def _lake_summary(fs, root: str, options: ConvertOptions, run_id: str, seconds: 
     if skipped:
         line += f"; skipped {skipped}, listed in {storage.join(root, value.get('errors', mixtrain.ERRORS_FILE))}"
     return line, skipped
-
-
-def _usage(console: TextIO, error: UsageError) -> None:
-    print(f"error: {for_terminal(error)}", file=console, flush=True)
-    if error.hint:
-        print(error.hint, file=console, flush=True)
 
 
 def template_plan_url(options: PipelineOptions, run_id: str) -> str:

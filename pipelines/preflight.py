@@ -138,14 +138,14 @@ def output_holds_dataset(root: str) -> str | None:
 def foreign_output(fs, root: str) -> str | None:
     """Why the existing output folder `root` is not one to publish into: it holds files and no
     Mixtrain dataset (our own staging aside); None when it is empty or a dataset."""
-    from formats.mixtrain import publish
+    from formats.mixtrain import SIDECAR, publish
 
     names = {entry.rstrip("/").rsplit("/", 1)[-1] for entry in fs.ls(root, detail=False)}
     foreign = publish.foreign_entries(fs, root)
     ours = names - set(foreign) - {publish.STAGING_DIR}
     if not ours and not foreign:
         return None
-    if "mixtrain.json" not in ours and not (ours and not foreign):
+    if SIDECAR not in ours and not (ours and not foreign):
         return f"{root}: output is not empty and is not a Mixtrain dataset ({', '.join(sorted(names))}); choose another --output"
     return None
 
