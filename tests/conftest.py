@@ -33,6 +33,14 @@ def so100_tiny() -> pathlib.Path:
     return SO100_TINY
 
 
+@pytest.fixture(scope="session")
+def shared_fixtures() -> pathlib.Path:
+    """../shared/fixtures: the datasets other people's tools wrote."""
+    if not SHARED_FIXTURES.is_dir():
+        pytest.skip(f"real fixtures not found at {SHARED_FIXTURES} (../shared/fixtures is absent in a plain clone)")
+    return SHARED_FIXTURES
+
+
 @pytest.fixture
 def writable_so100(tmp_path, so100_tiny) -> pathlib.Path:
     """A private, writable copy of so100_tiny for tests that corrupt it."""

@@ -248,23 +248,42 @@ def check_copied(written: BinaryIO | str, frames: int, fps: float, declared: tup
     variable-frame-rate source can hold the right number of frames at other times: the reader,
     which decodes timesteps by time, would then find fewer frames than steps."""
     _rewind(written)
+    times = _presentation_times(written)  # read before the demuxer opens the file object: it keeps its own position
+    _rewind(written)
     container = _open_input(written)
     try:
         stream = _video_stream(container)
         size = (stream.codec_context.width, stream.codec_context.height)
         if declared is not None and size != tuple(declared):
             raise VideoError(f"frames are {size[0]}x{size[1]}, the metadata declares {declared[0]}x{declared[1]}")
-        times = sorted(float(packet.pts * stream.time_base) for packet in container.demux(stream)
-                       if packet.size > 0 and packet.pts is not None)
+        if times is None:  # not the plain MP4 the sample table reads: the demuxer's packets
+            base = stream.time_base
+            pts = np.array([packet.pts for packet in container.demux(stream) if packet.size > 0 and packet.pts is not None], np.int64)
+            times = np.sort(pts) * base.numerator / base.denominator
     except av.error.FFmpegError as error:
         raise VideoError(f"cannot read video: {error}") from error
     finally:
         container.close()
         _rewind(written)
-    for index, time in enumerate(times[:frames]):
-        if abs(time - index / fps) >= 0.5 / fps:
-            raise VideoError(f"frame timing differs from the declared rate: frame {index} is presented at {time:.4g} s, timestep {index} at "
-                             f"{index / fps:.4g} s ({fps:g} fps); copied as it is, the reader would not find it there")
+    steps = np.arange(min(frames, len(times))) / fps
+    late = np.flatnonzero(np.abs(times[:len(steps)] - steps) >= 0.5 / fps)
+    if len(late):
+        index = int(late[0])
+        raise VideoError(f"frame timing differs from the declared rate: frame {index} is presented at {times[index]:.4g} s, timestep {index} at "
+                         f"{index / fps:.4g} s ({fps:g} fps); copied as it is, the reader would not find it there")
+
+
+def _presentation_times(written: BinaryIO | str) -> np.ndarray | None:
+    """The written file's sample presentation times in seconds, ascending, from its own sample table
+    (edit list applied, as the demuxer presents them): the times of 150 samples without making 150
+    packet objects and fractions (that was 60 % of copy mode's CPU at 3,200 episodes). None where
+    the file is not the plain one-track MP4 the table reads."""
+    with contextlib.ExitStack() as stack:
+        handle = stack.enter_context(open(written, "rb")) if isinstance(written, str) else written
+        table = mp4.read_sample_table(handle)
+    if table is None:
+        return None
+    return np.sort(table.pts[table.sizes > 0]) / table.timescale
 
 
 def verify_samples(data: bytes, stsd: bytes, offsets: np.ndarray, sizes: np.ndarray, frames: int) -> None:

@@ -20,6 +20,19 @@ def _packets(data: bytes) -> list[tuple[int, int, bool, bytes]]:
         return [(p.pts, p.dts, p.is_keyframe, bytes(p)) for p in container.demux(stream) if p.size]
 
 
+def _demuxed_times(data: bytes) -> list[float]:
+    """Presentation times in seconds, ascending, as the demuxer gives them (exact fractions, then float)."""
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.video[0]
+        return sorted(float(p.pts * stream.time_base) for p in container.demux(stream) if p.size and p.pts is not None)
+
+
+def _times_agree(data: bytes) -> None:
+    """check_copied's times from the sample table are the demuxer's, time for time."""
+    ours = stream_copy._presentation_times(io.BytesIO(data))
+    assert ours is not None and ours.tolist() == _demuxed_times(data)
+
+
 def _compare_with_remux(path) -> int:
     count = 0
     for source, segment, fps in camera_segments(path):
@@ -34,6 +47,7 @@ def _compare_with_remux(path) -> int:
         assert not result.reencoded and result.info.frames == segment.frames
         assert fast.getvalue()[4:8] == b"ftyp" and fast.getvalue().index(b"moov") < fast.getvalue().index(b"mdat")  # moov first
         assert _packets(fast.getvalue()) == _packets(slow.getvalue())
+        _times_agree(fast.getvalue())
         got, want = video.decode_frames(fast.getvalue()), video.decode_frames(slow.getvalue())
         assert got.shape[0] == segment.frames and np.array_equal(got, want)
         assert video.probe(io.BytesIO(fast.getvalue())) == video.probe(io.BytesIO(slow.getvalue()))
@@ -64,6 +78,33 @@ def test_lossless_depth_cuts_equal_the_remux(tmp_path):
     write_dataset(str(root), SyntheticLeRobot(lengths=(12, 9), cameras=(), depth_cameras=("observation.images.depth",),
                                               episodes_per_video_file=2))
     assert _compare_with_remux(root) == 2
+
+
+def test_sample_table_times_are_the_demuxers_in_every_fixture_file(shared_fixtures):
+    """check_copied reads a copied file's times from its sample table, not the demuxer's packets:
+    the same times for every MP4 the other people's tools wrote (edit lists, B-frames, AV1)."""
+    files = sorted(shared_fixtures.rglob("*.mp4"))
+    assert len(files) >= 10
+    for path in files:
+        _times_agree(path.read_bytes())
+
+
+def test_check_copied_without_a_sample_table_reads_the_demuxer(tmp_path):
+    """A fragmented file (no plain sample table): the demuxer's times, and a late frame still refused."""
+    fragmented = tmp_path / "fragmented.mp4"
+    with av.open(str(fragmented), "w", format="mp4", options={"movflags": "frag_keyframe+empty_moov"}) as out:
+        stream = out.add_stream("libx264", rate=10, options={"bf": "0"})
+        stream.width, stream.height, stream.pix_fmt = 64, 64, "yuv420p"
+        for index in range(10):
+            frame = av.VideoFrame.from_ndarray(np.full((64, 64, 3), index * 20, np.uint8), format="rgb24")
+            frame.pts = index
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    assert stream_copy._presentation_times(str(fragmented)) is None
+    assert _demuxed_times(fragmented.read_bytes()) == [index / 10 for index in range(10)]
+    stream_copy.check_copied(str(fragmented), 10, 10.0, (64, 64))
+    with pytest.raises(video.VideoError, match="frame timing differs from the declared rate: frame 1 is presented at 0.1 s, timestep 1 at"):
+        stream_copy.check_copied(str(fragmented), 10, 20.0, (64, 64))
 
 
 def test_cut_inside_a_gop_is_left_to_the_remux(multi_file_dataset):
