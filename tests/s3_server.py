@@ -92,3 +92,25 @@ def running(bucket: str = "bucket") -> Iterator[str]:
     finally:
         server.terminate()
         server.wait(timeout=30)
+
+
+@contextlib.contextmanager
+def serving_this_process() -> Iterator[str]:
+    """The server running and this process's AWS variables pointing at it while the block runs
+    (restored after, cached clients forgotten): what the s3:// test modules' fixtures hold."""
+    with running() as url:
+        variables = environment(url)
+        saved = {key: os.environ.get(key) for key in [*variables, "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_PROFILE"]}
+        for key in ("AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+            os.environ.pop(key, None)
+        os.environ.update(variables)
+        clear_clients()
+        try:
+            yield url
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+            clear_clients()

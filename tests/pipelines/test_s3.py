@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import socket
 
 import numpy as np
@@ -24,20 +23,8 @@ from tests.pipelines import test_gcs
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """The S3 server on a free loopback port, the AWS variables pointing at it (restored after)."""
-    with s3_server.running() as url:
-        variables = s3_server.environment(url)
-        saved = {key: os.environ.get(key) for key in [*variables, "AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_PROFILE"]}
-        for key in ("AWS_ENDPOINT_URL_S3", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
-            os.environ.pop(key, None)
-        os.environ.update(variables)
-        s3_server.clear_clients()
+    with s3_server.serving_this_process():
         yield tmp_path_factory.mktemp("s3_local")
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
-    s3_server.clear_clients()
 
 
 def _run(*argv: str) -> tuple[int, str, str]:

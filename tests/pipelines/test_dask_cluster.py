@@ -1,0 +1,97 @@
+"""`--runner=DaskRunner` on a cluster shaped like a real one (tests/dask_cluster.py): `dask scheduler`
+and two `dask worker` commands, each worker in its own working and temporary folder, input and
+output on s3:// (moto's server): nothing shared but the object store. The output is the local
+runner's, byte for byte; a worker killed mid-run is survived."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
+from tests import dask_cluster, s3_server
+from tests.pipelines.test_s3 import _files, _run, _upload
+
+distributed = pytest.importorskip("dask.distributed", reason="the DaskRunner needs dask[distributed] (the dask extra)")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """moto's S3 server for this module, a local folder to stage uploads in."""
+    with s3_server.serving_this_process():
+        yield tmp_path_factory.mktemp("s3_local")
+
+
+def _without_time(files: dict[str, bytes]) -> dict[str, bytes]:
+    sidecar = json.loads(files.pop("mixtrain.json"))
+    sidecar.pop("created_at")
+    return {**files, "mixtrain.json": json.dumps(sidecar, sort_keys=True).encode()}
+
+
+def _dataset(store, name: str, episodes: int) -> str:
+    local = store / name
+    write_dataset(str(local), SyntheticLeRobot(lengths=(12,) * episodes, codec="h264", gop=None, episodes_per_video_file=5,
+                                               episodes_per_data_file=5))
+    return _upload(local, f"s3://bucket/sources/{name}")
+
+
+def test_separate_scheduler_and_workers_write_the_local_runners_bytes(store, tmp_path):
+    src = _dataset(store, "cluster_src", 10)
+    local_dst, cluster_dst = "s3://bucket/mixtrain/cluster_local", "s3://bucket/mixtrain/cluster_remote"
+    assert _run(f"--input={src}", f"--output={local_dst}", "--num_shards=2")[0] == 0
+    with dask_cluster.separate_commands(tmp_path) as cluster:
+        code, _, console = _run(f"--input={src}", f"--output={cluster_dst}", "--num_shards=2", "--runner=DaskRunner",
+                                f"--dask_scheduler_file={cluster.scheduler_file}")
+        assert code == 0, console
+        local, remote = _without_time(_files(local_dst)), _without_time(_files(cluster_dst))
+        assert sorted(local) == sorted(remote) and sum(name.startswith("files/") for name in local) == 2 * 10  # two cameras
+        assert [name for name in local if local[name] != remote[name]] == []
+        # The workers' own folders hold nothing of the conversion: no spill, no video, no shard.
+        left = [p for folder in cluster.folders for p in (folder / "tmp").rglob("*") if p.is_file()]
+        assert left == []
+
+
+def test_a_worker_killed_mid_run_is_survived(store, tmp_path):
+    """SIGKILL of one of the two workers while sequences are converting: Dask reruns its tasks on the
+    other, and the output is the bytes of an uninterrupted run."""
+    from tests.pipelines import dask_fns
+
+    src = _dataset(store, "killed_src", 24)
+    local_dst, cluster_dst = "s3://bucket/mixtrain/killed_local", "s3://bucket/mixtrain/killed_remote"
+    assert _run(f"--input={src}", f"--output={local_dst}", "--num_shards=2")[0] == 0
+    with dask_cluster.separate_commands(tmp_path) as cluster:
+        with distributed.Client(scheduler_file=str(cluster.scheduler_file)) as client:
+            client.run(dask_fns.slow_loads, 0.3)  # a run long enough to kill a worker in its middle
+        process = subprocess.Popen(
+            [sys.executable, "-m", "pipelines.convert", f"--input={src}", f"--output={cluster_dst}", "--num_shards=2",
+             "--runner=DaskRunner", f"--dask_scheduler_file={cluster.scheduler_file}", "--progress=lines",
+             "--progress_interval=0.1"], cwd=dask_cluster.ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=dict(os.environ))
+        lines: list[str] = []
+        reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 120
+        while not any(" sequences (" in line and not line.split("]")[1].startswith(" 0/") for line in lines):
+            assert process.poll() is None and time.monotonic() < deadline, (lines, process.stderr.read() if process.poll() is not None else "")
+            time.sleep(0.05)
+        at_kill = list(lines)
+        cluster.kill_worker(0)
+        code = process.wait(timeout=300)
+        reader.join(timeout=10)
+        stderr = process.stderr.read()
+        scheduler_log = (tmp_path / "scheduler" / "log.txt").read_text()
+    done_at_kill = max(int(line.split("]")[1].split("/")[0]) for line in at_kill if " sequences (" in line)
+    assert 0 < done_at_kill < 24, at_kill  # killed in the middle of the run
+    assert "Remove worker addr" in scheduler_log and "name: worker0" in scheduler_log
+    assert code == 0, stderr
+    assert stderr == ""
+    local, remote = _without_time(_files(local_dst)), _without_time(_files(cluster_dst))
+    assert sorted(local) == sorted(remote) and sum(name.startswith("files/") for name in local) == 2 * 24
+    assert [name for name in local if local[name] != remote[name]] == []
+    assert lines[-1].startswith("converted 24 sequences, 288 timesteps"), lines[-3:]
