@@ -152,6 +152,8 @@ class Sequence:
         (per-channel image statistics, L5Kit agent fields), merged per shard like column stats.
       video_notes: video column -> how its file was written when that is not what the column
         says (copy mode: a lossless encode of a cut whose packets could not be copied).
+      source_facts: what the source said that the row does not keep, for the quality checks
+        (formats/mixtrain/quality.py): `clock_start`, the source clock's first value in seconds.
     """
 
     sequence_id: str
@@ -164,6 +166,7 @@ class Sequence:
     extra_stats: dict[str, Any] = dataclasses.field(default_factory=dict)
     files: dict[str, Any] = dataclasses.field(default_factory=dict)
     video_notes: dict[str, dict] = dataclasses.field(default_factory=dict)
+    source_facts: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def written_files(sequence: Sequence) -> list[str]:

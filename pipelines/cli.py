@@ -42,6 +42,20 @@ SOURCE_OPTIONS = {"split": "rlds", "fps": "rlds", "bgr_cameras": "rlds"}
 # Options that only matter when some camera is encoded (re-encode mode or image cameras).
 ENCODING_OPTIONS = ("video_codec", "video_crf", "video_gop", "video_preset", "video_pix_fmt", "video_min_psnr")
 
+# --quality_<name>: formats/mixtrain/quality.py Thresholds (defaults there; a test checks the names match)
+QUALITY_THRESHOLDS = (
+    ("jump_sigma", float, 0, True, "N", "jump: a step change more than N standard deviations from the sequence's mean change (default 6)"),
+    ("frozen_share", float, 0, True, "F", "frozen: a dimension unchanged over at least this share of a sequence's steps (default 0.9)"),
+    ("frozen_min_steps", int, 2, False, "N", "frozen: only in sequences of at least N steps (default 20)"),
+    ("clip_steps", int, 1, False, "N", "clipped: N consecutive steps at the dataset's min or max of a dimension that moves (default 10)"),
+    ("gap_factor", float, 1, True, "F", "time_gap: a timestamp step longer than F frame periods (default 1.5)"),
+    ("drift", float, 0, True, "F", "rate_drift: a sequence's mean step off the declared period by more than this share (default 0.02)"),
+    ("first_time", float, 0, False, "SECONDS", "clock_start: the source clock's first value further than this from 0 (default 1)"),
+    ("min_length", int, 0, False, "N", "short: sequences of fewer than N steps, a policy's window (default 2)"),
+    ("idle_steps", int, 1, False, "N", "idle: N or more steps without an action change at a sequence's start or end (default 10)"),
+    ("min_task_sequences", int, 1, False, "N", "rare_task: tasks with fewer than N sequences (default 2)"),
+)
+
 EPILOG = """\
 Beam options:
   Every Apache Beam pipeline option is passed to Beam, for example --runner=DataflowRunner
@@ -204,6 +218,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                             "lists by every Parquet tool; bytes: the [T, D] array's raw little-endian values in one binary "
                             "cell, dtype and D in mixtrain.json column_types (2x+ faster to numpy, docs/lance.md)")
 
+    group = parser.add_argument_group("data quality (docs/quality.md)")
+    group.add_argument("--quality", type=boolean, nargs="?", const=True, default=True, metavar="BOOL",
+                       help="find data-quality defects in the conversion's own pass (NaN, stuck or clipped dimensions, jumps, "
+                            "dropped frames, duplicates, idle stretches...) into DST/_quality.jsonl (default true)")
+    for name, kind, low, above, metavar, what in QUALITY_THRESHOLDS:
+        group.add_argument(f"--quality_{name}", default=None, type=_number(kind, low, above=above), metavar=metavar, help=what)
+
     group = parser.add_argument_group("progress and logs")
     group.add_argument("--progress", default="auto", choices=PROGRESS_MODES,
                        help="auto (default): a line redrawn in place on a terminal, plain lines otherwise; bar; lines; off")
@@ -306,6 +327,12 @@ def parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     for name in ("catalog", "table_name", "partition_by"):
         if typed(args, name) and args.table_format != "iceberg":
             raise UsageError(f"--{name} has no effect with --table_format={args.table_format} (it names an Iceberg catalog or table)")
+    if not args.quality:
+        for name, *_ in QUALITY_THRESHOLDS:
+            if typed(args, f"quality_{name}"):
+                raise UsageError(f"--quality_{name} has no effect with --quality=false (no findings are computed)")
+    if args.quality_frozen_share is not None and args.quality_frozen_share > 1:
+        raise UsageError(f"--quality_frozen_share: expected a share of the steps (0 to 1), found {args.quality_frozen_share:g}")
     if typed(args, "progress_interval") and args.progress in ("off", "bar"):
         raise UsageError(f"--progress_interval has no effect with --progress={args.progress} (it spaces plain progress lines)")
     return args, rest

@@ -27,7 +27,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import DirectOptions, GoogleCloudOptions, PipelineOptions, StandardOptions, TestOptions
 
 from formats import errors, mixtrain, sources, storage
-from formats.mixtrain import publish, resume, tables
+from formats.mixtrain import publish, quality, resume, tables
 from formats.mixtrain.tables import lake, lance
 from formats.text import for_terminal
 from pipelines import cli, failures, local_workers, preflight
@@ -43,7 +43,7 @@ from transforms.read import TALLIES, ReadSequences, stage_refs
 from transforms.resume import ResumeSpilled, stage_resumed
 from transforms.reuse import KEPT_IDS, ReusePrevious
 from transforms.video import WriteVideos
-from transforms.write import Planned, WriteMixtrain, stage_fingerprints
+from transforms.write import Checks, Planned, WriteMixtrain, stage_fingerprints
 
 __all__ = ["ConvertOptions", "build_pipeline", "run"]
 
@@ -110,6 +110,14 @@ def table_settings(options: ConvertOptions, run_id: str, base: str = "") -> tabl
                                 catalog=options.catalog, table=options.table_name, base=base,
                                 partition_by=tuple(column for column in options.partition_by.split(",") if column),
                                 video_storage=options.lance_videos if options.table_format == "lance" else "")
+
+
+def quality_checks(options: ConvertOptions, meta) -> Checks | None:
+    """The data-quality checks the shard writers run (--quality and its thresholds), or None."""
+    if not options.quality:
+        return None
+    given = {name: getattr(options, f"quality_{name}") for name, *_ in cli.QUALITY_THRESHOLDS}
+    return Checks(meta.fps, quality.Thresholds(**{name: value for name, value in given.items() if value is not None}))
 
 
 def staging_root(fs, root: str, run_id: str, options: ConvertOptions) -> str:
@@ -224,7 +232,7 @@ def build_pipeline(pipeline: beam.Pipeline, options: ConvertOptions, run_id: str
     planned = Planned.of(plan.to_convert, len(reused["ids"]) if reused is not None else 0)
     _ = inputs | "Write" >> WriteMixtrain(staging_url, output_url, meta, plan.num_shards, plan.sidecar_extra, options.on_error,
                                           plan_folder, tuple(options.max_skipped), settings, planned, generation, file_prefix,
-                                          mark_published=write_assets and not options.detach)
+                                          mark_published=write_assets and not options.detach, checks=quality_checks(options, meta))
     return plan
 
 

@@ -2,11 +2,13 @@
 
     python -m pipelines.inspect DST                      a terminal summary
     python -m pipelines.inspect DST --html report.html   also one self-contained HTML page
+    python -m pipelines.inspect DST --json               everything the summary holds, as JSON on stdout
 
 The summary: sequences, timesteps, shards, the distribution of sequence lengths, every column
 with its kind, dtype and dimension, cameras (codec, resolution, fps, bytes), per-dimension
 statistics from stats.json, provenance (source, converter version, options, created_at) and the
-sequences the conversion skipped. The page adds a length histogram, statistics bands, sampled
+sequences the conversion skipped, and the data-quality findings (docs/quality.md: a line per check,
+its worst sequences; computed from the rows when the conversion recorded none). The page adds a length histogram, statistics bands, sampled
 trajectories against time and first/middle/last thumbnails per camera (inline SVG and JPEG: it
 opens offline). Exit status 0; 1 with one `error:` line when the dataset cannot be read; 2 on a
 bad command line.
@@ -15,6 +17,7 @@ bad command line.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 import pyarrow as pa
@@ -46,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--html", metavar="PATH", default=None, help="also write a self-contained HTML report to PATH (a local path or fsspec URL)")
     parser.add_argument("--samples", type=_positive, default=4, help="sequences shown as camera thumbnails in the report (default 4)")
     parser.add_argument("--trajectory_samples", type=_positive, default=3, help="sequences plotted against time in the report (default 3)")
+    parser.add_argument("--json", action="store_true", help="print the summary as one JSON object instead of text (quality findings "
+                                                            "included), for scripts")
     return parser
 
 
@@ -64,7 +69,10 @@ def main(argv: list[str] | None = None) -> int:
             sys.stdout.write(stopped)  # a first run stopped: no dataset yet, its staging all there is
             raise
         summary = report.summarize(dataset)
-        sys.stdout.write(report.render_text(summary) + stopped)
+        if args.json:
+            sys.stdout.write(json.dumps(summary, ensure_ascii=True, sort_keys=True, default=str) + "\n")  # escaped: no control reaches a terminal
+        else:
+            sys.stdout.write(report.render_text(summary) + stopped)
         if args.html:
             page = report.render_html(dataset, summary, samples=args.samples, trajectory_samples=args.trajectory_samples)
             fs, path = storage.open_root(args.html)

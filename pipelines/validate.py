@@ -318,10 +318,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="source dataset root for --deep (default: the URI in mixtrain.json when it is a path on this machine; "
                              "a URL there is fetched only when named here)")
     parser.add_argument("--min_psnr", type=float, default=35.0, help="lowest luma PSNR (dB) a lossy encode may have")
+    parser.add_argument("--quality", action="store_true", help="also report the data-quality findings (docs/quality.md): those the "
+                                                                "conversion recorded, or computed now from the rows")
+    parser.add_argument("--fail_on", choices=("error", "warning"), default=None,
+                        help="with --quality: exit 1 when a finding of this level (warning: or an error) is found (default error)")
     try:
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exit_:
         return 2 if exit_.code else 0
+    if args.fail_on and not args.quality:
+        print("error: --fail_on has no effect without --quality", file=sys.stderr)
+        return 2
     verdict = ""
     try:
         reach(args.dataset)  # an unreachable store: one line within seconds, not the client's retries and traceback
@@ -349,6 +356,27 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(findings)} finding(s): {args.dataset} is not a valid Mixtrain dataset", file=sys.stderr)
         return 1
     print(f"ok: {args.dataset} is a valid Mixtrain dataset{verdict}")
+    return _quality_verdict(args.dataset, args.fail_on or "error") if args.quality else 0
+
+
+def _quality_verdict(url: str, fail_on: str) -> int:
+    """Print the data-quality summary; 1 when a finding at `fail_on` or above was found (for CI)."""
+    from formats.mixtrain import quality
+    from formats.read import reader, report
+
+    try:
+        found = report.quality_summary(reader.open_dataset(url))
+    except ConversionError as error:
+        print(f"error: {for_terminal(error)}", file=sys.stderr)
+        return 1
+    for line in report.quality_lines({"quality": found}):
+        print(for_terminal(line))
+    levels = (quality.ERROR,) if fail_on == quality.ERROR else (quality.ERROR, quality.WARNING)
+    failing = sum(int(entry["findings"]) for entry in found["checks"].values() if entry["level"] in levels)
+    if failing:
+        print(f"quality: {failing} finding(s) at --fail_on={fail_on} or above in {url}", file=sys.stderr)
+        return 1
+    print(f"quality: no finding at --fail_on={fail_on} or above")
     return 0
 
 

@@ -62,7 +62,8 @@ class _CheckSpilledFn(beam.DoFn):
                 by_shard.setdefault(mixtrain.shard_of(rows[position]["id"], self._num_shards), []).append(position)
             record = SpilledFile(storage.join(self._root, spill), tuple(row["id"] for row in rows),
                                  tuple(row["nbytes"] for row in rows), tuple(resume.decode_stats(row["stats"]) for row in rows),
-                                 tuple(row["notes"] for row in rows), tuple(entry["batch_ends"]))
+                                 tuple(row["notes"] for row in rows), tuple(entry["batch_ends"]),
+                                 facts=tuple(row.get("facts") or {} for row in rows))
             for shard, taken in sorted(by_shard.items()):
                 yield shard, dataclasses.replace(record, positions=tuple(taken))
 

@@ -36,7 +36,7 @@ from apache_beam.transforms.window import GlobalWindows
 
 from formats import mixtrain, storage
 from formats.errors import ConversionError, FormatError, describe_skip_limit, error_record, skipped_counts
-from formats.mixtrain import publish, resume, tables
+from formats.mixtrain import publish, quality, resume, tables
 from formats.mixtrain.fingerprint import Fingerprints
 from formats.mixtrain.publish import stop_point
 from formats.mixtrain.stats import ColumnStats, non_finite_counts, table_stats
@@ -49,7 +49,7 @@ from transforms.read import TALLIES, staged_refs
 from transforms.reuse import KEPT_IDS
 from transforms.stats import MergeShardsFn
 
-__all__ = ["WriteMixtrain", "ShardResult", "Planned", "stage_fingerprints", "staged_fingerprints"]
+__all__ = ["WriteMixtrain", "ShardResult", "Planned", "Checks", "stage_fingerprints", "staged_fingerprints"]
 
 
 @dataclasses.dataclass
@@ -63,6 +63,7 @@ class ShardResult:
     non_finite: dict = dataclasses.field(default_factory=dict)  # column -> NaN/inf values kept
     video_notes: dict = dataclasses.field(default_factory=dict)  # column -> {sequence_id: note} (Sequence.video_notes)
     arrived: int = 0  # rows that reached the shard writer, duplicates included (what arrived, against the plan)
+    quality: quality.Partial | None = None  # the rows' data-quality findings (None: not computed)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,11 +101,13 @@ class SpilledFile:
     video_notes: tuple[dict, ...]
     batch_ends: tuple[int, ...]  # the file's record batches: the row each one ends before
     positions: tuple[int, ...] | None = None  # the rows to take (a resumption takes some of a file's), None: all
+    facts: tuple[dict, ...] = ()  # each row's Sequence.source_facts (empty: none recorded)
 
     def rows(self) -> list[SpilledRow]:
-        rows = [SpilledRow(sequence_id, self.path, position, self.batch_ends, size, stats, notes)
-                for position, (sequence_id, size, stats, notes)
-                in enumerate(zip(self.sequence_ids, self.nbytes, self.extra_stats, self.video_notes, strict=True))]
+        facts = self.facts or ({},) * len(self.sequence_ids)
+        rows = [SpilledRow(sequence_id, self.path, position, self.batch_ends, size, stats, notes, fact)
+                for position, (sequence_id, size, stats, notes, fact)
+                in enumerate(zip(self.sequence_ids, self.nbytes, self.extra_stats, self.video_notes, facts, strict=True))]
         return rows if self.positions is None else [rows[position] for position in self.positions]
 
 
@@ -119,6 +122,7 @@ class SpilledRow:
     nbytes: int  # what the row weighs (closes row groups by size without reading the row first)
     extra_stats: dict  # statistics computed upstream (video frames), which the row cannot give back
     video_notes: dict = dataclasses.field(default_factory=dict)  # column -> how its file was written, if not as the column says
+    facts: dict = dataclasses.field(default_factory=dict)  # Sequence.source_facts: for the quality checks
 
 
 class _SpillRowsFn(beam.DoFn):
@@ -190,13 +194,15 @@ class _SpillRowsFn(beam.DoFn):
         if self._generation is not None:
             resume.write_entry(self._fs, self._root, self._generation, path, ends,
                                [{"id": sequence.sequence_id, "nbytes": size, "stats": sequence.extra_stats,
-                                 "notes": sequence.video_notes, "files": [path[len(self._file_prefix):] for path in written_files(sequence)
-                                                   if path.startswith(self._file_prefix)]}
+                                 "notes": sequence.video_notes, "facts": sequence.source_facts,
+                                 "files": [path[len(self._file_prefix):] for path in written_files(sequence)
+                                           if path.startswith(self._file_prefix)]}
                                 for sequence, size in buffered])
             stop_point("conversion", "rows-spilled")
         yield shard, SpilledFile(path, tuple(sequence.sequence_id for sequence, _ in buffered), tuple(size for _, size in buffered),
                                  tuple(dict(sequence.extra_stats) for sequence, _ in buffered),
-                                 tuple(dict(sequence.video_notes) for sequence, _ in buffered), ends)
+                                 tuple(dict(sequence.video_notes) for sequence, _ in buffered), ends,
+                                 facts=tuple(dict(sequence.source_facts) for sequence, _ in buffered))
 
 
 # A converting worker's rows are spilled, and recorded for a resumption, once they have waited
@@ -353,11 +359,13 @@ def group_stats(table: pa.Table, rows: list[SpilledRow], columns: list[ColumnSpe
 class _WriteShardFn(beam.DoFn):
     """(shard, [SpilledFile]) -> the shard's Parquet file, streamed a row group at a time."""
 
-    def __init__(self, staging_url: str, columns: list[ColumnSpec], on_error: str = FAIL, table: tables.TableSettings | None = None):
+    def __init__(self, staging_url: str, columns: list[ColumnSpec], on_error: str = FAIL, table: tables.TableSettings | None = None,
+                 checks: Checks | None = None):
         self._staging_url = staging_url
         self._columns = columns
         self._on_error = on_error
         self._table = table
+        self._checks = checks
 
     def setup(self):
         self._fs, self._root = storage.open_root(self._staging_url)
@@ -377,7 +385,8 @@ class _WriteShardFn(beam.DoFn):
         ordered = [r for r in ordered if r.sequence_id not in duplicates]  # skipped: every copy, none chosen at random
         path = storage.join(self._root, mixtrain.shard_path(index))
         self._fs.makedirs(storage.join(self._root, mixtrain.DATA_DIR), exist_ok=True)
-        result = ShardResult(index=index, rows=len(ordered), timesteps=0, bytes=0, stats={}, errors=errors, arrived=arrived)
+        result = ShardResult(index=index, rows=len(ordered), timesteps=0, bytes=0, stats={}, errors=errors, arrived=arrived,
+                             quality=quality.Partial() if self._checks is not None else None)
         reader = _SpilledRowReader(self._fs, self._schema)
         # A row group's statistics are computed on a thread while the next groups are read and
         # encoded (numpy and Arrow release the GIL), folded in row-group order: the same numbers.
@@ -431,22 +440,40 @@ class _WriteShardFn(beam.DoFn):
             for column, note in row.video_notes.items():
                 result.video_notes.setdefault(column, {})[row.sequence_id] = note
         result.timesteps += sum(table.column("length").to_pylist())
-        return pool.submit(_group_summary, table, rows, self._columns)
+        return pool.submit(_group_summary, table, rows, self._columns, self._checks)
+
+
+@dataclasses.dataclass(frozen=True)
+class Checks:
+    """The data-quality checks' settings for the shard writers: the dataset's declared rate and
+    the thresholds (formats/mixtrain/quality.py)."""
+
+    fps: float | None
+    thresholds: quality.Thresholds
 
 
 STATS_THREADS = 2  # threads computing row groups' statistics beside the shard writer
 HELD_BYTES = 64 << 20  # Arrow bytes of row groups held at once beyond the one being written
 
 
-def _group_summary(table: pa.Table, rows: list[SpilledRow], columns: list[ColumnSpec]) -> tuple[dict, dict]:
-    """(statistics, NaN/inf counts) of a written row group (a table of one chunk per column: the
-    statistics read each column whole, twice; on 1-row chunks that took 1.2 s at 20,000 rows)."""
-    return (group_stats(table, rows, columns) if rows else {}), non_finite_counts(table, columns)
+def _group_summary(table: pa.Table, rows: list[SpilledRow], columns: list[ColumnSpec],
+                   checks: Checks | None = None) -> tuple[dict, dict, quality.Partial | None]:
+    """(statistics, NaN/inf counts, quality findings) of a written row group (a table of one chunk
+    per column: the statistics read each column whole, twice; on 1-row chunks that took 1.2 s at
+    20,000 rows). The findings read what the statistics read, in the same thread."""
+    found = None
+    if checks is not None and rows:
+        video = [spec.name for spec in columns if spec.kind == VIDEO]
+        facts = [{**row.facts, "images": {name: row.extra_stats.get(name) for name in video if name in row.extra_stats}} for row in rows]
+        found = quality.group_partial(table, columns, checks.fps, checks.thresholds, facts)
+    return (group_stats(table, rows, columns) if rows else {}), non_finite_counts(table, columns), found
 
 
-def _fold(summary: tuple[dict, dict], result: ShardResult) -> None:
+def _fold(summary: tuple[dict, dict, quality.Partial | None], result: ShardResult) -> None:
     """A row group's statistics into the shard's, in row-group order."""
-    stats, non_finite = summary
+    stats, non_finite, found = summary
+    if found is not None and result.quality is not None:
+        result.quality.merge(found)
     for name, column_stats in stats.items():
         result.stats[name] = result.stats[name].merge(column_stats) if name in result.stats else column_stats
     for name, count in non_finite.items():
@@ -553,7 +580,9 @@ def _check_arrived(output: str, planned: Planned, shards: list[ShardResult], ups
 class _PublishFn(beam.DoFn):
     def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
                  plan_folder: staged_plan.PlanFolder | None = None, max_skipped: tuple[str, float] = ("count", 0),
-                 table: tables.TableSettings | None = None, planned: Planned | None = None, mark_published: bool = False):
+                 table: tables.TableSettings | None = None, planned: Planned | None = None, mark_published: bool = False,
+                 checks: Checks | None = None):
+        self._checks = checks
         self._mark_published = mark_published and not lake.is_lake((table or tables.TableSettings()).format)
         self._planned = planned
         self._max_skipped = max_skipped
@@ -588,6 +617,13 @@ class _PublishFn(beam.DoFn):
                 with fs.open(storage.join(staging, mixtrain.shard_path(index)), "wb") as handle:
                     mixtrain.write_shard(schema.empty_table(), handle)
         fs.pipe_file(storage.join(staging, mixtrain.STATS_FILE), mixtrain.dumps(stats).encode())
+        if self._checks is not None:
+            found = quality.Partial()
+            for shard in shards:  # in shard order: the same file however the runner ordered the shards
+                if shard.quality is not None:
+                    found.merge(shard.quality)
+            header, findings = quality.finish(found, stats, self._meta.columns, self._checks.thresholds)
+            fs.pipe_file(storage.join(staging, mixtrain.QUALITY_FILE), quality.encode(header, findings))
         records = sorted(errors + [record for shard in shards for record in shard.errors],
                          key=lambda r: (r.get("sequence_id") or "", r.get("source_file") or "", r["error"]))
         _check_publishable(output, sum(shard.rows for shard in shards), records, self._max_skipped)
@@ -610,6 +646,7 @@ class _PublishFn(beam.DoFn):
             skipped_units=skipped_counts(records)[1],
             non_finite=_sum_counts(shard.non_finite for shard in shards),
             video_notes=_merge_notes(shard.video_notes for shard in shards),
+            quality=self._checks is not None,
             **self._sidecar_extra,
         )
         # Not published (a plan folder elsewhere stays: a template's); the journal first: a folder
@@ -667,6 +704,8 @@ class WriteMixtrain(beam.PTransform):
         staging-relative path (a lake run's `runs/<run>/`).
       mark_published: the publish step leaves a marker beside the staging folder for a launcher
         that waits for the run (`publish.take_done`); lake tables name their runs themselves.
+      checks: the data-quality checks (`Checks`), computed by the shard writers beside the
+        statistics and published as DST/_quality.jsonl; None: not computed.
 
     The input is {"sequences": PCollection of converted sequences, "kept": PCollection of
     sequences reused from the previous output (spilled, never recorded for a resumption), optional,
@@ -678,8 +717,9 @@ class WriteMixtrain(beam.PTransform):
     def __init__(self, staging_url: str, output_url: str, meta: DatasetMeta, num_shards: int, sidecar_extra: dict,
                  on_error: str = FAIL, plan_folder: staged_plan.PlanFolder | None = None, max_skipped: tuple[str, float] = ("count", 0),
                  table: tables.TableSettings | None = None, planned: Planned | None = None, generation: int | None = None,
-                 file_prefix: str = "", mark_published: bool = False):
+                 file_prefix: str = "", mark_published: bool = False, checks: Checks | None = None):
         super().__init__()
+        self._checks = checks
         self._mark_published = mark_published
         self._generation = generation
         self._file_prefix = file_prefix
@@ -711,7 +751,8 @@ class WriteMixtrain(beam.PTransform):
         shards = (
             spilled[0]
             | "GroupByShard" >> beam.GroupByKey()
-            | "WriteShards" >> beam.ParDo(_WriteShardFn(self._staging_url, self._meta.columns, self._on_error, self._table))
+            | "WriteShards" >> beam.ParDo(_WriteShardFn(self._staging_url, self._meta.columns, self._on_error, self._table,
+                                                                self._checks))
         )
         # No default element: a global combine's default costs a stage of its own; an empty run's
         # default comes with the side input instead.
@@ -721,7 +762,7 @@ class WriteMixtrain(beam.PTransform):
             | "PublishTrigger" >> beam.Create([None])
             | "Publish" >> beam.ParDo(
                 _PublishFn(self._staging_url, self._output_url, self._meta, self._num_shards, self._sidecar_extra, self._plan_folder,
-                           self._max_skipped, self._table, self._planned, self._mark_published),
+                           self._max_skipped, self._table, self._planned, self._mark_published, self._checks),
                 beam.pvalue.AsSingleton(collected, default_value=MergeShardsFn().extract_output([])),
                 beam.pvalue.AsList(errors),
                 beam.pvalue.AsList(tallies),

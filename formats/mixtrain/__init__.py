@@ -41,6 +41,7 @@ __all__ = [
     "SIDECAR",
     "STATS_FILE",
     "ERRORS_FILE",
+    "QUALITY_FILE",
     "shard_of",
     "shard_path",
     "video_path",
@@ -62,6 +63,7 @@ SIDECAR = "mixtrain.json"
 STATS_FILE = "stats.json"
 # Sequences a run skipped under --on_error=skip: one JSON object per line.
 ERRORS_FILE = "_errors.jsonl"
+QUALITY_FILE = "_quality.jsonl"  # data-quality findings (formats/mixtrain/quality.py), this converter's extension
 # Per-unit fingerprints of what a run converted: what --incremental compares against.
 FINGERPRINTS_FILE = "_fingerprints.json"
 DATA_DIR = "data"
@@ -302,7 +304,7 @@ def column_specs(schema: pa.Schema, types: dict[str, dict]) -> list[ColumnSpec]:
 def sidecar(meta: DatasetMeta, *, num_sequences: int, num_timesteps: int, num_shards: int,
             converter_version: str, options: dict, created_at: str, num_skipped: int = 0,
             non_finite: dict | None = None, incremental: dict | None = None, video_notes: dict | None = None,
-            skipped_units: int = 0) -> dict:
+            skipped_units: int = 0, quality: bool = False) -> dict:
     value = {
         "mixtrain": VERSION,
         "column_types": _with_video_notes(column_types(meta.columns), video_notes or {}),
@@ -325,6 +327,8 @@ def sidecar(meta: DatasetMeta, *, num_sequences: int, num_timesteps: int, num_sh
         value["num_skipped_units"] = skipped_units
     if num_skipped or skipped_units:
         value["errors"] = ERRORS_FILE
+    if quality:
+        value["quality"] = QUALITY_FILE  # the data-quality findings of this run's pass
     return value
 
 

@@ -22,7 +22,7 @@ import time
 
 from formats import storage
 from formats.errors import ConversionError
-from formats.mixtrain import DATA_DIR, ERRORS_FILE, FILES_DIR, FINGERPRINTS_FILE, SIDECAR, STATS_FILE, dumps
+from formats.mixtrain import DATA_DIR, ERRORS_FILE, FILES_DIR, FINGERPRINTS_FILE, QUALITY_FILE, SIDECAR, STATS_FILE, dumps
 
 __all__ = [
     "STAGING_DIR",
@@ -72,7 +72,7 @@ STAGING_DIR = "_staging"
 VERSIONS_DIR = "_versions"
 CURRENT = "current"
 SIBLING_MARK = ".mixtrain-"
-PUBLISHED = (DATA_DIR, FILES_DIR, STATS_FILE, ERRORS_FILE, FINGERPRINTS_FILE, SIDECAR)
+PUBLISHED = (DATA_DIR, FILES_DIR, STATS_FILE, ERRORS_FILE, FINGERPRINTS_FILE, QUALITY_FILE, SIDECAR)
 
 
 # Where a test may stop a publication, per publisher: a kill at each must leave the previous or

@@ -108,7 +108,7 @@ def write_entry(fs, staging: str, generation: int, spill_path: str, batch_ends: 
             file_size, file_sha = digest(fs, storage.join(staging, relative))
             files.append([relative, file_size, file_sha])
         recorded.append({"id": row["id"], "nbytes": int(row["nbytes"]), "stats": encode_stats(row["stats"]),
-                         "notes": row["notes"], "files": files})
+                         "notes": row["notes"], "files": files, **({"facts": row["facts"]} if row.get("facts") else {})})
     relative = spill_path[len(staging.rstrip("/")) + 1:]
     value = {"journal": VERSION, "generation": generation, "spill": [relative, size, sha], "batch_ends": list(batch_ends),
              "rows": recorded}
@@ -205,6 +205,7 @@ def _entry_ok(value: Any) -> bool:
         for row in rows if ok else ():
             ok = ok and isinstance(row["id"], str) and _int(row["nbytes"]) and isinstance(row["notes"], dict) \
                 and all(isinstance(key, str) for key in row["notes"]) and isinstance(row["stats"], dict) \
+                and isinstance(row.get("facts", {}), dict) and all(isinstance(key, str) for key in row.get("facts", {})) \
                 and all(isinstance(f, list) and len(f) == 3 and isinstance(f[0], str) and _int(f[1]) and _hex(f[2]) for f in row["files"])
             decode_stats(row["stats"]) if ok else None
         return bool(ok)

@@ -51,7 +51,8 @@ _UNITS: Check = (lambda v: isinstance(v, (str, dict)) or (isinstance(v, list) an
 TOP_LEVEL: dict[str, Check] = {
     "mixtrain": _STRING, "column_types": _OBJECT, "source": _OBJECT, "converter": _OBJECT, "created_at": _STRING,
     "num_sequences": _COUNT, "num_timesteps": _COUNT, "num_shards": _COUNT, "num_skipped": _COUNT, "num_skipped_units": _COUNT,
-    "shards": _STRINGS, "stats": _STRING, "errors": _STRING, "non_finite_values": _OBJECT, "incremental": _OBJECT, "table": _OBJECT,
+    "shards": _STRINGS, "stats": _STRING, "errors": _STRING, "quality": _STRING, "non_finite_values": _OBJECT,
+    "incremental": _OBJECT, "table": _OBJECT,
 }
 NESTED: dict[str, dict[str, Check]] = {
     "source": {"format": _STRING, "uri": _STRING},

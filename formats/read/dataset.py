@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 
 from formats import mixtrain, storage, video
 from formats.errors import FormatError
-from formats.mixtrain import array_layout
+from formats.mixtrain import array_layout, quality
 from formats.mixtrain.schema import check_sidecar, check_stats
 
 __all__ = ["Dataset", "Filter", "error_records", "TIMESTAMPS", "TRAJECTORY", "STEPS", "VIDEO", "PER_STEP", "check_sidecar"]
@@ -106,6 +106,33 @@ class Dataset:
         if not self.fs.exists(path):
             return []
         return error_records((line.decode(errors="replace") for _, line in storage.text_lines(self.fs, path)), path)
+
+    def quality(self) -> tuple[dict, list[dict]] | None:
+        """The data-quality findings the conversion recorded (_quality.jsonl: its header and
+        findings, checked as untrusted input), or None where it recorded none (`compute_quality`)."""
+        name = self.metadata.get("quality")
+        if not name:
+            return None
+        path = storage.resolve_inside(self.root, str(name), what="quality findings", fs=self.fs)
+        if not self.fs.exists(path):
+            raise FormatError(f"{path}: listed in mixtrain.json but missing")
+        return quality.decode((line.decode(errors="replace") for _, line in storage.text_lines(self.fs, path)), path)
+
+    def compute_quality(self, thresholds: quality.Thresholds | None = None, batch_rows: int = 1024) -> tuple[dict, list[dict]]:
+        """The data-quality findings computed now from the rows, as the conversion computes them
+        (for a dataset written without them, or with other thresholds). What only the conversion's
+        pass sees (the source clock's start, decoded frames) is not checked."""
+        thresholds = thresholds or quality.Thresholds()
+        columns = mixtrain.column_specs(self.schema, self.column_types)
+        wanted = [spec.name for spec in columns if spec.name in ("sequence_id", "length", "task") or spec.kind in PER_STEP]
+        fps = (self.metadata.get("source") or {}).get("fps")
+        fps = float(fps) if isinstance(fps, numbers.Real) and not isinstance(fps, bool) and fps > 0 else None
+        found = quality.Partial()
+        for shard in self.shards:
+            table = self._read(shard, wanted, None)
+            for start in range(0, table.num_rows, batch_rows):  # a bounded slice of the arrays at a time
+                found.merge(quality.group_partial(table.slice(start, batch_rows).combine_chunks(), columns, fps, thresholds))
+        return quality.finish(found, self.stats(), columns, thresholds)
 
     # --- rows -----------------------------------------------------------------------------------
 

@@ -9,8 +9,9 @@ import pyarrow.parquet as pq
 
 from formats import storage
 from formats.errors import FormatError
+from formats.mixtrain import quality
 from formats.mixtrain.schema import check_sidecar, check_stats
-from formats.mixtrain.tables.lance import open_dataset, read_metadata
+from formats.mixtrain.tables.lance import open_dataset, read_metadata, read_quality
 from formats.read.dataset import Dataset, error_records
 
 __all__ = ["open_rows", "BLOB_CELL"]
@@ -50,6 +51,14 @@ def open_rows(fs, root: str, version: int | None = None):
 
         def errors(self) -> list[dict]:
             return error_records(self._errors, f"{self.where} errors")
+
+        def quality(self) -> tuple[dict, list[dict]] | None:
+            text = read_quality(dataset)
+            if not self.metadata.get("quality"):
+                return None
+            if text is None:
+                raise FormatError(f"{self.where}: mixtrain.json names quality findings the Lance metadata does not hold")
+            return quality.decode(text.splitlines(), f"{self.where} quality findings")
 
         def _read(self, shard: str, columns: list[str], where, *, coalesce: bool = True) -> pa.Table:
             blobs = [name for name in columns if name in self._blobs]

@@ -20,10 +20,11 @@ import numpy as np
 
 from formats import storage, video
 from formats.errors import FormatError
+from formats.mixtrain import quality
 from formats.read.reader import STEPS, TIMESTAMPS, TRAJECTORY, Dataset
 from formats.text import for_terminal
 
-__all__ = ["summarize", "render_text", "render_html", "sample_ids", "thumbnail_jpeg"]
+__all__ = ["summarize", "render_text", "render_html", "sample_ids", "thumbnail_jpeg", "quality_summary", "quality_lines"]
 
 HISTOGRAM_BINS = 20
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf")
@@ -33,6 +34,8 @@ STAT_KEYS = ("mean", "std", "min", "q01", "q50", "q99", "max")
 MAX_PLOTTED_DIMENSIONS = 32
 MAX_POINTS = 200  # per plotted line: longer sequences are subsampled evenly (end points kept)
 THUMB_WIDTH = 160  # shown this wide; encoded at most this wide (smaller frames are scaled up by the browser)
+WORST_SHOWN = 3  # findings per check in the terminal summary (the highest scores)
+PAGE_FINDINGS = 200  # findings per check on the page (every one is in _quality.jsonl)
 
 
 def _mb(size: float) -> str:
@@ -115,7 +118,45 @@ def summarize(ds: Dataset) -> dict[str, Any]:
                        "options": converter.get("options") or {}, "created_at": meta.get("created_at")},
         "skipped": ds.errors(),
         "num_skipped": int(meta.get("num_skipped") or 0),
+        "quality": quality_summary(ds),
     }
+
+
+def quality_summary(ds: Dataset, thresholds: quality.Thresholds | None = None) -> dict[str, Any]:
+    """The data-quality findings: those the conversion recorded (`recorded`: True), or computed
+    now from the rows for a dataset without them, or with `thresholds` other than recorded."""
+    found = ds.quality() if thresholds is None else None
+    recorded = found is not None
+    header, findings = found if recorded else ds.compute_quality(thresholds)
+    return {"recorded": recorded, "thresholds": header.get("thresholds"), "checks": header["checks"], "findings": findings}
+
+
+def _quality_count(checks: dict, level: str) -> int:
+    return sum(int(entry.get("findings") or 0) for entry in checks.values() if isinstance(entry, dict) and entry.get("level") == level)
+
+
+def quality_lines(summary: dict) -> list[str]:
+    found = summary.get("quality")
+    if not found:
+        return []
+    checks = found["checks"]
+    how = "recorded by the conversion" if found["recorded"] else "computed now from the rows (the conversion recorded none)"
+    lines = [f"quality     {_quality_count(checks, quality.ERROR)} error(s), {_quality_count(checks, quality.WARNING)} warning(s), {how}"]
+    by_check: dict[str, list[dict]] = {}
+    for finding in found["findings"]:
+        by_check.setdefault(finding["check"], []).append(finding)
+    for name, entry in checks.items():
+        if not isinstance(entry, dict) or not entry.get("findings"):
+            continue
+        lines.append(f"  {name:<14} {entry.get('level', '?'):<8} {entry['findings']} finding(s)")
+        for finding in by_check.get(name, [])[:WORST_SHOWN]:
+            where = f"steps {finding['steps'][0]}-{finding['steps'][-1]}" if finding.get("steps") else ""
+            what = " ".join(part for part in (finding.get("sequence_id") or "", finding.get("column") or "", where) if part)
+            lines.append(f"    {what}: {finding['message']}")
+    unchecked = [name for name, entry in checks.items() if isinstance(entry, dict) and not entry.get("checked")]
+    if unchecked:
+        lines.append(f"  not checked: {', '.join(unchecked)} (no such columns, or not in this pass: docs/quality.md)")
+    return lines
 
 
 # --- terminal ---------------------------------------------------------------------------------
@@ -200,6 +241,7 @@ def render_text(summary: dict) -> str:
     lines.append(f"skipped     {count}" if count else "skipped     none")
     for error in skipped:
         lines.append(f"  {error.get('sequence_id', '?')}: {error.get('error') or error.get('message') or error}")
+    lines += quality_lines(summary)
     return "\n".join(for_terminal(line) for line in lines) + "\n"  # names, units, errors... are the data's: no control reaches the terminal
 
 
@@ -374,6 +416,48 @@ code{font-size:12px;background:#f4f4f4;padding:1px 4px}.muted{color:#777;font-si
 """
 
 
+def _quality_html(summary: dict) -> list[str]:
+    """The findings section: a row per check, then the findings by sequence (a <details> each, so
+    that a thousand sequences make a short page), at most PAGE_FINDINGS per check."""
+    found = summary.get("quality")
+    if not found:
+        return []
+    e = html.escape
+    checks = found["checks"]
+    how = "recorded by the conversion" if found["recorded"] else "computed now from the rows (the conversion recorded none)"
+    out = [f'<h2 id="quality">Data quality</h2><p class="muted">{_quality_count(checks, quality.ERROR)} error(s), '
+           f'{_quality_count(checks, quality.WARNING)} warning(s), {e(how)}; every finding is in _quality.jsonl.</p>',
+           '<table id="quality-checks"><tr><th>check</th><th>level</th><th>what it finds</th><th class="num">findings</th></tr>']
+    for name, entry in checks.items():
+        if not isinstance(entry, dict):
+            continue
+        what = quality.CHECKS.get(name, ("", "", ()))[1]
+        count = entry.get("findings") if entry.get("checked") else "not checked"
+        out.append(f"<tr><td><code>{e(str(name))}</code></td><td>{e(str(entry.get('level')))}</td><td>{e(what)}</td>"
+                   f'<td class="num">{e(str(count))}</td></tr>')
+    out.append("</table>")
+    shown: dict[str, int] = {}
+    by_sequence: dict[str, list[dict]] = {}
+    for finding in found["findings"]:
+        shown[finding["check"]] = shown.get(finding["check"], 0) + 1
+        if shown[finding["check"]] <= PAGE_FINDINGS:
+            by_sequence.setdefault(finding.get("sequence_id") or "(the dataset)", []).append(finding)
+    if by_sequence:
+        out.append('<h3>By sequence</h3><div id="quality-sequences">')
+        for sequence_id, findings in sorted(by_sequence.items(), key=lambda item: (-sum(f["level"] == quality.ERROR for f in item[1]), item[0])):
+            levels = sorted({f["level"] for f in findings})
+            out.append(f"<details><summary><code>{e(sequence_id)}</code> {len(findings)} finding(s): {e(', '.join(levels))}</summary>"
+                       "<table><tr><th>check</th><th>level</th><th>column</th><th>dims</th><th>steps</th><th>message</th></tr>")
+            for f in findings:
+                steps = f"{e(str(f['steps'][0]))}&ndash;{e(str(f['steps'][-1]))}" if f.get("steps") else ""
+                dims = ", ".join(str(d) for d in f.get("dims") or [])
+                out.append(f"<tr><td>{e(f['check'])}</td><td>{e(f['level'])}</td><td><code>{e(str(f.get('column') or ''))}</code></td>"
+                           f"<td>{e(dims)}</td><td>{steps}</td><td>{e(f['message'])}</td></tr>")
+            out.append("</table></details>")
+        out.append("</div>")
+    return out
+
+
 def render_html(ds: Dataset, summary: dict, *, samples: int = 4, trajectory_samples: int = 3) -> str:
     """The page: summary, length histogram, per-dimension statistics bands and sampled
     trajectories for every trajectory column, and first/middle/last thumbnails per camera."""
@@ -396,6 +480,7 @@ def render_html(ds: Dataset, summary: dict, *, samples: int = 4, trajectory_samp
         out.append("<h3>Skipped sequences</h3><table><tr><th>sequence</th><th>error</th></tr>" + "".join(
             f"<tr><td>{e(str(s.get('sequence_id', '?')))}</td><td>{e(str(s.get('error') or s.get('message') or s))}</td></tr>"
             for s in summary["skipped"]) + "</table>")
+    out += _quality_html(summary)
     if summary["histogram"]:
         out.append("<h2>Sequence lengths</h2>" + _histogram_svg(summary))
     out.append("<h2>Columns</h2><table><tr><th>column</th><th>kind</th><th>dtype</th><th>dim</th><th>names</th><th>units</th></tr>")

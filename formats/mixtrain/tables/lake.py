@@ -70,6 +70,8 @@ def property_value(sidecar: dict, run_id: str, table_format: str, untyped: list[
     value["stats"] = prefix + mixtrain.STATS_FILE
     if "errors" in value:
         value["errors"] = prefix + mixtrain.ERRORS_FILE
+    if "quality" in value:
+        value["quality"] = prefix + mixtrain.QUALITY_FILE
     value["shards"] = [prefix + shard for shard in sidecar.get("shards", [])]
     value["table"] = {"format": table_format, "run": run_id, "file_references": "relative to the table location"}
     if untyped:

@@ -34,12 +34,13 @@ from formats.mixtrain import fingerprint
 from formats.mixtrain import publish as standalone  # this module's own `publish` commits a Lance version
 
 __all__ = ["reusable", "reused_rows", "FRAGMENT_PART",
-           "BLOB", "REFERENCE", "VIDEO_STORAGE", "SIDECAR_KEY", "STATS_KEY", "ERRORS_KEY", "is_dataset", "publish", "publish_table",
-           "read_metadata", "read_sidecar", "lance_schema", "lance_uri", "open_dataset", "storage_options"]
+           "BLOB", "REFERENCE", "VIDEO_STORAGE", "SIDECAR_KEY", "STATS_KEY", "ERRORS_KEY", "QUALITY_KEY", "is_dataset", "publish", "publish_table",
+           "read_metadata", "read_quality", "read_sidecar", "lance_schema", "lance_uri", "open_dataset", "storage_options"]
 
 BLOB, REFERENCE = "blob", "reference"
 VIDEO_STORAGE = (BLOB, REFERENCE)
 SIDECAR_KEY, STATS_KEY, ERRORS_KEY = mixtrain.SIDECAR, mixtrain.STATS_FILE, mixtrain.ERRORS_FILE
+QUALITY_KEY = mixtrain.QUALITY_FILE
 FINGERPRINTS_KEY = mixtrain.FINGERPRINTS_FILE  # what the next --incremental run compares with
 FRAGMENT_PART = "lance-fragment:"  # a previous version's fragment, as --incremental reuse names it: lance-fragment:<version>:<id>
 BLOB_METADATA = {"lance-encoding:blob": "true"}
@@ -160,6 +161,8 @@ def publish(fs, staging: str, output: str, sidecar: dict, *, videos: str = BLOB)
                                for name, entry in sidecar["column_types"].items()}
     metadata = {SIDECAR_KEY: mixtrain.dumps(sidecar), STATS_KEY: _text(fs, staging, mixtrain.STATS_FILE) or "{}",
                 ERRORS_KEY: _text(fs, staging, mixtrain.ERRORS_FILE), FINGERPRINTS_KEY: _text(fs, staging, mixtrain.FINGERPRINTS_FILE)}
+    if fs.exists(storage.join(staging, mixtrain.QUALITY_FILE)):
+        metadata[QUALITY_KEY] = _text(fs, staging, mixtrain.QUALITY_FILE)
     fragments, schema = [], None
     for shard in shards:
         if not fs.exists(_staged(staging, shard, ".json")):
@@ -188,7 +191,8 @@ def publish(fs, staging: str, output: str, sidecar: dict, *, videos: str = BLOB)
     standalone.stop_point("lance", "committed")
     if fs.exists(storage.join(output, mixtrain.SIDECAR)):  # a standalone dataset replaced by a Lance one: its mixtrain.json first
         fs.rm(storage.join(output, mixtrain.SIDECAR))
-        retired = [storage.join(output, name) for name in (mixtrain.STATS_FILE, mixtrain.ERRORS_FILE, mixtrain.FINGERPRINTS_FILE)]
+        retired = [storage.join(output, name) for name in (mixtrain.STATS_FILE, mixtrain.ERRORS_FILE, mixtrain.FINGERPRINTS_FILE,
+                                                           mixtrain.QUALITY_FILE)]
         for path in [path for path in retired if fs.exists(path)] + fs.glob(storage.join(output, mixtrain.DATA_DIR, "*.parquet")):
             fs.rm(path)
         standalone.stop_point("lance", "standalone-retired")
@@ -225,6 +229,12 @@ def _text(fs, root: str, name: str) -> str:
 def read_sidecar(fs, root: str) -> dict:
     """The Mixtrain JSON of the Lance dataset at `root`."""
     return read_metadata(open_dataset(fs, root))[0]
+
+
+def read_quality(dataset) -> str | None:
+    """The _quality.jsonl text a Lance version holds in its metadata, or None."""
+    text = (dataset.schema.metadata or {}).get(QUALITY_KEY.encode())
+    return None if text is None else text.decode(errors="replace")
 
 
 def read_metadata(dataset) -> tuple[dict, dict, str]:

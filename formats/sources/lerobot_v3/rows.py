@@ -199,11 +199,16 @@ def _to_sequence(table: pa.Table, ref: EpisodeRef, meta: DatasetMeta) -> Sequenc
         frames = table.column("frame_index").to_numpy()
         if not np.array_equal(frames, np.arange(length)):
             raise FormatError(f"episode {ref.episode_index}: frame_index is not 0..{length - 1}")
+    clock_start = 0.0
     if "timestamp" in table.column_names:  # float32 in lerobot: rebased in float64, as before the rule existed
-        timestamp = rebased_timestamps(table.column("timestamp").to_numpy().astype(np.float64), meta.fps)
+        raw = table.column("timestamp").to_numpy().astype(np.float64)
+        timestamp = rebased_timestamps(raw, meta.fps)
+        clock_start = float(raw[0]) if len(raw) else 0.0
     else:
         timestamp = np.arange(length, dtype=np.float64) / meta.fps
     sequence = Sequence(sequence_id=ref.sequence_id, length=length, timestamp=timestamp)
+    if clock_start:  # lerobot's episodes start at 0: a later start is worth a look (quality check clock_start)
+        sequence.source_facts["clock_start"] = clock_start
     sequence.scalars.update(ref.scalars)
     sequence.scalars["length"] = length
     sequence.scalars["duration_seconds"] = length / meta.fps

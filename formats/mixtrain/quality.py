@@ -1,0 +1,556 @@
+"""Data-quality findings, computed from the rows the shard writers write (the conversion's own pass,
+beside the statistics) or from a published dataset's shards on demand (`findings_of_dataset`).
+
+A finding is one defect a training run would trip on or that someone should look at: NaN in an
+action, a dimension stuck for most of an episode, a dropped frame, a duplicate episode. Each has a
+check name, a level (`error`: cannot train on it as is; `warning`: look at it), the sequence and
+the step range, the column and dimensions, and a message. They are kept in `_quality.jsonl`, this
+converter's extension (docs/format.md): its first line says what was checked and with which
+thresholds, and counts every finding per check; then one finding a line, at most MAX_LISTED a
+check (the worst first), so that a dataset with a million findings keeps a small file.
+
+Everything per sequence is computed on a row group's flat arrays at once (numpy over every step
+of every row; Python only for the rows that have a finding): the checks cost a few percent of a
+conversion's CPU. What needs the whole dataset (a dimension that never varies, values at the
+dataset's bound, duplicates, rare tasks) is kept small per row group and decided by `finish`:
+digests of 16 bytes for duplicates, never the arrays.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import hashlib
+import json
+import math
+from collections.abc import Iterable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from formats.errors import FormatError
+from formats.mixtrain import QUALITY_FILE, array_layout
+from formats.sequence import SCALAR, STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec
+
+__all__ = ["QUALITY_FILE", "Thresholds", "CHECKS", "Partial", "group_partial", "finish", "encode", "decode", "MAX_LISTED",
+           "ERROR", "WARNING"]
+
+VERSION = 1
+ERROR, WARNING = "error", "warning"
+MAX_LISTED = 1000  # findings listed per check in _quality.jsonl (all are counted); each shard keeps as many
+
+
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    """What counts as a finding; each has a --quality_<name> option (docs/quality.md)."""
+
+    jump_sigma: float = 6.0  # a step change this many standard deviations from the sequence's mean change
+    frozen_share: float = 0.9  # a dimension unchanged over at least this share of a sequence's steps
+    frozen_min_steps: int = 20  # ... of a sequence of at least this many steps
+    clip_steps: int = 10  # consecutive steps at the dataset's min or max of a dimension that moves
+    gap_factor: float = 1.5  # a timestamp step longer than this many frame periods (a dropped frame)
+    drift: float = 0.02  # the mean step off the declared period by more than this share
+    first_time: float = 1.0  # the source clock's first value further than this from 0 (seconds)
+    min_length: int = 2  # sequences shorter than this many steps
+    idle_steps: int = 10  # at least this many steps without an action change at the start or the end
+    min_task_sequences: int = 2  # tasks with fewer sequences than this
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+# check -> (level, what it finds, the thresholds it reads)
+CHECKS = {
+    "non_finite": (ERROR, "NaN or Inf in a numeric per-step column", ()),
+    "time_order": (ERROR, "timestamps that go back or repeat", ()),
+    "zero_variance": (WARNING, "a trajectory dimension with the same value in every step of every sequence", ()),
+    "clipped": (WARNING, "a dimension that moves, held at the dataset's min or max for consecutive steps", ("clip_steps",)),
+    "frozen": (WARNING, "a dimension unchanged over most of a sequence (a stuck actuator)", ("frozen_share", "frozen_min_steps")),
+    "jump": (WARNING, "a step change far outside the sequence's spread of changes", ("jump_sigma",)),
+    "time_gap": (WARNING, "a timestamp step longer than the declared rate allows (dropped frames)", ("gap_factor",)),
+    "rate_drift": (WARNING, "a sequence's mean step off the declared frame period", ("drift",)),
+    "clock_start": (WARNING, "the source clock's first value far from 0", ("first_time",)),
+    "short": (WARNING, "a sequence shorter than a policy's window", ("min_length",)),
+    "duplicate": (WARNING, "a sequence whose trajectories equal another's, value for value", ()),
+    "idle": (WARNING, "steps without an action change at the start or the end of a sequence", ("idle_steps",)),
+    "rare_task": (WARNING, "a task with very few sequences", ("min_task_sequences",)),
+    "dead_camera": (WARNING, "a camera whose sampled frames hold one value per channel", ()),
+}
+
+
+def _finding(check: str, sequence_id: str | None, message: str, *, column: str | None = None, dims: list[int] | None = None,
+             steps: tuple[int, int] | None = None, score: float = 1.0) -> dict:
+    return {"check": check, "level": CHECKS[check][0], "sequence_id": sequence_id, "column": column,
+            "dims": dims, "steps": list(steps) if steps is not None else None, "score": float(score), "message": message}
+
+
+@dataclasses.dataclass
+class Partial:
+    """What a row group (or a shard, or the dataset) found, in a form that merges: findings kept
+    per check (at most MAX_LISTED, the highest scores) with exact counts, and what `finish`
+    decides over the whole dataset."""
+
+    sequences: int = 0
+    listed: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
+    counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    # (column, dim, "min"|"max", value) -> listed candidate findings, decided against the dataset's bounds
+    clip_candidates: list[tuple[str, int, str, float, dict]] = dataclasses.field(default_factory=list)
+    clip_counts: dict[tuple[str, int, str, float], int] = dataclasses.field(default_factory=dict)
+    digests: list[tuple[bytes, str]] = dataclasses.field(default_factory=list)
+    tasks: collections.Counter = dataclasses.field(default_factory=collections.Counter)
+    checked: set = dataclasses.field(default_factory=set)
+
+    def add(self, finding: dict) -> None:
+        check = finding["check"]
+        self.counts[check] = self.counts.get(check, 0) + 1
+        kept = self.listed.setdefault(check, [])
+        kept.append(finding)
+        if len(kept) > 2 * MAX_LISTED:
+            self.listed[check] = _worst(kept)
+
+    def merge(self, other: Partial) -> Partial:
+        self.sequences += other.sequences
+        for check, count in other.counts.items():
+            self.counts[check] = self.counts.get(check, 0) + count
+            self.listed[check] = _worst(self.listed.get(check, []) + other.listed.get(check, []))
+        self.clip_candidates += other.clip_candidates
+        del self.clip_candidates[4 * MAX_LISTED:]
+        for key, count in other.clip_counts.items():
+            self.clip_counts[key] = self.clip_counts.get(key, 0) + count
+        self.digests += other.digests
+        self.tasks.update(other.tasks)
+        self.checked |= other.checked
+        return self
+
+
+def _worst(findings: list[dict]) -> list[dict]:
+    """The MAX_LISTED highest scores, ties in sequence order: the same list however rows were grouped."""
+    return sorted(findings, key=lambda f: (-f["score"], f["sequence_id"] or "", f["column"] or "", f["steps"] or []))[:MAX_LISTED]
+
+
+# --- per row group ---------------------------------------------------------------------------------
+
+def _cell_lengths(column: pa.ChunkedArray | pa.Array, lengths: np.ndarray) -> np.ndarray:
+    """Steps per row of a per-step column: the row's length, 0 for a null cell."""
+    valid = np.asarray(pc.is_valid(column).to_numpy(zero_copy_only=False), bool) if column.null_count else np.ones(len(lengths), bool)
+    return np.where(valid, lengths, 0)
+
+
+def _flat(table: pa.Table, spec: ColumnSpec) -> np.ndarray | None:
+    """A per-step column's values of every row, [steps] or [steps, D], or None when not numeric."""
+    from formats.mixtrain.stats import _step_values
+
+    if spec.kind == STEPS and not (pa.types.is_integer(spec.arrow_type.value_type) or pa.types.is_floating(spec.arrow_type.value_type)):
+        return None
+    if spec.kind == TRAJECTORY and not array_layout.is_bytes(spec.meta):
+        value_type = spec.arrow_type.value_type.value_type
+        if not (pa.types.is_integer(value_type) or pa.types.is_floating(value_type)):
+            return None
+    values = _step_values(table, spec)
+    return values if values.dtype.kind in "iuf" else None
+
+
+class _Rows:
+    """Where each row's steps lie in a flat per-step array, and the step changes inside rows."""
+
+    def __init__(self, lengths: np.ndarray):
+        self.lengths = lengths
+        self.starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+        self.row_of_step = np.repeat(np.arange(len(lengths)), lengths)
+        changes = np.maximum(lengths - 1, 0)
+        self.changes = changes
+        self.change_starts = np.concatenate([[0], np.cumsum(changes)[:-1]]).astype(np.int64)
+        self.inner = self.row_of_step[1:] == self.row_of_step[:-1]  # a step change within one row
+        self.row_of_change = self.row_of_step[1:][self.inner]
+
+    def subset(self, chosen: np.ndarray) -> tuple[np.ndarray, np.ndarray, _Rows]:
+        """The steps and the changes of rows `chosen` (ascending), as masks, and their own _Rows."""
+        picked = np.zeros(len(self.lengths), bool)
+        picked[chosen] = True
+        return picked[self.row_of_step], picked[self.row_of_change], _Rows(self.lengths[chosen])
+
+    def per_row(self, ufunc, values: np.ndarray, starts: np.ndarray, counts: np.ndarray, empty) -> np.ndarray:
+        """`ufunc.reduceat` over each row's slice (its `counts` at `starts`); rows with none get `empty`."""
+        shape = (len(counts), *values.shape[1:])
+        out = np.full(shape, empty, dtype=np.result_type(values.dtype, type(empty)))
+        some = counts > 0
+        if some.any():  # sums accumulate in float64 (float32 sums of squares lose the deviations of a drifting signal)
+            wide = {"dtype": np.float64} if ufunc is np.add and values.dtype.kind == "f" else {}
+            out[some] = ufunc.reduceat(values, starts[some], axis=0, **wide)
+        return out
+
+
+def group_partial(table: pa.Table, columns: list[ColumnSpec], fps: float | None, thresholds: Thresholds,
+                  facts: list[dict] | None = None) -> Partial:
+    """The findings of a row group's rows (`table`: Mixtrain rows), and what `finish` needs of them.
+    `facts`: per row, what only the conversion's pass knows (`clock_start`: the source clock's
+    first value in seconds; `images`: {video column: ColumnStats of its sampled frames}), or None."""
+    partial = Partial(sequences=table.num_rows)
+    if not table.num_rows:
+        return partial
+    ids = table.column("sequence_id").to_pylist()
+    lengths = np.asarray(table.column("length").to_numpy(zero_copy_only=False), np.int64)
+    partial.checked.update({"short", "non_finite"})
+    for row in np.flatnonzero(lengths < thresholds.min_length):
+        partial.add(_finding("short", ids[row], f"{int(lengths[row])} steps, fewer than {thresholds.min_length}",
+                             steps=(0, max(int(lengths[row]) - 1, 0)), score=thresholds.min_length - int(lengths[row])))
+    digests = [hashlib.blake2b(digest_size=16) for _ in ids]
+    hashed = False
+    by_name = {spec.name: spec for spec in columns}
+    for spec in columns:
+        if spec.kind not in (TRAJECTORY, STEPS, TIMESTAMPS) or spec.name not in table.column_names:
+            continue
+        values = _flat(table, spec)
+        if values is None:
+            continue
+        steps = _cell_lengths(table.column(spec.name), lengths)
+        if int(steps.sum()) != len(values):
+            raise FormatError(f"column {spec.name!r}: {len(values)} steps where the rows' lengths add up to {int(steps.sum())}")
+        rows = _Rows(steps)
+        flat2d = values.reshape(len(values), -1)
+        if values.dtype.kind == "f":
+            _non_finite(partial, ids, spec.name, flat2d, rows)
+        if spec.kind == TIMESTAMPS:
+            _time(partial, ids, flat2d[:, 0], rows, fps, thresholds)
+        elif spec.kind == TRAJECTORY:
+            _trajectory(partial, ids, spec.name, flat2d, rows, thresholds)
+            raw = np.ascontiguousarray(flat2d).view(np.uint8).reshape(len(flat2d), -1)
+            for row in np.flatnonzero(steps):
+                start = rows.starts[row]
+                digests[row].update(raw[start:start + steps[row]].tobytes())
+            hashed = True
+    if hashed:
+        partial.checked.add("duplicate")
+        partial.digests = [(digest.digest(), ids[row]) for row, digest in enumerate(digests) if lengths[row] > 0]
+    if "task" in by_name and by_name["task"].kind == SCALAR and pa.types.is_string(by_name["task"].arrow_type):
+        partial.checked.add("rare_task")
+        partial.tasks.update(task for task in table.column("task").to_pylist() if task is not None)
+    if facts is not None:
+        _facts(partial, ids, facts, thresholds)
+    return partial
+
+
+def _ranges(positions: np.ndarray) -> tuple[int, int]:
+    return int(positions.min()), int(positions.max())
+
+
+def _non_finite(partial: Partial, ids: list[str], column: str, values: np.ndarray, rows: _Rows) -> None:
+    bad = ~np.isfinite(values)
+    steps = np.flatnonzero(bad.any(axis=1))
+    if not len(steps):
+        return
+    row_of = rows.row_of_step[steps]
+    for row in np.unique(row_of):
+        mine = steps[row_of == row]
+        local = mine - rows.starts[row]
+        cells = bad[mine]
+        kinds = sorted({"NaN" if np.isnan(v) else "Inf" for v in values[mine][cells]})
+        dims = [int(d) for d in np.flatnonzero(cells.any(axis=0))]
+        partial.add(_finding("non_finite", ids[row], f"{int(cells.sum())} {'/'.join(kinds)} value(s) in steps {local.min()}-{local.max()}",
+                             column=column, dims=dims if values.shape[1] > 1 else None, steps=_ranges(local), score=float(cells.sum())))
+
+
+def _time(partial: Partial, ids: list[str], times: np.ndarray, rows: _Rows, fps: float | None, thresholds: Thresholds) -> None:
+    partial.checked.update({"time_order", "clock_start"})
+    some = rows.lengths > 0
+    first = np.zeros(len(rows.lengths))
+    first[some] = times[rows.starts[some]]
+    for row in np.flatnonzero(np.isfinite(first) & (np.abs(first) > thresholds.first_time)):
+        partial.add(_finding("clock_start", ids[row], f"the timestamp column starts at {first[row]:.6g} s, not 0",
+                             column="timestamp", steps=(0, 0), score=abs(float(first[row]))))
+    if not len(rows.row_of_change):
+        return
+    delta = np.diff(times)[rows.inner]
+    local = np.arange(len(delta)) - rows.change_starts[rows.row_of_change] + 1  # the later step of each change
+    back = delta <= 0
+    if back.any():
+        for row in np.unique(rows.row_of_change[back]):
+            mine = back & (rows.row_of_change == row)
+            partial.add(_finding("time_order", ids[row], f"{int(mine.sum())} timestamp step(s) go back or repeat, first at step "
+                                                           f"{int(local[mine].min())}", column="timestamp", steps=_ranges(local[mine]),
+                                 score=float(mine.sum())))
+    if not fps:
+        return
+    partial.checked.update({"time_gap", "rate_drift"})
+    period = 1.0 / fps
+    gap = delta > thresholds.gap_factor * period
+    if gap.any():
+        for row in np.unique(rows.row_of_change[gap]):
+            mine = gap & (rows.row_of_change == row)
+            longest = float(delta[mine].max())
+            partial.add(_finding("time_gap", ids[row], f"{int(mine.sum())} step(s) longer than {thresholds.gap_factor:g} frame periods, "
+                                                         f"the longest {longest:.4g} s ({longest * fps:.3g} periods)",
+                                 column="timestamp", steps=(int(local[mine].min()) - 1, int(local[mine].max())), score=longest * fps))
+    regular = np.where(gap | back, 0.0, delta)
+    counted = rows.per_row(np.add, (~(gap | back)).astype(np.int64), rows.change_starts, rows.changes, 0)
+    total = rows.per_row(np.add, regular, rows.change_starts, rows.changes, 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        off = np.abs(total / np.maximum(counted, 1) * fps - 1.0)
+    for row in np.flatnonzero((counted >= 2) & (off > thresholds.drift)):
+        mean = total[row] / counted[row]
+        partial.add(_finding("rate_drift", ids[row], f"mean step {mean:.6g} s against the declared {period:.6g} s ({fps:g} fps): "
+                                                       f"{off[row] * 100:.2g}% off", column="timestamp",
+                             steps=(0, int(rows.lengths[row]) - 1), score=float(off[row])))
+
+
+def _trajectory(partial: Partial, ids: list[str], column: str, values: np.ndarray, rows: _Rows, thresholds: Thresholds) -> None:
+    partial.checked.update({"frozen", "jump", "clipped", "zero_variance"})
+    action = column == "action" or column.endswith(("action", ".action", "/action", "_action"))
+    if action:
+        partial.checked.add("idle")
+    if not len(rows.row_of_change):
+        return
+    floats = values if values.dtype.kind == "f" else values.astype(np.float64)  # float32 stays: half the memory traffic
+    delta = np.diff(floats, axis=0)[rows.inner]  # [changes, D]
+    moved = delta != 0  # NaN counts as a change
+    counts = rows.changes
+    unchanged = counts[:, None] - rows.per_row(np.add, moved.astype(np.int64), rows.change_starts, counts, 0)
+    # frozen: a dimension unchanged over most steps of a long enough sequence
+    with np.errstate(invalid="ignore", divide="ignore"):
+        share = unchanged / np.maximum(counts, 1)[:, None]
+    long_enough = rows.lengths >= thresholds.frozen_min_steps
+    frozen = (share >= thresholds.frozen_share) & long_enough[:, None]
+    for row in np.flatnonzero(frozen.any(axis=1)):
+        dims = [int(d) for d in np.flatnonzero(frozen[row])]
+        start = rows.change_starts[row]
+        still = ~moved[start:start + counts[row]][:, dims].any(axis=1)
+        first, last = _longest_run(still)
+        partial.add(_finding("frozen", ids[row], f"dimension(s) {_dims(dims)} unchanged over {share[row, dims].min() * 100:.0f}% or "
+                                                   f"more of {int(rows.lengths[row])} steps", column=column, dims=dims,
+                             steps=(first, last + 1), score=float(share[row, dims].max())))
+    _jumps(partial, ids, column, delta, rows, thresholds)
+    # clipping: a dimension that moves (changes at least at half of its other steps) and sits at its
+    # sequence's own max (or min) for clip_steps or more consecutive steps; `finish` keeps those
+    # whose value is the dataset's bound. Only rows with that many unchanged steps can.
+    possible = np.flatnonzero(((unchanged >= thresholds.clip_steps - 1) & (unchanged < counts[:, None])).any(axis=1))
+    if len(possible):
+        steps, _, sub = rows.subset(possible)
+        chosen = floats[steps]
+        changes_per_row = (counts[:, None] - unchanged)[possible]
+        for side, ufunc in (("max", np.maximum), ("min", np.minimum)):
+            bound = sub.per_row(ufunc, chosen, sub.starts, sub.lengths, np.nan)
+            at = chosen == bound[sub.row_of_step]
+            held = sub.per_row(np.add, at.astype(np.int64), sub.starts, sub.lengths, 0)
+            moves = changes_per_row >= 0.5 * (sub.changes[:, None] - held)
+            candidate = (held >= thresholds.clip_steps) & moves & (held < sub.lengths[:, None])
+            for index, dim in zip(*np.nonzero(candidate)):
+                row = possible[index]
+                start = sub.starts[index]
+                first, last = _longest_run(at[start:start + sub.lengths[index], dim])
+                if last - first + 1 < thresholds.clip_steps:
+                    continue
+                value = float(bound[index, dim])
+                key = (column, int(dim), side, value)
+                partial.clip_counts[key] = partial.clip_counts.get(key, 0) + 1
+                if len(partial.clip_candidates) < 4 * MAX_LISTED:
+                    partial.clip_candidates.append((*key, _finding(
+                        "clipped", ids[row], f"dimension {dim} held at {value:.6g} (the dataset's {side}) for {last - first + 1} "
+                                             f"consecutive steps", column=column, dims=[int(dim)], steps=(first, last),
+                        score=float(last - first + 1))))
+    if action:
+        _idle(partial, ids, column, moved.any(axis=1), rows, thresholds)
+
+
+def _jumps(partial: Partial, ids: list[str], column: str, delta: np.ndarray, rows: _Rows, thresholds: Thresholds) -> None:
+    """Step changes far from the sequence's mean change, in standard deviations of its changes
+    within 3 deviations (one clipping pass: a spike's own two changes must not hide it). The
+    clipping pass runs only on rows with a change beyond 3 deviations: elsewhere it changes nothing."""
+    counts = rows.changes
+    n = np.maximum(counts, 1)[:, None]
+    mean = rows.per_row(np.add, delta, rows.change_starts, counts, 0.0) / n
+    sigma = np.sqrt(np.maximum(rows.per_row(np.add, delta * delta, rows.change_starts, counts, 0.0) / n - mean * mean, 0.0))
+    highest = rows.per_row(np.maximum, delta, rows.change_starts, counts, 0.0)
+    lowest = rows.per_row(np.minimum, delta, rows.change_starts, counts, 0.0)
+    far = np.maximum(highest - mean, mean - lowest) > 3 * sigma  # some change beyond 3 deviations (no [changes, D] gather)
+    possible = np.flatnonzero(far.any(axis=1))
+    if not len(possible):
+        return
+    _, changes, sub = rows.subset(possible)
+    delta = delta[changes]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        inside = np.abs(delta - mean[possible][sub.row_of_change]) <= 3 * sigma[possible][sub.row_of_change]
+        kept = np.where(inside, delta, 0.0)
+        n = np.maximum(sub.per_row(np.add, inside.astype(np.int64), sub.change_starts, sub.changes, 0), 1)
+        mean = sub.per_row(np.add, kept, sub.change_starts, sub.changes, 0.0) / n
+        sigma = np.sqrt(np.maximum(sub.per_row(np.add, kept * kept, sub.change_starts, sub.changes, 0.0) / n - mean * mean, 0.0))
+        z = np.abs(delta - mean[sub.row_of_change]) / sigma[sub.row_of_change]
+    jumped = (z > thresholds.jump_sigma) & (sigma[sub.row_of_change] > 0) & np.isfinite(z)
+    if not jumped.any():
+        return
+    where = np.flatnonzero(jumped.any(axis=1))
+    row_of = sub.row_of_change[where]
+    for index in np.unique(row_of):
+        mine = where[row_of == index]
+        local = mine - sub.change_starts[index] + 1
+        dims = [int(d) for d in np.flatnonzero(jumped[mine].any(axis=0))]
+        worst = float(z[mine][jumped[mine]].max())
+        partial.add(_finding("jump", ids[possible[index]], f"{len(mine)} step change(s) in dimension(s) {_dims(dims)} up to {worst:.3g} "
+                                                             f"standard deviations of the sequence's changes", column=column, dims=dims,
+                             steps=(int(local.min()) - 1, int(local.max())), score=worst))
+
+
+def _idle(partial: Partial, ids: list[str], column: str, changed: np.ndarray, rows: _Rows, thresholds: Thresholds) -> None:
+    """Leading and trailing steps without an action change (the operator not yet or no longer acting)."""
+    positions = np.flatnonzero(changed)
+    begin, end = rows.change_starts, rows.change_starts + rows.changes
+    first = np.searchsorted(positions, begin)
+    last = np.searchsorted(positions, end) - 1
+    for row in np.flatnonzero(rows.changes > 0):
+        has = first[row] < len(positions) and positions[first[row]] < end[row]
+        if not has:
+            continue  # never changes: the frozen check's business
+        leading = int(positions[first[row]] - begin[row])
+        trailing = int(end[row] - 1 - positions[last[row]])
+        length = int(rows.lengths[row])
+        for count, steps, where in ((leading, (0, leading), "start"), (trailing, (length - 1 - trailing, length - 1), "end")):
+            if count >= thresholds.idle_steps:
+                partial.add(_finding("idle", ids[row], f"{count + 1} steps with the same action at the {where}", column=column,
+                                     steps=steps, score=float(count)))
+
+
+def _facts(partial: Partial, ids: list[str], facts: list[dict], thresholds: Thresholds) -> None:
+    partial.checked.add("clock_start")
+    for row, fact in enumerate(facts):
+        start = fact.get("clock_start")
+        if isinstance(start, (int, float)) and not isinstance(start, bool) and math.isfinite(start) and abs(start) > thresholds.first_time:
+            partial.add(_finding("clock_start", ids[row], f"the source clock starts at {start:.6g} s (rebased to 0)",
+                                 column="timestamp", steps=(0, 0), score=abs(start)))
+        for column, stats in sorted((fact.get("images") or {}).items()):
+            partial.checked.add("dead_camera")
+            if stats is not None and stats.count and np.all(np.asarray(stats.max) == np.asarray(stats.min)):
+                values = ", ".join(f"{float(v):.3g}" for v in np.asarray(stats.min).reshape(-1))
+                partial.add(_finding("dead_camera", ids[row], f"every sampled frame holds one value per channel ({values})",
+                                     column=column, score=1.0))
+
+
+def _longest_run(flags: np.ndarray) -> tuple[int, int]:
+    """(first, last) index of the longest run of True in `flags` (the first such run)."""
+    padded = np.concatenate([[False], flags.astype(bool), [False]])
+    edges = np.flatnonzero(padded[1:] != padded[:-1])
+    if not len(edges):
+        return 0, -1
+    starts, stops = edges[0::2], edges[1::2]
+    best = int(np.argmax(stops - starts))
+    return int(starts[best]), int(stops[best]) - 1
+
+
+def _dims(dims: list[int]) -> str:
+    shown = ", ".join(str(d) for d in dims[:8])
+    return shown + (f" and {len(dims) - 8} more" if len(dims) > 8 else "")
+
+
+# --- the whole dataset -------------------------------------------------------------------------------
+
+def finish(partial: Partial, stats: dict, columns: list[ColumnSpec], thresholds: Thresholds) -> tuple[dict, list[dict]]:
+    """(the header, the listed findings) of a dataset: the per-sequence findings, and what only the
+    whole dataset decides: dimensions that never vary, values at the dataset's bound, duplicate
+    sequences, rare tasks. `stats`: the dataset's stats.json."""
+    result = Partial(sequences=partial.sequences, listed={k: list(v) for k, v in partial.listed.items()}, counts=dict(partial.counts),
+                     checked=set(partial.checked))
+    trajectories = [spec.name for spec in columns if spec.kind == TRAJECTORY]
+    constant: dict[str, set[int]] = {}
+    for name in trajectories:
+        entry = stats.get(name) or {}
+        low, high = np.asarray(entry.get("min", []), float).reshape(-1), np.asarray(entry.get("max", []), float).reshape(-1)
+        count = int((entry.get("count") or [0])[0])
+        if count >= 2 and len(low) == len(high):
+            dims = [int(d) for d in np.flatnonzero(low == high)]
+            if dims:
+                constant[name] = set(dims)
+                result.add(_finding("zero_variance", None, f"dimension(s) {_dims(dims)} hold {low[dims[0]]:.6g}"
+                                                           f"{' (and others their own value)' if len(dims) > 1 else ''} in all {count} steps",
+                                    column=name, dims=dims, score=float(len(dims))))
+    # frozen in a dimension that never varies anywhere: said once, by zero_variance
+    if constant and "frozen" in result.listed:
+        kept = [f for f in result.listed["frozen"] if not set(f["dims"] or []) <= constant.get(f["column"], set())]
+        result.counts["frozen"] -= len(result.listed["frozen"]) - len(kept)
+        result.listed["frozen"] = kept
+    bounds = {}
+    for name in trajectories:
+        entry = stats.get(name) or {}
+        bounds[name] = {"min": np.asarray(entry.get("min", []), float).reshape(-1), "max": np.asarray(entry.get("max", []), float).reshape(-1)}
+    def at_bound(column: str, dim: int, side: str, value: float) -> bool:
+        found = bounds.get(column, {}).get(side)
+        return found is not None and dim < len(found) and found[dim] == value and dim not in constant.get(column, set())
+    for key, count in partial.clip_counts.items():
+        if at_bound(*key):
+            result.counts["clipped"] = result.counts.get("clipped", 0) + count
+    clipped = [finding for *key, finding in partial.clip_candidates if at_bound(*key)]
+    if clipped:
+        result.listed["clipped"] = _worst(clipped)
+    groups: dict[bytes, list[str]] = {}
+    for digest, sequence_id in partial.digests:
+        groups.setdefault(digest, []).append(sequence_id)
+    for members in groups.values():
+        if len(members) > 1:
+            first, *others = sorted(members)
+            for other in others:
+                result.add(_finding("duplicate", other, f"its trajectories equal {first}'s, value for value", score=float(len(members))))
+    for task, count in sorted(partial.tasks.items()):
+        if count < thresholds.min_task_sequences:
+            result.add(_finding("rare_task", None, f"task {task!r} has {count} sequence(s)", column="task", score=float(-count)))
+    checks = {}
+    for name, (level, _what, _) in CHECKS.items():
+        listed = _worst(result.listed.get(name, []))
+        result.listed[name] = listed
+        checks[name] = {"level": level, "checked": name in result.checked, "findings": result.counts.get(name, 0), "listed": len(listed),
+                        "sequences": len({f["sequence_id"] for f in listed if f["sequence_id"]})}
+    header = {"mixtrain_quality": VERSION, "sequences": partial.sequences, "thresholds": thresholds.to_json(), "checks": checks}
+    findings = [f for name in CHECKS for f in result.listed[name]]
+    return header, findings
+
+
+# --- the file ---------------------------------------------------------------------------------------
+
+def encode(header: dict, findings: list[dict]) -> bytes:
+    lines = [json.dumps(header, ensure_ascii=False, sort_keys=True)]
+    lines += [json.dumps(finding, ensure_ascii=False, sort_keys=True, allow_nan=False) for finding in findings]
+    return ("\n".join(lines) + "\n").encode()
+
+
+_FIELDS = {"check": str, "level": str, "sequence_id": (str, type(None)), "column": (str, type(None)), "dims": (list, type(None)),
+           "steps": (list, type(None)), "score": (int, float), "message": str}
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def decode(lines: Iterable[str], where: str) -> tuple[dict, list[dict]]:
+    """A _quality.jsonl read back (untrusted: a received dataset's): its header and findings,
+    each checked for the fields and types this module writes. FormatError names the line."""
+    iterator: Iterator[str] = iter(lines)
+    header = None
+    findings = []
+    for number, line in enumerate(iterator, 1):
+        if not line.strip():
+            continue
+        try:
+            value = json.loads(line)
+        except ValueError as error:
+            raise FormatError(f"{where}: line {number} is not JSON ({error})") from None
+        if header is None:
+            if not isinstance(value, dict) or value.get("mixtrain_quality") != VERSION or not isinstance(value.get("checks"), dict):
+                raise FormatError(f"{where}: line 1 is not a quality header of version {VERSION}")
+            for name, entry in value["checks"].items():
+                counts = ("findings", "listed", "sequences")
+                if name not in CHECKS or not isinstance(entry, dict) or entry.get("level") not in (ERROR, WARNING) \
+                        or not isinstance(entry.get("checked"), bool) or not all(_whole(entry.get(key)) for key in counts):
+                    raise FormatError(f"{where}: line 1: check {name!r} is not {{level, checked, findings, listed, sequences}} of a known check")
+            if not _whole(value.get("sequences")) or not isinstance(value.get("thresholds"), dict):
+                raise FormatError(f"{where}: line 1: no sequence count or thresholds")
+            header = value
+            continue
+        if not isinstance(value, dict) or any(not isinstance(value.get(key), kind) for key, kind in _FIELDS.items()):
+            raise FormatError(f"{where}: line {number} is not a finding (check, level, sequence_id, column, dims, steps, score, message)")
+        if value["check"] not in CHECKS or value["level"] not in (ERROR, WARNING) or isinstance(value["score"], bool):
+            raise FormatError(f"{where}: line {number}: unknown check or level")
+        if value["steps"] is not None and (len(value["steps"]) != 2 or not all(_whole(step) for step in value["steps"])):
+            raise FormatError(f"{where}: line {number}: steps is not a [first, last] pair of step numbers")
+        if value["dims"] is not None and not all(_whole(dim) for dim in value["dims"]):
+            raise FormatError(f"{where}: line {number}: dims holds something other than dimension numbers")
+        findings.append(value)
+    if header is None:
+        raise FormatError(f"{where}: empty (no quality header)")
+    return header, findings
