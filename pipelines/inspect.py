@@ -49,6 +49,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--html", metavar="PATH", default=None, help="also write a self-contained HTML report to PATH (a local path or fsspec URL)")
     parser.add_argument("--samples", type=_positive, default=4, help="sequences shown as camera thumbnails in the report (default 4)")
     parser.add_argument("--trajectory_samples", type=_positive, default=3, help="sequences plotted against time in the report (default 3)")
+    parser.add_argument("--quality", action="store_true", help="compute the data-quality findings from the rows when the conversion "
+                                                                "recorded none (reads every per-step column; docs/quality.md)")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON object instead of text (quality findings "
                                                             "included), for scripts")
     return parser
@@ -68,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         except ConversionError:
             sys.stdout.write(stopped)  # a first run stopped: no dataset yet, its staging all there is
             raise
-        summary = report.summarize(dataset)
+        summary = report.summarize(dataset, compute_quality=args.quality)
         if args.json:
             sys.stdout.write(json.dumps(summary, ensure_ascii=True, sort_keys=True, default=str) + "\n")  # escaped: no control reaches a terminal
         else:

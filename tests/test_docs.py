@@ -19,10 +19,11 @@ Blocks per page (run / marked), 2026-11-26:
 | docs/architecture.md | 0 | 2 | illustrations (the package tree, the source contract) |
 | docs/dask.md | 1 | 4 | installs packages, starts long-lived Dask services, needs SLURM or Kubernetes |
 | docs/dataflow.md | 0 | 5 | Google Cloud: Dataflow, gcloud, Docker, Cloud Scheduler |
-| docs/format.md | 1 | 1 | the files tree; the mixtrain.json example is parsed and checked against the sample's |
+| docs/format.md | 1 | 2 | the files tree, two lines of a _quality.jsonl; the mixtrain.json example is parsed and checked against the sample's |
 | docs/lake.md | 9 | 1 | the table layout tree |
 | docs/lance.md | 4 | 1 | the dataset layout tree |
 | docs/output.md | 0 | 1 | the output tree |
+| docs/quality.md | 2 | 0 | |
 | docs/reading.md | 0 | 1 | needs torch (not a dependency) |
 | docs/rlds.md | 1 | 1 | Google Cloud (a public bucket, Dataflow) |
 | docs/storage.md | 2 | 2 | the variables naming a store of the reader's own; starting a local S3 server that stays up |
@@ -54,10 +55,11 @@ COUNTS = {  # page: (blocks run, blocks marked); pages without a code block are 
     "docs/architecture.md": (0, 2),
     "docs/dask.md": (1, 4),
     "docs/dataflow.md": (0, 5),
-    "docs/format.md": (1, 1),
+    "docs/format.md": (1, 2),
     "docs/lake.md": (9, 1),
     "docs/lance.md": (4, 1),
     "docs/output.md": (0, 1),
+    "docs/quality.md": (2, 0),
     "docs/reading.md": (0, 1),
     "docs/rlds.md": (1, 1),
     "docs/storage.md": (2, 2),
@@ -125,6 +127,13 @@ EXPECTED = {
             r"-> s3://bucket/lake/so100: Delta table, version 0 \(deltalake: DeltaTable\('s3://bucket/lake/so100', "
             r"storage_options=\{'aws_endpoint': 'http://127\.0\.0\.1:\d+', 'aws_allow_http': 'true', 'aws_region': 'us-east-1'\}\)\)"],
         3: [r"^12 s3://bucket/mixtrain/so100/files/video_front/episode_000000\.mp4\n$"],
+    },
+    "docs/quality.md": {
+        0: [r"converted 12 sequences, 477 timesteps.*-> sample/quality\n",
+            r"\nquality     0 error\(s\), 6 warning\(s\), recorded by the conversion\n  short          warning  6 finding\(s\)\n"
+            r"    episode_000000 steps 0-29: 30 steps, fewer than 40\n",
+            r"ok: sample/quality is a valid Mixtrain dataset\n", r"validate exited 1\n$"],
+        1: [r"^6 short episode_000000 \[0, 29\]\n11\n$"],
     },
     "docs/dask.md": {
         1: [r"converted 12 sequences.*-> sample/dask\n\[True, True, True\]\n$"],

@@ -34,7 +34,7 @@ from formats.mixtrain import QUALITY_FILE, array_layout
 from formats.sequence import SCALAR, STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec
 
 __all__ = ["QUALITY_FILE", "Thresholds", "CHECKS", "Partial", "group_partial", "finish", "encode", "decode", "MAX_LISTED",
-           "ERROR", "WARNING"]
+           "ERROR", "WARNING", "is_action"]
 
 VERSION = 1
 ERROR, WARNING = "error", "warning"
@@ -197,6 +197,8 @@ def group_partial(table: pa.Table, columns: list[ColumnSpec], fps: float | None,
                              steps=(0, max(int(lengths[row]) - 1, 0)), score=thresholds.min_length - int(lengths[row])))
     digests = [hashlib.blake2b(digest_size=16) for _ in ids]
     hashed = False
+    actions: list[str] = []
+    acted: tuple[_Rows, np.ndarray] | None = None  # the action columns' rows, and whether any changed at each change
     by_name = {spec.name: spec for spec in columns}
     for spec in columns:
         if spec.kind not in (TRAJECTORY, STEPS, TIMESTAMPS) or spec.name not in table.column_names:
@@ -214,12 +216,20 @@ def group_partial(table: pa.Table, columns: list[ColumnSpec], fps: float | None,
         if spec.kind == TIMESTAMPS:
             _time(partial, ids, flat2d[:, 0], rows, fps, thresholds)
         elif spec.kind == TRAJECTORY:
-            _trajectory(partial, ids, spec.name, flat2d, rows, thresholds)
+            changed = _trajectory(partial, ids, spec.name, flat2d, rows, thresholds)
+            if is_action(spec.name):
+                actions.append(spec.name)
+                if changed is not None and (acted is None or np.array_equal(acted[0].lengths, steps)):
+                    acted = (rows, changed if acted is None else acted[1] | changed)
             raw = np.ascontiguousarray(flat2d).view(np.uint8).reshape(len(flat2d), -1)
             for row in np.flatnonzero(steps):
                 start = rows.starts[row]
                 digests[row].update(raw[start:start + steps[row]].tobytes())
             hashed = True
+    if actions:  # idle: no action column changes at all, the action columns taken together
+        partial.checked.add("idle")
+        if acted is not None:
+            _idle(partial, ids, ",".join(actions), acted[1], acted[0], thresholds)
     if hashed:
         partial.checked.add("duplicate")
         partial.digests = [(digest.digest(), ids[row]) for row, digest in enumerate(digests) if lengths[row] > 0]
@@ -294,15 +304,22 @@ def _time(partial: Partial, ids: list[str], times: np.ndarray, rows: _Rows, fps:
                              steps=(0, int(rows.lengths[row]) - 1), score=float(off[row])))
 
 
-def _trajectory(partial: Partial, ids: list[str], column: str, values: np.ndarray, rows: _Rows, thresholds: Thresholds) -> None:
+def is_action(column: str) -> bool:
+    """The columns whose changes are the robot acting: `action`, and `action_*` / `*_action` (RLDS's
+    action fields, flattened), in any of the separators sources use."""
+    return column == "action" or column.startswith(("action_", "action.", "action/")) or column.endswith(("_action", ".action", "/action"))
+
+
+def _trajectory(partial: Partial, ids: list[str], column: str, values: np.ndarray, rows: _Rows,
+                thresholds: Thresholds) -> np.ndarray | None:
+    """The trajectory checks of one column; returns whether any dimension changed, per change
+    (None: no changes), for the idle check."""
     partial.checked.update({"frozen", "jump", "clipped", "zero_variance"})
-    action = column == "action" or column.endswith(("action", ".action", "/action", "_action"))
-    if action:
-        partial.checked.add("idle")
     if not len(rows.row_of_change):
-        return
+        return None
     floats = values if values.dtype.kind == "f" else values.astype(np.float64)  # float32 stays: half the memory traffic
-    delta = np.diff(floats, axis=0)[rows.inner]  # [changes, D]
+    with np.errstate(invalid="ignore", over="ignore"):  # Inf - Inf: NaN, a change (the non_finite check names it)
+        delta = np.diff(floats, axis=0)[rows.inner]  # [changes, D]
     moved = delta != 0  # NaN counts as a change
     counts = rows.changes
     unchanged = counts[:, None] - rows.per_row(np.add, moved.astype(np.int64), rows.change_starts, counts, 0)
@@ -348,8 +365,7 @@ def _trajectory(partial: Partial, ids: list[str], column: str, values: np.ndarra
                         "clipped", ids[row], f"dimension {dim} held at {value:.6g} (the dataset's {side}) for {last - first + 1} "
                                              f"consecutive steps", column=column, dims=[int(dim)], steps=(first, last),
                         score=float(last - first + 1))))
-    if action:
-        _idle(partial, ids, column, moved.any(axis=1), rows, thresholds)
+    return moved.any(axis=1)
 
 
 def _jumps(partial: Partial, ids: list[str], column: str, delta: np.ndarray, rows: _Rows, thresholds: Thresholds) -> None:
@@ -358,17 +374,18 @@ def _jumps(partial: Partial, ids: list[str], column: str, delta: np.ndarray, row
     clipping pass runs only on rows with a change beyond 3 deviations: elsewhere it changes nothing."""
     counts = rows.changes
     n = np.maximum(counts, 1)[:, None]
-    mean = rows.per_row(np.add, delta, rows.change_starts, counts, 0.0) / n
-    sigma = np.sqrt(np.maximum(rows.per_row(np.add, delta * delta, rows.change_starts, counts, 0.0) / n - mean * mean, 0.0))
-    highest = rows.per_row(np.maximum, delta, rows.change_starts, counts, 0.0)
-    lowest = rows.per_row(np.minimum, delta, rows.change_starts, counts, 0.0)
-    far = np.maximum(highest - mean, mean - lowest) > 3 * sigma  # some change beyond 3 deviations (no [changes, D] gather)
+    with np.errstate(invalid="ignore", over="ignore"):  # NaN and Inf rows: the non_finite check's
+        mean = rows.per_row(np.add, delta, rows.change_starts, counts, 0.0) / n
+        sigma = np.sqrt(np.maximum(rows.per_row(np.add, delta * delta, rows.change_starts, counts, 0.0) / n - mean * mean, 0.0))
+        highest = rows.per_row(np.maximum, delta, rows.change_starts, counts, 0.0)
+        lowest = rows.per_row(np.minimum, delta, rows.change_starts, counts, 0.0)
+        far = np.maximum(highest - mean, mean - lowest) > 3 * sigma  # some change beyond 3 deviations (no [changes, D] gather)
     possible = np.flatnonzero(far.any(axis=1))
     if not len(possible):
         return
     _, changes, sub = rows.subset(possible)
     delta = delta[changes]
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         inside = np.abs(delta - mean[possible][sub.row_of_change]) <= 3 * sigma[possible][sub.row_of_change]
         kept = np.where(inside, delta, 0.0)
         n = np.maximum(sub.per_row(np.add, inside.astype(np.int64), sub.change_starts, sub.changes, 0), 1)

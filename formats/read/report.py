@@ -70,8 +70,10 @@ def _referenced(ds: Dataset, column: str) -> tuple[int, int]:
     return len(paths), sum(ds.fs.size(storage.join(ds.root, path)) for path in paths)
 
 
-def summarize(ds: Dataset) -> dict[str, Any]:
-    """Everything the terminal summary and the page show, as plain values."""
+def summarize(ds: Dataset, compute_quality: bool = False) -> dict[str, Any]:
+    """Everything the terminal summary and the page show, as plain values. The quality findings
+    are those the conversion recorded; computed from the rows (a read of every per-step column)
+    only with `compute_quality`, for a dataset without them."""
     meta = ds.metadata
     lengths = ds.scan(["length"]).column("length").to_numpy().astype(np.int64)
     columns = []
@@ -118,15 +120,17 @@ def summarize(ds: Dataset) -> dict[str, Any]:
                        "options": converter.get("options") or {}, "created_at": meta.get("created_at")},
         "skipped": ds.errors(),
         "num_skipped": int(meta.get("num_skipped") or 0),
-        "quality": quality_summary(ds),
+        "quality": quality_summary(ds, compute=compute_quality),
     }
 
 
-def quality_summary(ds: Dataset, thresholds: quality.Thresholds | None = None) -> dict[str, Any]:
+def quality_summary(ds: Dataset, thresholds: quality.Thresholds | None = None, compute: bool = True) -> dict[str, Any] | None:
     """The data-quality findings: those the conversion recorded (`recorded`: True), or computed
-    now from the rows for a dataset without them, or with `thresholds` other than recorded."""
+    now from the rows for a dataset without them (None without `compute`), or with `thresholds`."""
     found = ds.quality() if thresholds is None else None
     recorded = found is not None
+    if not recorded and not compute:
+        return None
     header, findings = found if recorded else ds.compute_quality(thresholds)
     return {"recorded": recorded, "thresholds": header.get("thresholds"), "checks": header["checks"], "findings": findings}
 
@@ -138,7 +142,8 @@ def _quality_count(checks: dict, level: str) -> int:
 def quality_lines(summary: dict) -> list[str]:
     found = summary.get("quality")
     if not found:
-        return []
+        return ["quality     not recorded (converted with --quality=false or by an earlier version): inspect --quality or "
+                "validate --quality computes it from the rows"]
     checks = found["checks"]
     how = "recorded by the conversion" if found["recorded"] else "computed now from the rows (the conversion recorded none)"
     lines = [f"quality     {_quality_count(checks, quality.ERROR)} error(s), {_quality_count(checks, quality.WARNING)} warning(s), {how}"]
@@ -155,7 +160,7 @@ def quality_lines(summary: dict) -> list[str]:
             lines.append(f"    {what}: {finding['message']}")
     unchecked = [name for name, entry in checks.items() if isinstance(entry, dict) and not entry.get("checked")]
     if unchecked:
-        lines.append(f"  not checked: {', '.join(unchecked)} (no such columns, or not in this pass: docs/quality.md)")
+        lines.append(f"  not checked: {', '.join(unchecked)} (docs/quality.md says what each check needs)")
     return lines
 
 
@@ -420,9 +425,10 @@ def _quality_html(summary: dict) -> list[str]:
     """The findings section: a row per check, then the findings by sequence (a <details> each, so
     that a thousand sequences make a short page), at most PAGE_FINDINGS per check."""
     found = summary.get("quality")
-    if not found:
-        return []
     e = html.escape
+    if not found:
+        return ['<h2 id="quality">Data quality</h2><p class="muted">Not recorded by the conversion (--quality=false or an earlier '
+                "version): inspect --quality computes it from the rows.</p>"]
     checks = found["checks"]
     how = "recorded by the conversion" if found["recorded"] else "computed now from the rows (the conversion recorded none)"
     out = [f'<h2 id="quality">Data quality</h2><p class="muted">{_quality_count(checks, quality.ERROR)} error(s), '

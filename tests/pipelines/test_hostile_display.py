@@ -35,7 +35,7 @@ from pipelines import convert, inspect
 PAYLOADS = ("<script>alert(1)</script>", '"><img src=x onerror=alert(2)>', "'><svg onload=alert(3)>")
 # The keys the reader itself checks and refuses with one line (tested below): the rest is shown.
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-READER_CHECKED = {("mixtrain",), ("num_sequences",), ("num_timesteps",), ("num_shards",), ("shards",)}
+READER_CHECKED = {("mixtrain",), ("num_sequences",), ("num_timesteps",), ("num_shards",), ("shards",), ("quality",)}
 
 
 @pytest.fixture(scope="module")

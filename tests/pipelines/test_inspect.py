@@ -74,8 +74,10 @@ def test_terminal_summary_states_the_dataset(skipped_dataset, capsys):
     options = next(line for line in out if line.startswith("  options"))
     assert "video=copy" in options and "on_error=skip" in options
     missing = f"{src}/videos/observation.images.wrist/chunk-000/file-001.mp4"
-    assert out[-3:] == ["skipped     2", f"  episode_000002: {missing}: episode_000002 (video_wrist): video file not found",
-                        f"  episode_000003: {missing}: episode_000003 (video_wrist): video file not found"]
+    skipped = out.index("skipped     2")
+    assert out[skipped:skipped + 3] == ["skipped     2", f"  episode_000002: {missing}: episode_000002 (video_wrist): video file not found",
+                                        f"  episode_000003: {missing}: episode_000003 (video_wrist): video file not found"]
+    assert out[skipped + 3].startswith("quality     0 error(s), ")  # then the data-quality findings (tests/pipelines/test_quality.py)
 
 
 def test_so100_summary(so100_tiny, tmp_path, capsys):
@@ -87,7 +89,11 @@ def test_so100_summary(so100_tiny, tmp_path, capsys):
     assert out[1:3] == ["sequences   5", "timesteps   197"]
     assert out[4] == "lengths     min 23, median 44, mean 39.4, max 54"
     assert f"  video_front  av1  64x48  30 fps  yuv420p  copy  5 files  {_mb(dst / 'files/video_front')}" in out
-    assert out[-1] == "skipped     none"
+    assert out[out.index("skipped     none") + 1:] == [
+        "quality     0 error(s), 1 warning(s), recorded by the conversion",
+        "  rare_task      warning  1 finding(s)",
+        "    task: task 'Stack the blue block on the green block.' has 1 sequence(s)",
+        "  not checked: dead_camera (docs/quality.md says what each check needs)"]
 
 
 def test_command_line_failures_are_one_line(tmp_path, skipped_dataset):

@@ -33,7 +33,7 @@ FIXTURES = ROOT.parent / "shared" / "fixtures"
 FORMATS = ("iceberg", "delta")
 # Keys of the sidecar that say where files are or when the run was: the lake's are relative to the
 # table location, and `table` names the format and run.
-LOCATION_KEYS = {"created_at", "stats", "shards", "errors", "table"}
+LOCATION_KEYS = {"created_at", "stats", "shards", "errors", "quality", "table"}
 
 
 def _without_location(sidecar: dict) -> dict:

@@ -558,7 +558,7 @@ def test_a_mount_point_output_is_published_in_place(tmp_path):
         assert _convert(src, mount) == convert.EXIT_OK
         assert _convert(src, mount, "--overwrite", "--num_shards=2") == convert.EXIT_OK
         assert validate.validate(str(mount)) == [] and json.loads((mount / "mixtrain.json").read_text())["num_shards"] == 2
-        assert sorted(p.name for p in mount.iterdir()) == ["_errors.jsonl", "_fingerprints.json", "data", "files", "mixtrain.json",
+        assert sorted(p.name for p in mount.iterdir()) == ["_errors.jsonl", "_fingerprints.json", "_quality.jsonl", "data", "files", "mixtrain.json",
                                                           "stats.json"]
         assert not list(tmp_path.glob(".mnt.mixtrain-*"))
     finally:

@@ -96,7 +96,8 @@ def test_s3_output_needs_overwrite_and_an_incremental_rerun_reuses_everything(s3
     sidecar = json.loads(fs.cat_file(f"{root}/mixtrain.json"))
     assert sidecar["incremental"]["reused_sequences"] == 3 and sidecar["incremental"]["converted_units"] == 0
     assert sorted(fs.ls(root, detail=False)) == [f"{root}/{name}" for name in
-                                                 ("_errors.jsonl", "_fingerprints.json", "data", "files", "mixtrain.json", "stats.json")]
+                                                 ("_errors.jsonl", "_fingerprints.json", "_quality.jsonl", "data", "files", "mixtrain.json",
+                                                  "stats.json")]
     assert validate.validate(dst) == []
 
 
