@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import pathlib
 import shutil
 import sys
@@ -59,9 +58,7 @@ def _cluster(kind: str, work: pathlib.Path, sources: dict[str, pathlib.Path]):
     from formats import storage
     from tests import dask_cluster, s3_server
 
-    with s3_server.running() as url:
-        os.environ.update(s3_server.environment(url))  # the launchers (measure passes its environment on) and the workers
-        s3_server.clear_clients()
+    with s3_server.serving_this_process():  # the launchers (measure passes its environment on) and the workers reach it
         fs, _ = storage.open_root("s3://bucket")
         for name, path in sources.items():
             fs.put(str(path), f"bucket/sources/{name}", recursive=True)

@@ -7,8 +7,9 @@
 The summary: sequences, timesteps, shards, the distribution of sequence lengths, every column
 with its kind, dtype and dimension, cameras (codec, resolution, fps, bytes), per-dimension
 statistics from stats.json, provenance (source, converter version, options, created_at) and the
-sequences the conversion skipped, and the data-quality findings (docs/quality.md: a line per check,
-its worst sequences; computed from the rows when the conversion recorded none). The page adds a length histogram, statistics bands, sampled
+sequences the conversion skipped, and the data-quality findings the conversion recorded
+(docs/quality.md: a line per check, its worst sequences; --quality computes them from the rows for
+a dataset without them). The page adds a length histogram, statistics bands, sampled
 trajectories against time and first/middle/last thumbnails per camera (inline SVG and JPEG: it
 opens offline). Exit status 0; 1 with one `error:` line when the dataset cannot be read; 2 on a
 bad command line.

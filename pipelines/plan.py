@@ -20,7 +20,7 @@ import pyarrow as pa
 
 import formats
 from formats import errors, mixtrain, sources, storage
-from formats.mixtrain import array_layout, fingerprint, schema, tables
+from formats.mixtrain import array_layout, fingerprint, quality, schema, tables
 from formats.sequence import SCALAR, TRAJECTORY, VIDEO, DatasetMeta
 from formats.sources import Source, SourceRef
 from formats.video import policy
@@ -70,6 +70,7 @@ def check_effective(options: Any, source: Source, meta: DatasetMeta, encode: dic
     for name, owner in cli.SOURCE_OPTIONS.items():
         if cli.typed(options, name) and name not in own:
             raise UsageError(f"--{name} is an option of --source={owner}; it has no effect on this {source.id} dataset")
+    _check_quality_thresholds(options, source, meta)
     cameras = [spec.name for spec in meta.columns if spec.kind == VIDEO]
     if not cameras:
         for name in ("video", "video_stats", "verify_copies", *cli.ENCODING_OPTIONS):
@@ -83,6 +84,27 @@ def check_effective(options: Any, source: Source, meta: DatasetMeta, encode: dic
             if cli.typed(options, name):
                 raise UsageError(f"--{name} has no effect: --video={options.video} copies every camera of this dataset "
                                  f"({', '.join(cameras)}) without encoding", hint="pass --video=reencode to encode them")
+
+
+# Sources whose reader records where the source clock started (Sequence.source_facts["clock_start"]).
+CLOCK_START_SOURCES = ("lerobot_v3", "lerobot_v2")
+
+
+def _check_quality_thresholds(options: Any, source: Source, meta: DatasetMeta) -> None:
+    """A --quality_* threshold that no check of this dataset reads is refused, as any ineffective option."""
+    names = {spec.name for spec in meta.columns}
+    trajectories = [spec.name for spec in meta.columns if spec.kind == TRAJECTORY]
+    unused = {
+        "first_time": (source.id not in CLOCK_START_SOURCES, f"only LeRobot sources record where an episode's clock started; this "
+                                                             f"{source.id} dataset's timestamps are rebased by its own rule"),
+        "idle_steps": (not any(quality.is_action(name) for name in trajectories), "this dataset has no action trajectory"),
+        "min_task_sequences": ("task" not in names, "this dataset has no task column"),
+        **{name: (not trajectories, "this dataset has no trajectory column")
+           for name in ("jump_sigma", "frozen_share", "frozen_min_steps", "clip_steps")},
+    }
+    for name, (useless, why) in unused.items():
+        if cli.typed(options, f"quality_{name}") and useless:
+            raise UsageError(f"--quality_{name} has no effect: {why}")
 
 
 def plan_videos(meta: DatasetMeta, mode: str, requested: policy.EncodeOptions) -> tuple[DatasetMeta, dict, dict]:

@@ -320,15 +320,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min_psnr", type=float, default=35.0, help="lowest luma PSNR (dB) a lossy encode may have")
     parser.add_argument("--quality", action="store_true", help="also report the data-quality findings (docs/quality.md): those the "
                                                                 "conversion recorded, or computed now from the rows")
+    parser.add_argument("--recompute", action="store_true", help="with --quality: compute the findings from the rows even where the "
+                                                                  "dataset records them (a received dataset's file is its author's word)")
     parser.add_argument("--fail_on", choices=("error", "warning"), default=None,
                         help="with --quality: exit 1 when a finding of this level (warning: or an error) is found (default error)")
     try:
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as exit_:
         return 2 if exit_.code else 0
-    if args.fail_on and not args.quality:
-        print("error: --fail_on has no effect without --quality", file=sys.stderr)
-        return 2
+    for name in ("fail_on", "recompute"):
+        if getattr(args, name) and not args.quality:
+            print(f"error: --{name} has no effect without --quality", file=sys.stderr)
+            return 2
     verdict = ""
     try:
         reach(args.dataset)  # an unreachable store: one line within seconds, not the client's retries and traceback
@@ -356,16 +359,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(findings)} finding(s): {args.dataset} is not a valid Mixtrain dataset", file=sys.stderr)
         return 1
     print(f"ok: {args.dataset} is a valid Mixtrain dataset{verdict}")
-    return _quality_verdict(args.dataset, args.fail_on or "error") if args.quality else 0
+    return _quality_verdict(args.dataset, args.fail_on or "error", args.recompute) if args.quality else 0
 
 
-def _quality_verdict(url: str, fail_on: str) -> int:
+def _quality_verdict(url: str, fail_on: str, recompute: bool = False) -> int:
     """Print the data-quality summary; 1 when a finding at `fail_on` or above was found (for CI)."""
     from formats.mixtrain import quality
     from formats.read import reader, report
 
     try:
-        found = report.quality_summary(reader.open_dataset(url))
+        found = report.quality_summary(reader.open_dataset(url), quality.Thresholds() if recompute else None)
     except ConversionError as error:
         print(f"error: {for_terminal(error)}", file=sys.stderr)
         return 1

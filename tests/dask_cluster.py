@@ -33,8 +33,8 @@ class Cluster:
 
 def _start(command: list[str], folder: pathlib.Path, env: dict[str, str]) -> subprocess.Popen:
     folder.mkdir(parents=True, exist_ok=True)
-    log = open(folder / "log.txt", "w")
-    return subprocess.Popen(command, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(folder / "log.txt", "w") as log:  # the child keeps its own descriptor
+        return subprocess.Popen(command, cwd=folder, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def _stop(process: subprocess.Popen) -> None:

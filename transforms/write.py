@@ -594,8 +594,9 @@ class _PublishFn(beam.DoFn):
         self._sidecar_extra = sidecar_extra
         self._plan_folder = plan_folder
 
-    def process(self, _unused, collected: tuple[list[ShardResult], dict], errors: list[dict], tallies: list = ()):
-        shards, stats = collected
+    def process(self, _unused, collected: tuple[list[ShardResult], dict, quality.Partial | None], errors: list[dict],
+                tallies: list = ()):
+        shards, stats, found = collected
         fs, staging = storage.open_root(self._staging_url)
         _, output = storage.open_root(self._output_url)
         if self._table.format == tables.DEFAULT:  # a retried step (Dataflow retries a bundle) after it published
@@ -618,11 +619,7 @@ class _PublishFn(beam.DoFn):
                     mixtrain.write_shard(schema.empty_table(), handle)
         fs.pipe_file(storage.join(staging, mixtrain.STATS_FILE), mixtrain.dumps(stats).encode())
         if self._checks is not None:
-            found = quality.Partial()
-            for shard in shards:  # in shard order: the same file however the runner ordered the shards
-                if shard.quality is not None:
-                    found.merge(shard.quality)
-            header, findings = quality.finish(found, stats, self._meta.columns, self._checks.thresholds)
+            header, findings = quality.finish(found or quality.Partial(), self._meta.columns, self._checks.thresholds)
             fs.pipe_file(storage.join(staging, mixtrain.QUALITY_FILE), quality.encode(header, findings))
         records = sorted(errors + [record for shard in shards for record in shard.errors],
                          key=lambda r: (r.get("sequence_id") or "", r.get("source_file") or "", r["error"]))
@@ -763,7 +760,7 @@ class WriteMixtrain(beam.PTransform):
             | "Publish" >> beam.ParDo(
                 _PublishFn(self._staging_url, self._output_url, self._meta, self._num_shards, self._sidecar_extra, self._plan_folder,
                            self._max_skipped, self._table, self._planned, self._mark_published, self._checks),
-                beam.pvalue.AsSingleton(collected, default_value=MergeShardsFn().extract_output([])),
+                beam.pvalue.AsSingleton(collected, default_value=MergeShardsFn().extract_output(MergeShardsFn().create_accumulator())),
                 beam.pvalue.AsList(errors),
                 beam.pvalue.AsList(tallies),
             )

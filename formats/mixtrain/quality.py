@@ -10,7 +10,7 @@ thresholds, and counts every finding per check; then one finding a line, at most
 check (the worst first), so that a dataset with a million findings keeps a small file.
 
 Everything per sequence is computed on a row group's flat arrays at once (numpy over every step
-of every row; Python only for the rows that have a finding): the checks cost a few percent of a
+of every row; Python only for the rows that have a finding, and a digest call per row): the checks cost a few percent of a
 conversion's CPU. What needs the whole dataset (a dimension that never varies, values at the
 dataset's bound, duplicates, rare tasks) is kept small per row group and decided by `finish`:
 digests of 16 bytes for duplicates, never the arrays.
@@ -85,18 +85,28 @@ def _finding(check: str, sequence_id: str | None, message: str, *, column: str |
             "dims": dims, "steps": list(steps) if steps is not None else None, "score": float(score), "message": message}
 
 
+REPEATED_MIN = 10  # a dimension frozen in every one of at least this many long sequences is a repeated value, not an actuator
+FROZEN_SETS = 256  # distinct (column, dimensions) sets of frozen findings kept apart; more share one bucket
+
+
 @dataclasses.dataclass
 class Partial:
-    """What a row group (or a shard, or the dataset) found, in a form that merges: findings kept
-    per check (at most MAX_LISTED, the highest scores) with exact counts, and what `finish`
-    decides over the whole dataset."""
+    """What a row group (or a shard, or the dataset) found, in a form that merges in any order to
+    the same result: findings kept per check (at most MAX_LISTED, the highest scores) with exact
+    counts, and what `finish` decides over the whole dataset, each in memory of the columns'
+    dimensions, not of the sequences (but the 16-byte digests)."""
 
     sequences: int = 0
     listed: dict[str, list[dict]] = dataclasses.field(default_factory=dict)
     counts: dict[str, int] = dataclasses.field(default_factory=dict)
-    # (column, dim, "min"|"max", value) -> listed candidate findings, decided against the dataset's bounds
-    clip_candidates: list[tuple[str, int, str, float, dict]] = dataclasses.field(default_factory=list)
-    clip_counts: dict[tuple[str, int, str, float], int] = dataclasses.field(default_factory=dict)
+    # column -> (least and greatest value per dimension, NaN left out; steps seen)
+    bounds: dict[str, tuple[np.ndarray, np.ndarray, int]] = dataclasses.field(default_factory=dict)
+    # (column, dim, "min"|"max") -> (the most extreme value a sequence was held at, how many were, listed findings)
+    clips: dict[tuple[str, int, str], tuple[float, int, list[dict]]] = dataclasses.field(default_factory=dict)
+    # (column, frozen dims or None for the shared bucket) -> (count, listed findings); `finish` takes out
+    # the dimensions that never vary, or are frozen in every sequence (an embedding repeated per step)
+    frozen: dict[tuple[str, tuple[int, ...] | None], tuple[int, list[dict]]] = dataclasses.field(default_factory=dict)
+    frozen_dims: dict[str, tuple[np.ndarray, int]] = dataclasses.field(default_factory=dict)  # column -> (sequences frozen per dim, eligible)
     digests: list[tuple[bytes, str]] = dataclasses.field(default_factory=list)
     tasks: collections.Counter = dataclasses.field(default_factory=collections.Counter)
     checked: set = dataclasses.field(default_factory=set)
@@ -109,15 +119,46 @@ class Partial:
         if len(kept) > 2 * MAX_LISTED:
             self.listed[check] = _worst(kept)
 
+    def add_frozen(self, column: str, dims: tuple[int, ...], finding: dict, count: int = 1) -> None:
+        key = (column, dims) if (column, dims) in self.frozen or len(self.frozen) < FROZEN_SETS else (column, None)
+        total, kept = self.frozen.get(key, (0, []))
+        kept = kept + [finding] if finding else kept
+        self.frozen[key] = (total + count, _worst(kept) if len(kept) > 2 * MAX_LISTED else kept)
+
+    def add_clip(self, key: tuple[str, int, str], value: float, findings: list[dict], count: int) -> None:
+        held = self.clips.get(key)
+        if held is None or (value > held[0] if key[2] == "max" else value < held[0]):
+            self.clips[key] = (value, count, _worst(findings))
+        elif value == held[0]:
+            self.clips[key] = (value, held[1] + count, _worst(held[2] + findings))
+
+    def add_bounds(self, column: str, low: np.ndarray, high: np.ndarray, steps: int) -> None:
+        held = self.bounds.get(column)
+        if held is not None and len(held[0]) == len(low):
+            low, high, steps = np.fmin(held[0], low), np.fmax(held[1], high), held[2] + steps
+        self.bounds[column] = (low, high, steps)
+
+    def add_frozen_dims(self, column: str, frozen: np.ndarray, eligible: int) -> None:
+        held = self.frozen_dims.get(column)
+        if held is not None and len(held[0]) == len(frozen):
+            frozen, eligible = held[0] + frozen, held[1] + eligible
+        self.frozen_dims[column] = (frozen, eligible)
+
     def merge(self, other: Partial) -> Partial:
         self.sequences += other.sequences
         for check, count in other.counts.items():
             self.counts[check] = self.counts.get(check, 0) + count
             self.listed[check] = _worst(self.listed.get(check, []) + other.listed.get(check, []))
-        self.clip_candidates += other.clip_candidates
-        del self.clip_candidates[4 * MAX_LISTED:]
-        for key, count in other.clip_counts.items():
-            self.clip_counts[key] = self.clip_counts.get(key, 0) + count
+        for column, (low, high, steps) in other.bounds.items():
+            self.add_bounds(column, low, high, steps)
+        for key, (value, count, findings) in other.clips.items():
+            self.add_clip(key, value, findings, count)
+        for (column, dims), (count, findings) in other.frozen.items():
+            key = (column, dims) if dims is not None and ((column, dims) in self.frozen or len(self.frozen) < FROZEN_SETS) else (column, None)
+            total, kept = self.frozen.get(key, (0, []))
+            self.frozen[key] = (total + count, _worst(kept + findings))
+        for column, (frozen, eligible) in other.frozen_dims.items():
+            self.add_frozen_dims(column, frozen, eligible)
         self.digests += other.digests
         self.tasks.update(other.tasks)
         self.checked |= other.checked
@@ -193,10 +234,11 @@ def group_partial(table: pa.Table, columns: list[ColumnSpec], fps: float | None,
     lengths = np.asarray(table.column("length").to_numpy(zero_copy_only=False), np.int64)
     partial.checked.update({"short", "non_finite"})
     for row in np.flatnonzero(lengths < thresholds.min_length):
-        partial.add(_finding("short", ids[row], f"{int(lengths[row])} steps, fewer than {thresholds.min_length}",
-                             steps=(0, max(int(lengths[row]) - 1, 0)), score=thresholds.min_length - int(lengths[row])))
+        length = int(lengths[row])
+        partial.add(_finding("short", ids[row], f"{length} steps, fewer than {thresholds.min_length}",
+                             steps=(0, length - 1) if length else None, score=thresholds.min_length - length))
     digests = [hashlib.blake2b(digest_size=16) for _ in ids]
-    hashed = False
+    hashed = np.zeros(len(ids), bool)
     actions: list[str] = []
     acted: tuple[_Rows, np.ndarray] | None = None  # the action columns' rows, and whether any changed at each change
     by_name = {spec.name: spec for spec in columns}
@@ -209,6 +251,12 @@ def group_partial(table: pa.Table, columns: list[ColumnSpec], fps: float | None,
         steps = _cell_lengths(table.column(spec.name), lengths)
         if int(steps.sum()) != len(values):
             raise FormatError(f"column {spec.name!r}: {len(values)} steps where the rows' lengths add up to {int(steps.sum())}")
+        if spec.kind == TRAJECTORY:
+            partial.checked.update({"frozen", "jump", "clipped", "zero_variance"})
+            if is_action(spec.name):
+                actions.append(spec.name)
+        if not len(values):
+            continue  # every row of the group empty or null here
         rows = _Rows(steps)
         flat2d = values.reshape(len(values), -1)
         if values.dtype.kind == "f":
@@ -217,22 +265,23 @@ def group_partial(table: pa.Table, columns: list[ColumnSpec], fps: float | None,
             _time(partial, ids, flat2d[:, 0], rows, fps, thresholds)
         elif spec.kind == TRAJECTORY:
             changed = _trajectory(partial, ids, spec.name, flat2d, rows, thresholds)
-            if is_action(spec.name):
-                actions.append(spec.name)
-                if changed is not None and (acted is None or np.array_equal(acted[0].lengths, steps)):
-                    acted = (rows, changed if acted is None else acted[1] | changed)
+            if is_action(spec.name) and changed is not None and (acted is None or np.array_equal(acted[0].lengths, steps)):
+                acted = (rows, changed if acted is None else acted[1] | changed)
+            # duplicates: each row's arrays, with the column's name and step count (no two layouts collide)
             raw = np.ascontiguousarray(flat2d).view(np.uint8).reshape(len(flat2d), -1)
+            name = spec.name.encode()
             for row in np.flatnonzero(steps):
                 start = rows.starts[row]
+                digests[row].update(b"%d:%s:%d:" % (len(name), name, steps[row]))
                 digests[row].update(raw[start:start + steps[row]].tobytes())
-            hashed = True
+            hashed |= steps > 0
     if actions:  # idle: no action column changes at all, the action columns taken together
         partial.checked.add("idle")
         if acted is not None:
             _idle(partial, ids, ",".join(actions), acted[1], acted[0], thresholds)
-    if hashed:
+    if any(spec.kind == TRAJECTORY for spec in columns):
         partial.checked.add("duplicate")
-        partial.digests = [(digest.digest(), ids[row]) for row, digest in enumerate(digests) if lengths[row] > 0]
+        partial.digests = [(digests[row].digest(), ids[row]) for row in np.flatnonzero(hashed)]
     if "task" in by_name and by_name["task"].kind == SCALAR and pa.types.is_string(by_name["task"].arrow_type):
         partial.checked.add("rare_task")
         partial.tasks.update(task for task in table.column("task").to_pylist() if task is not None)
@@ -245,19 +294,24 @@ def _ranges(positions: np.ndarray) -> tuple[int, int]:
     return int(positions.min()), int(positions.max())
 
 
+def _by_row(positions: np.ndarray, row_of: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """(row, its positions) for ascending `positions` whose rows `row_of` ascend too."""
+    if not len(positions):
+        return
+    rows, starts = np.unique(row_of, return_index=True)
+    yield from zip(rows.tolist(), np.split(positions, starts[1:]))
+
+
 def _non_finite(partial: Partial, ids: list[str], column: str, values: np.ndarray, rows: _Rows) -> None:
     bad = ~np.isfinite(values)
     steps = np.flatnonzero(bad.any(axis=1))
-    if not len(steps):
-        return
-    row_of = rows.row_of_step[steps]
-    for row in np.unique(row_of):
-        mine = steps[row_of == row]
+    for row, mine in _by_row(steps, rows.row_of_step[steps]):
         local = mine - rows.starts[row]
         cells = bad[mine]
-        kinds = sorted({"NaN" if np.isnan(v) else "Inf" for v in values[mine][cells]})
+        found = values[mine][cells]
+        kinds = "/".join(kind for kind, present in (("NaN", np.isnan(found).any()), ("Inf", np.isinf(found).any())) if present)
         dims = [int(d) for d in np.flatnonzero(cells.any(axis=0))]
-        partial.add(_finding("non_finite", ids[row], f"{int(cells.sum())} {'/'.join(kinds)} value(s) in steps {local.min()}-{local.max()}",
+        partial.add(_finding("non_finite", ids[row], f"{int(cells.sum())} {kinds} value(s) in steps {local.min()}-{local.max()}",
                              column=column, dims=dims if values.shape[1] > 1 else None, steps=_ranges(local), score=float(cells.sum())))
 
 
@@ -274,24 +328,22 @@ def _time(partial: Partial, ids: list[str], times: np.ndarray, rows: _Rows, fps:
     delta = np.diff(times)[rows.inner]
     local = np.arange(len(delta)) - rows.change_starts[rows.row_of_change] + 1  # the later step of each change
     back = delta <= 0
-    if back.any():
-        for row in np.unique(rows.row_of_change[back]):
-            mine = back & (rows.row_of_change == row)
-            partial.add(_finding("time_order", ids[row], f"{int(mine.sum())} timestamp step(s) go back or repeat, first at step "
-                                                           f"{int(local[mine].min())}", column="timestamp", steps=_ranges(local[mine]),
-                                 score=float(mine.sum())))
+    where = np.flatnonzero(back)
+    for row, mine in _by_row(where, rows.row_of_change[where]):
+        partial.add(_finding("time_order", ids[row], f"{len(mine)} timestamp step(s) go back or repeat, first at step "
+                                                       f"{int(local[mine].min())}", column="timestamp", steps=_ranges(local[mine]),
+                             score=float(len(mine))))
     if not fps:
         return
     partial.checked.update({"time_gap", "rate_drift"})
     period = 1.0 / fps
     gap = delta > thresholds.gap_factor * period
-    if gap.any():
-        for row in np.unique(rows.row_of_change[gap]):
-            mine = gap & (rows.row_of_change == row)
-            longest = float(delta[mine].max())
-            partial.add(_finding("time_gap", ids[row], f"{int(mine.sum())} step(s) longer than {thresholds.gap_factor:g} frame periods, "
-                                                         f"the longest {longest:.4g} s ({longest * fps:.3g} periods)",
-                                 column="timestamp", steps=(int(local[mine].min()) - 1, int(local[mine].max())), score=longest * fps))
+    where = np.flatnonzero(gap)
+    for row, mine in _by_row(where, rows.row_of_change[where]):
+        longest = float(delta[mine].max())
+        partial.add(_finding("time_gap", ids[row], f"{len(mine)} step(s) longer than {thresholds.gap_factor:g} frame periods, "
+                                                     f"the longest {longest:.4g} s ({longest * fps:.3g} periods)",
+                             column="timestamp", steps=(int(local[mine].min()) - 1, int(local[mine].max())), score=longest * fps))
     regular = np.where(gap | back, 0.0, delta)
     counted = rows.per_row(np.add, (~(gap | back)).astype(np.int64), rows.change_starts, rows.changes, 0)
     total = rows.per_row(np.add, regular, rows.change_starts, rows.changes, 0.0)
@@ -314,7 +366,9 @@ def _trajectory(partial: Partial, ids: list[str], column: str, values: np.ndarra
                 thresholds: Thresholds) -> np.ndarray | None:
     """The trajectory checks of one column; returns whether any dimension changed, per change
     (None: no changes), for the idle check."""
-    partial.checked.update({"frozen", "jump", "clipped", "zero_variance"})
+    with np.errstate(invalid="ignore"):  # an all-NaN dimension: NaN bounds, never a single value
+        partial.add_bounds(column, np.fmin.reduce(values, axis=0).astype(np.float64), np.fmax.reduce(values, axis=0).astype(np.float64),
+                           len(values))
     if not len(rows.row_of_change):
         return None
     floats = values if values.dtype.kind == "f" else values.astype(np.float64)  # float32 stays: half the memory traffic
@@ -328,18 +382,20 @@ def _trajectory(partial: Partial, ids: list[str], column: str, values: np.ndarra
         share = unchanged / np.maximum(counts, 1)[:, None]
     long_enough = rows.lengths >= thresholds.frozen_min_steps
     frozen = (share >= thresholds.frozen_share) & long_enough[:, None]
+    partial.add_frozen_dims(column, frozen.sum(axis=0), int(long_enough.sum()))
     for row in np.flatnonzero(frozen.any(axis=1)):
         dims = [int(d) for d in np.flatnonzero(frozen[row])]
         start = rows.change_starts[row]
         still = ~moved[start:start + counts[row]][:, dims].any(axis=1)
         first, last = _longest_run(still)
-        partial.add(_finding("frozen", ids[row], f"dimension(s) {_dims(dims)} unchanged over {share[row, dims].min() * 100:.0f}% or "
-                                                   f"more of {int(rows.lengths[row])} steps", column=column, dims=dims,
-                             steps=(first, last + 1), score=float(share[row, dims].max())))
-    _jumps(partial, ids, column, delta, rows, thresholds)
+        finding = _finding("frozen", ids[row], "", column=column, dims=dims, steps=(first, last + 1), score=float(share[row, dims].max()))
+        finding.update(_shares=[float(share[row, d]) for d in dims], _length=int(rows.lengths[row]))  # `finish` words it
+        partial.add_frozen(column, tuple(dims), finding)
+    _jumps(partial, ids, column, delta, counts[:, None] - unchanged, rows, thresholds)
     # clipping: a dimension that moves (changes at least at half of its other steps) and sits at its
-    # sequence's own max (or min) for clip_steps or more consecutive steps; `finish` keeps those
-    # whose value is the dataset's bound. Only rows with that many unchanged steps can.
+    # sequence's own max (or min) for clip_steps or more consecutive steps; per dimension and side,
+    # the most extreme such value is kept, and `finish` keeps it if it is the dataset's bound. Only
+    # rows with that many unchanged steps can.
     possible = np.flatnonzero(((unchanged >= thresholds.clip_steps - 1) & (unchanged < counts[:, None])).any(axis=1))
     if len(possible):
         steps, _, sub = rows.subset(possible)
@@ -352,53 +408,49 @@ def _trajectory(partial: Partial, ids: list[str], column: str, values: np.ndarra
             moves = changes_per_row >= 0.5 * (sub.changes[:, None] - held)
             candidate = (held >= thresholds.clip_steps) & moves & (held < sub.lengths[:, None])
             for index, dim in zip(*np.nonzero(candidate)):
-                row = possible[index]
                 start = sub.starts[index]
                 first, last = _longest_run(at[start:start + sub.lengths[index], dim])
                 if last - first + 1 < thresholds.clip_steps:
                     continue
                 value = float(bound[index, dim])
-                key = (column, int(dim), side, value)
-                partial.clip_counts[key] = partial.clip_counts.get(key, 0) + 1
-                if len(partial.clip_candidates) < 4 * MAX_LISTED:
-                    partial.clip_candidates.append((*key, _finding(
-                        "clipped", ids[row], f"dimension {dim} held at {value:.6g} (the dataset's {side}) for {last - first + 1} "
-                                             f"consecutive steps", column=column, dims=[int(dim)], steps=(first, last),
-                        score=float(last - first + 1))))
+                partial.add_clip((column, int(dim), side), value, [_finding(
+                    "clipped", ids[possible[index]], f"dimension {dim} held at {value:.6g} (the dataset's {side}) for {last - first + 1} "
+                                                     f"consecutive steps", column=column, dims=[int(dim)], steps=(first, last),
+                    score=float(last - first + 1))], 1)
     return moved.any(axis=1)
 
 
-def _jumps(partial: Partial, ids: list[str], column: str, delta: np.ndarray, rows: _Rows, thresholds: Thresholds) -> None:
-    """Step changes far from the sequence's mean change, in standard deviations of its changes
-    within 3 deviations (one clipping pass: a spike's own two changes must not hide it). The
-    clipping pass runs only on rows with a change beyond 3 deviations: elsewhere it changes nothing."""
+def _jumps(partial: Partial, ids: list[str], column: str, delta: np.ndarray, moving: np.ndarray, rows: _Rows,
+           thresholds: Thresholds) -> None:
+    """Step changes far from the sequence's mean change, in standard deviations of its changes.
+    Only the changes that are not zero count (a dimension still most of the time does not make
+    its ordinary motion a jump), and the deviation is measured on those within 3 deviations (one
+    clipping pass: a spike's own changes must not hide it), on the rows that have one beyond."""
     counts = rows.changes
-    n = np.maximum(counts, 1)[:, None]
+    n = np.maximum(moving, 1)  # [rows, D]: changes that are not zero (zeros add nothing to the sums)
     with np.errstate(invalid="ignore", over="ignore"):  # NaN and Inf rows: the non_finite check's
         mean = rows.per_row(np.add, delta, rows.change_starts, counts, 0.0) / n
         sigma = np.sqrt(np.maximum(rows.per_row(np.add, delta * delta, rows.change_starts, counts, 0.0) / n - mean * mean, 0.0))
         highest = rows.per_row(np.maximum, delta, rows.change_starts, counts, 0.0)
         lowest = rows.per_row(np.minimum, delta, rows.change_starts, counts, 0.0)
-        far = np.maximum(highest - mean, mean - lowest) > 3 * sigma  # some change beyond 3 deviations (no [changes, D] gather)
+        # some change beyond 3 deviations (no [changes, D] gather), among at least 3 that are not zero
+        far = (np.maximum(highest - mean, mean - lowest) > 3 * sigma) & (moving >= 3)
     possible = np.flatnonzero(far.any(axis=1))
     if not len(possible):
         return
     _, changes, sub = rows.subset(possible)
     delta = delta[changes]
+    nonzero = delta != 0
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
-        inside = np.abs(delta - mean[possible][sub.row_of_change]) <= 3 * sigma[possible][sub.row_of_change]
+        inside = (np.abs(delta - mean[possible][sub.row_of_change]) <= 3 * sigma[possible][sub.row_of_change]) & nonzero
         kept = np.where(inside, delta, 0.0)
         n = np.maximum(sub.per_row(np.add, inside.astype(np.int64), sub.change_starts, sub.changes, 0), 1)
         mean = sub.per_row(np.add, kept, sub.change_starts, sub.changes, 0.0) / n
         sigma = np.sqrt(np.maximum(sub.per_row(np.add, kept * kept, sub.change_starts, sub.changes, 0.0) / n - mean * mean, 0.0))
         z = np.abs(delta - mean[sub.row_of_change]) / sigma[sub.row_of_change]
-    jumped = (z > thresholds.jump_sigma) & (sigma[sub.row_of_change] > 0) & np.isfinite(z)
-    if not jumped.any():
-        return
+    jumped = (z > thresholds.jump_sigma) & (sigma[sub.row_of_change] > 0) & np.isfinite(z) & nonzero & far[possible][sub.row_of_change]
     where = np.flatnonzero(jumped.any(axis=1))
-    row_of = sub.row_of_change[where]
-    for index in np.unique(row_of):
-        mine = where[row_of == index]
+    for index, mine in _by_row(where, sub.row_of_change[where]):
         local = mine - sub.change_starts[index] + 1
         dims = [int(d) for d in np.flatnonzero(jumped[mine].any(axis=0))]
         worst = float(z[mine][jumped[mine]].max())
@@ -413,14 +465,14 @@ def _idle(partial: Partial, ids: list[str], column: str, changed: np.ndarray, ro
     begin, end = rows.change_starts, rows.change_starts + rows.changes
     first = np.searchsorted(positions, begin)
     last = np.searchsorted(positions, end) - 1
-    for row in np.flatnonzero(rows.changes > 0):
-        has = first[row] < len(positions) and positions[first[row]] < end[row]
-        if not has:
-            continue  # never changes: the frozen check's business
-        leading = int(positions[first[row]] - begin[row])
-        trailing = int(end[row] - 1 - positions[last[row]])
+    has = (first < len(positions)) & (first <= last)  # some change inside the row (a row that never changes: frozen's business)
+    safe_first, safe_last = np.minimum(first, max(len(positions) - 1, 0)), np.maximum(last, 0)
+    leading = np.where(has, positions[safe_first] - begin if len(positions) else 0, 0)
+    trailing = np.where(has, end - 1 - positions[safe_last] if len(positions) else 0, 0)
+    for row in np.flatnonzero(has & ((leading >= thresholds.idle_steps) | (trailing >= thresholds.idle_steps))):
         length = int(rows.lengths[row])
-        for count, steps, where in ((leading, (0, leading), "start"), (trailing, (length - 1 - trailing, length - 1), "end")):
+        for count, steps, where in ((int(leading[row]), (0, int(leading[row])), "start"),
+                                    (int(trailing[row]), (length - 1 - int(trailing[row]), length - 1), "end")):
             if count >= thresholds.idle_steps:
                 partial.add(_finding("idle", ids[row], f"{count + 1} steps with the same action at the {where}", column=column,
                                      steps=steps, score=float(count)))
@@ -459,43 +511,46 @@ def _dims(dims: list[int]) -> str:
 
 # --- the whole dataset -------------------------------------------------------------------------------
 
-def finish(partial: Partial, stats: dict, columns: list[ColumnSpec], thresholds: Thresholds) -> tuple[dict, list[dict]]:
+def finish(partial: Partial, columns: list[ColumnSpec], thresholds: Thresholds) -> tuple[dict, list[dict]]:
     """(the header, the listed findings) of a dataset: the per-sequence findings, and what only the
     whole dataset decides: dimensions that never vary, values at the dataset's bound, duplicate
-    sequences, rare tasks. `stats`: the dataset's stats.json."""
+    sequences, rare tasks, and which frozen dimensions are not stuck actuators."""
     result = Partial(sequences=partial.sequences, listed={k: list(v) for k, v in partial.listed.items()}, counts=dict(partial.counts),
                      checked=set(partial.checked))
     trajectories = [spec.name for spec in columns if spec.kind == TRAJECTORY]
     constant: dict[str, set[int]] = {}
     for name in trajectories:
-        entry = stats.get(name) or {}
-        low, high = np.asarray(entry.get("min", []), float).reshape(-1), np.asarray(entry.get("max", []), float).reshape(-1)
-        count = int((entry.get("count") or [0])[0])
-        if count >= 2 and len(low) == len(high):
-            dims = [int(d) for d in np.flatnonzero(low == high)]
-            if dims:
-                constant[name] = set(dims)
-                result.add(_finding("zero_variance", None, f"dimension(s) {_dims(dims)} hold {low[dims[0]]:.6g}"
-                                                           f"{' (and others their own value)' if len(dims) > 1 else ''} in all {count} steps",
-                                    column=name, dims=dims, score=float(len(dims))))
-    # frozen in a dimension that never varies anywhere: said once, by zero_variance
-    if constant and "frozen" in result.listed:
-        kept = [f for f in result.listed["frozen"] if not set(f["dims"] or []) <= constant.get(f["column"], set())]
-        result.counts["frozen"] -= len(result.listed["frozen"]) - len(kept)
-        result.listed["frozen"] = kept
-    bounds = {}
-    for name in trajectories:
-        entry = stats.get(name) or {}
-        bounds[name] = {"min": np.asarray(entry.get("min", []), float).reshape(-1), "max": np.asarray(entry.get("max", []), float).reshape(-1)}
-    def at_bound(column: str, dim: int, side: str, value: float) -> bool:
-        found = bounds.get(column, {}).get(side)
-        return found is not None and dim < len(found) and found[dim] == value and dim not in constant.get(column, set())
-    for key, count in partial.clip_counts.items():
-        if at_bound(*key):
+        if name not in partial.bounds:
+            continue
+        low, high, steps = partial.bounds[name]
+        dims = [int(d) for d in np.flatnonzero(low == high)] if steps >= 2 else []
+        if dims:
+            constant[name] = set(dims)
+            result.add(_finding("zero_variance", None, f"dimension(s) {_dims(dims)} hold {low[dims[0]]:.6g}"
+                                                       f"{' (and others their own value)' if len(dims) > 1 else ''} in all {steps} steps",
+                                column=name, dims=dims, score=float(len(dims))))
+    # frozen: not the dimensions that never vary (zero_variance says so once), nor those frozen in
+    # every sequence long enough (a value repeated per step: an instruction's embedding, a setting)
+    repeated = {column: {int(d) for d in np.flatnonzero(frozen == eligible)} for column, (frozen, eligible) in partial.frozen_dims.items()
+                if eligible >= REPEATED_MIN}
+    frozen_count, frozen_listed = 0, []
+    for (column, dims), (count, findings) in partial.frozen.items():
+        skip = constant.get(column, set()) | repeated.get(column, set())
+        kept = [finding for finding in (_frozen_kept(finding, skip) for finding in findings) if finding is not None]
+        if dims is not None:
+            frozen_count += count if any(d not in skip for d in dims) else 0
+        else:  # the shared bucket: counted as listed, the unlisted ones as they were (an approximation past FROZEN_SETS sets)
+            frozen_count += len(kept) + count - len(findings)
+        frozen_listed += kept
+    if frozen_count:
+        result.counts["frozen"] = frozen_count
+        result.listed["frozen"] = _worst(frozen_listed)
+    for (column, dim, side), (value, count, findings) in sorted(partial.clips.items()):
+        low, high, _ = partial.bounds.get(column, (np.zeros(0), np.zeros(0), 0))
+        bound = high if side == "max" else low
+        if dim < len(bound) and bound[dim] == value and dim not in constant.get(column, set()):
             result.counts["clipped"] = result.counts.get("clipped", 0) + count
-    clipped = [finding for *key, finding in partial.clip_candidates if at_bound(*key)]
-    if clipped:
-        result.listed["clipped"] = _worst(clipped)
+            result.listed["clipped"] = _worst(result.listed.get("clipped", []) + findings)
     groups: dict[bytes, list[str]] = {}
     for digest, sequence_id in partial.digests:
         groups.setdefault(digest, []).append(sequence_id)
@@ -514,8 +569,23 @@ def finish(partial: Partial, stats: dict, columns: list[ColumnSpec], thresholds:
         checks[name] = {"level": level, "checked": name in result.checked, "findings": result.counts.get(name, 0), "listed": len(listed),
                         "sequences": len({f["sequence_id"] for f in listed if f["sequence_id"]})}
     header = {"mixtrain_quality": VERSION, "sequences": partial.sequences, "thresholds": thresholds.to_json(), "checks": checks}
+    shown = {column: sorted(dims) for column, dims in repeated.items() if dims - constant.get(column, set())}
+    if shown:
+        header["frozen_in_every_sequence"] = {column: [d for d in dims if d not in constant.get(column, set())] for column, dims in shown.items()}
     findings = [f for name in CHECKS for f in result.listed[name]]
     return header, findings
+
+
+def _frozen_kept(finding: dict, skip: set[int]) -> dict | None:
+    """A frozen finding without the dimensions in `skip`, worded; None when none is left."""
+    pairs = [(dim, share) for dim, share in zip(finding["dims"], finding["_shares"]) if dim not in skip]
+    if not pairs:
+        return None
+    dims, shares = [dim for dim, _ in pairs], [share for _, share in pairs]
+    kept = {key: value for key, value in finding.items() if not key.startswith("_")}
+    kept.update(dims=dims, score=max(shares), message=f"dimension(s) {_dims(dims)} unchanged over {min(shares) * 100:.0f}% or more of "
+                                                      f"{finding['_length']} steps")
+    return kept
 
 
 # --- the file ---------------------------------------------------------------------------------------
@@ -536,7 +606,11 @@ def _whole(value) -> bool:
 
 def decode(lines: Iterable[str], where: str) -> tuple[dict, list[dict]]:
     """A _quality.jsonl read back (untrusted: a received dataset's): its header and findings,
-    each checked for the fields and types this module writes. FormatError names the line."""
+    each checked for the fields and types this module writes, each check at its own level (a
+    forged file cannot call a NaN a warning), and the header's listed counts those of the lines.
+    FormatError names the line."""
+    from formats.storage import parse_json
+
     iterator: Iterator[str] = iter(lines)
     header = None
     findings = []
@@ -544,25 +618,28 @@ def decode(lines: Iterable[str], where: str) -> tuple[dict, list[dict]]:
         if not line.strip():
             continue
         try:
-            value = json.loads(line)
-        except ValueError as error:
-            raise FormatError(f"{where}: line {number} is not JSON ({error})") from None
+            value = parse_json(line, f"line {number}")
+        except FormatError as error:
+            raise FormatError(f"{where}: line {number} is not JSON ({str(error).split('malformed JSON: ', 1)[-1]})") from None
         if header is None:
             if not isinstance(value, dict) or value.get("mixtrain_quality") != VERSION or not isinstance(value.get("checks"), dict):
                 raise FormatError(f"{where}: line 1 is not a quality header of version {VERSION}")
             for name, entry in value["checks"].items():
                 counts = ("findings", "listed", "sequences")
-                if name not in CHECKS or not isinstance(entry, dict) or entry.get("level") not in (ERROR, WARNING) \
-                        or not isinstance(entry.get("checked"), bool) or not all(_whole(entry.get(key)) for key in counts):
-                    raise FormatError(f"{where}: line 1: check {name!r} is not {{level, checked, findings, listed, sequences}} of a known check")
+                if name not in CHECKS or not isinstance(entry, dict) or entry.get("level") != CHECKS[name][0] \
+                        or not isinstance(entry.get("checked"), bool) or not all(_whole(entry.get(key)) for key in counts) \
+                        or entry["listed"] > min(entry["findings"], MAX_LISTED):
+                    raise FormatError(f"{where}: line 1: check {name!r} is not {{level, checked, findings, listed, sequences}} of a "
+                                      "known check at its level")
             if not _whole(value.get("sequences")) or not isinstance(value.get("thresholds"), dict):
                 raise FormatError(f"{where}: line 1: no sequence count or thresholds")
             header = value
             continue
         if not isinstance(value, dict) or any(not isinstance(value.get(key), kind) for key, kind in _FIELDS.items()):
             raise FormatError(f"{where}: line {number} is not a finding (check, level, sequence_id, column, dims, steps, score, message)")
-        if value["check"] not in CHECKS or value["level"] not in (ERROR, WARNING) or isinstance(value["score"], bool):
-            raise FormatError(f"{where}: line {number}: unknown check or level")
+        if value["check"] not in CHECKS or value["level"] != CHECKS[value["check"]][0] or isinstance(value["score"], bool) \
+                or not math.isfinite(value["score"]):
+            raise FormatError(f"{where}: line {number}: unknown check, a level other than its check's, or a score that is not a number")
         if value["steps"] is not None and (len(value["steps"]) != 2 or not all(_whole(step) for step in value["steps"])):
             raise FormatError(f"{where}: line {number}: steps is not a [first, last] pair of step numbers")
         if value["dims"] is not None and not all(_whole(dim) for dim in value["dims"]):
@@ -570,4 +647,9 @@ def decode(lines: Iterable[str], where: str) -> tuple[dict, list[dict]]:
         findings.append(value)
     if header is None:
         raise FormatError(f"{where}: empty (no quality header)")
+    lines_per_check = collections.Counter(finding["check"] for finding in findings)
+    for name, count in sorted(lines_per_check.items()):
+        if name not in header["checks"] or header["checks"][name]["listed"] != count:
+            raise FormatError(f"{where}: {count} {name} finding line(s), the header lists "
+                              f"{header['checks'].get(name, {}).get('listed', 0)}")
     return header, findings

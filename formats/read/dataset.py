@@ -129,10 +129,22 @@ class Dataset:
         fps = float(fps) if isinstance(fps, numbers.Real) and not isinstance(fps, bool) and fps > 0 else None
         found = quality.Partial()
         for shard in self.shards:
-            table = self._read(shard, wanted, None)
-            for start in range(0, table.num_rows, batch_rows):  # a bounded slice of the arrays at a time
-                found.merge(quality.group_partial(table.slice(start, batch_rows).combine_chunks(), columns, fps, thresholds))
-        return quality.finish(found, self.stats(), columns, thresholds)
+            for table in self._batches(shard, wanted, batch_rows):  # a bounded batch of rows in memory at a time
+                found.merge(quality.group_partial(table, columns, fps, thresholds))
+        return quality.finish(found, columns, thresholds)
+
+    def _batches(self, shard: str, columns: list[str], batch_rows: int) -> Iterator[pa.Table]:
+        """A shard's rows `batch_rows` at a time (`columns` only), each batch one chunk per column."""
+        path = storage.join(self.root, shard)
+        with self._open(shard) as handle:
+            if shard not in self._footers_checked:
+                storage.check_parquet_footer(handle, path)
+                self._footers_checked.add(shard)
+            try:
+                for batch in pq.ParquetFile(handle).iter_batches(batch_size=batch_rows, columns=columns):
+                    yield pa.Table.from_batches([batch])
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OSError, KeyError) as error:
+                raise FormatError(f"{path}: {error}") from error
 
     # --- rows -----------------------------------------------------------------------------------
 

@@ -52,6 +52,13 @@ def open_rows(fs, root: str, version: int | None = None):
         def errors(self) -> list[dict]:
             return error_records(self._errors, f"{self.where} errors")
 
+        def _batches(self, shard: str, columns: list[str], batch_rows: int):
+            try:
+                for batch in dataset.to_batches(columns=columns, batch_size=batch_rows):
+                    yield pa.Table.from_batches([batch])
+            except (ValueError, OSError, pa.ArrowException) as error:
+                raise FormatError(f"{storage.url_for(fs, root)}: {str(error).splitlines()[0]}") from error
+
         def quality(self) -> tuple[dict, list[dict]] | None:
             text = read_quality(dataset)
             if not self.metadata.get("quality"):

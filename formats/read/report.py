@@ -145,7 +145,7 @@ def quality_lines(summary: dict) -> list[str]:
         return ["quality     not recorded (converted with --quality=false or by an earlier version): inspect --quality or "
                 "validate --quality computes it from the rows"]
     checks = found["checks"]
-    how = "recorded by the conversion" if found["recorded"] else "computed now from the rows (the conversion recorded none)"
+    how = "recorded by the conversion" if found["recorded"] else "computed now from the rows"
     lines = [f"quality     {_quality_count(checks, quality.ERROR)} error(s), {_quality_count(checks, quality.WARNING)} warning(s), {how}"]
     by_check: dict[str, list[dict]] = {}
     for finding in found["findings"]:
@@ -430,7 +430,7 @@ def _quality_html(summary: dict) -> list[str]:
         return ['<h2 id="quality">Data quality</h2><p class="muted">Not recorded by the conversion (--quality=false or an earlier '
                 "version): inspect --quality computes it from the rows.</p>"]
     checks = found["checks"]
-    how = "recorded by the conversion" if found["recorded"] else "computed now from the rows (the conversion recorded none)"
+    how = "recorded by the conversion" if found["recorded"] else "computed now from the rows"
     out = [f'<h2 id="quality">Data quality</h2><p class="muted">{_quality_count(checks, quality.ERROR)} error(s), '
            f'{_quality_count(checks, quality.WARNING)} warning(s), {e(how)}; every finding is in _quality.jsonl.</p>',
            '<table id="quality-checks"><tr><th>check</th><th>level</th><th>what it finds</th><th class="num">findings</th></tr>']

@@ -51,6 +51,7 @@ class SampleTable:
     sizes: np.ndarray  # int64
     offsets: np.ndarray  # int64 file offsets
     sync: np.ndarray | None  # bool; None: every sample is a sync sample
+    edit: tuple[int, int] | None = None  # the one edit's (segment duration, media time); None: no edit list
 
 
 @dataclasses.dataclass(frozen=True)
@@ -221,7 +222,7 @@ def _parse(ftyp: bytes, moov: bytes, file_size: int) -> SampleTable | None:
             return None
         sync[numbers] = True
 
-    shift = 0
+    shift, edit = 0, None
     if b"edts" in trak:
         edts = trak[b"edts"][0]
         elst = children(moov, edts[1], edts[2]).get(b"elst")
@@ -242,13 +243,13 @@ def _parse(ftyp: bytes, moov: bytes, file_size: int) -> SampleTable | None:
         shown = int(durations.sum()) - media_time
         if segment and segment * timescale < (shown - timescale / movie_timescale) * movie_timescale:
             return None
-        shift = media_time
+        shift, edit = media_time, (segment, media_time)
     decode = np.cumsum(durations) - durations
     return SampleTable(
         ftyp=ftyp, mvhd=whole(mvhd), tkhd=whole(trak[b"tkhd"][0]), mdhd=whole(mdhd), hdlr=whole(mdia[b"hdlr"][0]),
         vmhd=whole(minf[b"vmhd"][0]) if b"vmhd" in minf else b"", dinf=whole(minf[b"dinf"][0]) if b"dinf" in minf else b"",
         stsd=whole(stsd), timescale=timescale, movie_timescale=movie_timescale, shift=shift, pts=decode + composition - shift,
-        decode=decode, durations=durations, composition=composition, sizes=sizes, offsets=offsets, sync=sync)
+        decode=decode, durations=durations, composition=composition, sizes=sizes, offsets=offsets, sync=sync, edit=edit)
 
 
 def read_sample_table(source: BinaryIO) -> SampleTable | None:

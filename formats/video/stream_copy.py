@@ -283,7 +283,12 @@ def _presentation_times(written: BinaryIO | str) -> np.ndarray | None:
         table = mp4.read_sample_table(handle)
     if table is None:
         return None
-    return np.sort(table.pts[table.sizes > 0]) / table.timescale
+    pts = table.pts[table.sizes > 0]
+    # An edit that starts between two frames, or of no duration: the demuxer snaps or stretches
+    # the times (frames before it discarded, the next shown at 0), which the table does not.
+    if table.edit is not None and (table.edit[0] == 0 or (len(pts) and int(pts.min()) != 0)):
+        return None
+    return np.sort(pts) / table.timescale
 
 
 def verify_samples(data: bytes, stsd: bytes, offsets: np.ndarray, sizes: np.ndarray, frames: int) -> None:

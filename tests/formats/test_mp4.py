@@ -89,6 +89,56 @@ def test_sample_table_times_are_the_demuxers_in_every_fixture_file(shared_fixtur
         _times_agree(path.read_bytes())
 
 
+def _b_frame_file(path, frames: int = 30, fps: int = 10) -> bytes:
+    with av.open(str(path), "w", format="mp4") as out:
+        stream = out.add_stream("libx264", rate=fps, options={"bf": "2", "g": "10"})
+        stream.width, stream.height, stream.pix_fmt = 64, 64, "yuv420p"
+        for index in range(frames):
+            frame = av.VideoFrame.from_ndarray(np.full((64, 64, 3), (index * 8) % 256, np.uint8), format="rgb24")
+            frame.pts = index
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    return path.read_bytes()
+
+
+def _with_edit(data: bytes, segment: int | None = None, media_shift: int = 0) -> bytes:
+    """The file with its one edit's segment duration replaced and its media time moved."""
+    at = data.index(b"elst")
+    version = data[at + 4]
+    body = bytearray(data)
+    layout, offset = (">QqI", at + 12) if version == 1 else (">Iii", at + 12)
+    duration, media_time, rate = struct.unpack_from(layout, data, offset)
+    struct.pack_into(layout, body, offset, duration if segment is None else segment, media_time + media_shift, rate)
+    return bytes(body)
+
+
+@pytest.mark.parametrize("edit", ["between two frames", "of no duration"])
+def test_an_edit_the_demuxer_snaps_is_checked_by_the_demuxer(tmp_path, monkeypatch, edit):
+    """An edit whose media time falls between two frames (FFmpeg discards the frames before it and
+    shows the next at 0) or of no duration: the sample table's times are not what a reader gets,
+    so check_copied reads the demuxer's, and refuses or accepts as it always did."""
+    data = _b_frame_file(tmp_path / "b.mp4")
+    with open(tmp_path / "b.mp4", "rb") as handle:
+        table = mp4.read_sample_table(handle)
+    assert table.edit is not None and table.composition.any()
+    patched = _with_edit(data, media_shift=table.timescale // 40) if edit == "between two frames" else _with_edit(data, segment=0)
+    assert stream_copy._presentation_times(io.BytesIO(patched)) is None
+    (tmp_path / "p.mp4").write_bytes(patched)
+
+    def verdict(check) -> str:
+        try:
+            check(str(tmp_path / "p.mp4"), 30, 10.0, (64, 64))
+            return "accepted"
+        except video.VideoError as error:
+            return str(error)
+
+    got = verdict(stream_copy.check_copied)
+    monkeypatch.setattr(stream_copy, "_presentation_times", lambda written: None)  # the demuxer alone, as before the table
+    assert verdict(stream_copy.check_copied) == got
+    if edit == "between two frames":
+        assert got.startswith("frame timing differs from the declared rate"), got
+
+
 def test_check_copied_without_a_sample_table_reads_the_demuxer(tmp_path):
     """A fragmented file (no plain sample table): the demuxer's times, and a late frame still refused."""
     fragmented = tmp_path / "fragmented.mp4"

@@ -37,22 +37,26 @@ def _dataset(count: int = 12) -> list[dict]:
     return [_clean(i) for i in range(count)]
 
 
-def _findings(rows: list[dict], thresholds: quality.Thresholds | None = None, groups: int = 1) -> tuple[dict, list[dict]]:
-    thresholds = thresholds or quality.Thresholds()
+def _table(rows: list[dict]) -> pa.Table:
     sequences = []
     for row in rows:
         length = len(row["timestamp"])
         sequences.append(Sequence(row["id"], length, row["timestamp"], scalars={"length": length, "duration_seconds": length / FPS,
                                                                                 "task": row["task"]},
                                   trajectories={"obs_state": row["obs_state"], "action": row["action"]}, steps={"reward": row["reward"]}))
-    table = mixtrain.sequences_to_table(sequences, COLUMNS)
+    return mixtrain.sequences_to_table(sequences, COLUMNS)
+
+
+def _findings(rows: list[dict], thresholds: quality.Thresholds | None = None, groups: int = 1,
+              table: pa.Table | None = None) -> tuple[dict, list[dict]]:
+    thresholds = thresholds or quality.Thresholds()
+    table = _table(rows) if table is None else table
     found = quality.Partial()
     size = -(-len(rows) // groups)
     for start in range(0, len(rows), size):
         part = table.slice(start, size).combine_chunks()
         found.merge(quality.group_partial(part, COLUMNS, FPS, thresholds, [row["facts"] for row in rows[start:start + size]]))
-    stats = statistics.summarise([statistics.table_stats(table, COLUMNS)])
-    return quality.finish(found, stats, COLUMNS, thresholds)
+    return quality.finish(found, COLUMNS, thresholds)
 
 
 def test_clean_sequences_give_no_finding_and_every_check_ran():
@@ -239,8 +243,12 @@ GOOD = {"check": "jump", "level": "warning", "sequence_id": "s1", "column": "a",
     (json.dumps({**GOOD, "steps": ["1", 2]}), "q: line 2: steps is not a [first, last] pair of step numbers"),
     (json.dumps({**GOOD, "steps": [1, 2, 3]}), "q: line 2: steps is not a [first, last] pair of step numbers"),
     (json.dumps({**GOOD, "dims": [-1]}), "q: line 2: dims holds something other than dimension numbers"),
-    (json.dumps({**GOOD, "check": "<script>"}), "q: line 2: unknown check or level"),
-    (json.dumps({**GOOD, "score": True}), "q: line 2: unknown check or level"),
+    (json.dumps({**GOOD, "check": "<script>"}), "q: line 2: unknown check, a level other than its check's"),
+    (json.dumps({**GOOD, "score": True}), "q: line 2: unknown check, a level other than its check's"),
+    (json.dumps({**GOOD, "score": float("nan")}), "q: line 2: unknown check, a level other than its check's"),
+    (json.dumps({**GOOD, "check": "non_finite", "level": "warning"}), "q: line 2: unknown check, a level other than its check's"),
+    ("[" * 100_000, "q: line 2 is not JSON (nested too deeply)"),
+    (json.dumps(GOOD), "q: 1 jump finding line(s), the header lists 0"),
     (json.dumps({k: v for k, v in GOOD.items() if k != "message"}), "q: line 2 is not a finding"),
     (json.dumps([1, 2]), "q: line 2 is not a finding"),
 ])
@@ -258,9 +266,85 @@ def test_a_hostile_file_is_refused_naming_the_line(line, expected):
     {"mixtrain_quality": 1, "checks": {"made_up": {"level": "warning", "checked": True, "findings": 0, "listed": 0, "sequences": 0}},
      "sequences": 1, "thresholds": {}},
     {"mixtrain_quality": 1, "checks": {}, "sequences": -1, "thresholds": {}},
+    {"mixtrain_quality": 1, "checks": {"non_finite": {"level": "warning", "checked": True, "findings": 3, "listed": 3, "sequences": 3}},
+     "sequences": 3, "thresholds": {}},
+    {"mixtrain_quality": 1, "checks": {"jump": {"level": "warning", "checked": True, "findings": 3, "listed": 4, "sequences": 3}},
+     "sequences": 3, "thresholds": {}},
 ])
 def test_a_hostile_header_is_refused(header):
     with pytest.raises(FormatError, match=r"^q: (line 1|empty)"):
         quality.decode([json.dumps(header)], "q")
     with pytest.raises(FormatError, match=r"^q: empty"):
         quality.decode([], "q")
+
+
+def test_frozen_findings_of_a_dimension_that_never_varies_do_not_crowd_out_stuck_ones():
+    """1,500 sequences with a padding dimension (zero everywhere) and 5 with a stuck actuator:
+    frozen counts and lists the 5, the padding dimension is zero_variance's, once."""
+    rows = [_clean(i % 40) | {"id": f"p{i:05d}"} for i in range(1505)]
+    for row in rows:
+        row["action"][:, 3] = 0.0
+    for row in rows[:5]:
+        row["action"][5:, 0] = row["action"][5, 0]
+        row["action"][5:, 1] = 1.25  # partly overlapping: dims 0, 1 and the padding 3
+    header, findings = _findings(rows, groups=3)
+    frozen = [f for f in findings if f["check"] == "frozen"]
+    assert header["checks"]["frozen"]["findings"] == 5 == len(frozen)
+    assert {tuple(f["dims"]) for f in frozen} == {(0, 1)} and all("dimension(s) 0, 1 unchanged" in f["message"] for f in frozen)
+    assert [(f["column"], f["dims"]) for f in findings if f["check"] == "zero_variance"] == [("action", [3])]
+
+
+def test_a_value_repeated_in_every_sequence_is_not_a_stuck_actuator():
+    """An instruction's embedding, the same for every step of a sequence: frozen in every long
+    sequence, so not reported per sequence; the header names it."""
+    rows = _dataset(12)
+    for index, row in enumerate(rows):
+        row["obs_state"][:, 2] = index * 0.1
+    header, findings = _findings(rows)
+    assert [f for f in findings if f["check"] == "frozen"] == []
+    assert header["frozen_in_every_sequence"] == {"obs_state": [2]}
+
+
+def test_one_nan_does_not_hide_a_constant_dimension_or_a_clip():
+    rows = _dataset()
+    _constant(rows)
+    _clipped(rows)
+    rows[2]["obs_state"][4, 1] = np.nan
+    rows[3]["action"][6, 3] = np.nan
+    found = [(f["check"], f["sequence_id"], f["column"], f["dims"]) for f in _findings(rows)[1]]
+    assert ("zero_variance", None, "obs_state", [1]) in found and ("clipped", "s07", "action", [3]) in found
+
+
+def test_plateaus_below_the_dataset_bound_do_not_crowd_out_the_clip():
+    """6,000 sequences each held at its own maximum below the dataset's, and one clipped at the
+    dataset's: the clip is counted and listed, however the rows are grouped."""
+    rows = [_clean(i % 40) | {"id": f"c{i:05d}"} for i in range(6001)]
+    for index, row in enumerate(rows):
+        row["action"][20:32, 2] = 3.0 + index * 1e-4  # each above its own other values: its own max
+    rows[-1]["action"][20:32, 2] = 10.0
+    for groups in (1, 7):
+        header, findings = _findings(rows, groups=groups)
+        assert header["checks"]["clipped"]["findings"] == 1
+        assert [(f["sequence_id"], f["steps"]) for f in findings if f["check"] == "clipped"] == [("c06000", [20, 31])]
+
+
+def test_a_row_group_without_steps_and_rows_without_trajectories():
+    rows = [_clean(i, length=0) for i in range(3)]
+    header, findings = _findings(rows)
+    assert [(f["check"], f["steps"]) for f in findings if f["check"] != "rare_task"] == [("short", None)] * 3
+    rows = _dataset(6)
+    table = _table(rows)
+    for name in ("obs_state", "action"):  # null cells in rows 3-5 (another writer's): nothing to compare, not duplicates of each other
+        cells = table.column(name).to_pylist()
+        table = table.set_column(table.schema.get_field_index(name), name,
+                                 pa.array(cells[:3] + [None] * 3, table.schema.field(name).type))
+    header, findings = _findings(rows, table=table)
+    assert [f for f in findings if f["check"] == "duplicate"] == [] and header["checks"]["duplicate"]["checked"]
+
+
+def test_ordinary_motion_of_a_dimension_still_most_of_the_time_is_not_a_jump():
+    rows = _dataset()
+    for row in rows:
+        row["obs_state"][:, 0] = 0.5
+        row["obs_state"][:7, 0] = 0.5 - np.cumsum([0.07, 0.09, 0.11, 0.135, 0.12, 0.1, 0.08])[::-1] + 0.705
+    assert [f for f in _findings(rows)[1] if f["check"] == "jump"] == []

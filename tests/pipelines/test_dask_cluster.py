@@ -74,17 +74,21 @@ def test_a_worker_killed_mid_run_is_survived(store, tmp_path):
              "--progress_interval=0.1"], cwd=dask_cluster.ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=dict(os.environ))
         lines: list[str] = []
+        errors: list[str] = []
         reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
+        drain = threading.Thread(target=lambda: errors.extend(process.stderr), daemon=True)  # a full pipe would stall the launcher
         reader.start()
+        drain.start()
         deadline = time.monotonic() + 120
         while not any(" sequences (" in line and not line.split("]")[1].startswith(" 0/") for line in lines):
-            assert process.poll() is None and time.monotonic() < deadline, (lines, process.stderr.read() if process.poll() is not None else "")
+            assert process.poll() is None and time.monotonic() < deadline, (lines, errors)
             time.sleep(0.05)
         at_kill = list(lines)
         cluster.kill_worker(0)
         code = process.wait(timeout=300)
         reader.join(timeout=10)
-        stderr = process.stderr.read()
+        drain.join(timeout=10)
+        stderr = "".join(errors)
         scheduler_log = (tmp_path / "scheduler" / "log.txt").read_text()
     done_at_kill = max(int(line.split("]")[1].split("/")[0]) for line in at_kill if " sequences (" in line)
     assert 0 < done_at_kill < 24, at_kill  # killed in the middle of the run

@@ -20,7 +20,7 @@ import pytest
 
 from formats import samples
 from formats.mixtrain import quality
-from formats.read import reader
+from formats.read import reader, report
 from pipelines import conversion, inspect, validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -159,6 +159,52 @@ def test_ortf_defects_are_found(tmp_path):
     assert ("non_finite", sequence, "action", [0], [7, 7]) in found
 
 
+def test_the_real_bridge_fixture_has_its_known_defects_found(tmp_path):
+    """The Octo project's debug copy of BridgeData V2 (../shared/fixtures/README.md): `image_3` is
+    blank, and its val split holds train episodes again. Both are found, on every sequence."""
+    src = os.path.join(SHARED, "rlds", "bridge_dataset", "1.0.0")
+    if not os.path.isdir(src):
+        pytest.skip(f"real fixture not found at {src} (../shared/fixtures is absent in a plain clone)")
+    _convert(src, tmp_path / "out", "--video_stats")
+    header, findings = reader.open_dataset(str(tmp_path / "out")).quality()
+    dead = [f for f in findings if f["check"] == "dead_camera"]
+    assert len(dead) == 50 and {f["column"] for f in dead} == {"video_image_3"}
+    assert dead[0]["message"] == "every sampled frame holds one value per channel (0, 0, 0)"
+    duplicates = {f["sequence_id"] for f in findings if f["check"] == "duplicate"}
+    assert len(duplicates) == 25 and all(sequence_id.startswith("val_") for sequence_id in duplicates)
+    assert {f["check"] for f in findings} == {"dead_camera", "duplicate"}
+
+
+def test_dataset_wide_checks_end_to_end(tmp_path):
+    """zero_variance, clipped, rate_drift and rare_task, planted in a LeRobot dataset."""
+    from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
+
+    src = tmp_path / "src"
+    write_dataset(str(src), SyntheticLeRobot(lengths=(40,) * 5, cameras=(), tasks=("Pick up the cube.",)))
+
+    def plant(columns):
+        episode = columns["episode_index"]
+        columns["action"][:, 5] = 0.25  # one value in every step of every episode
+        rows = np.flatnonzero(episode == 1)
+        columns["observation.state"][rows[10:22], 2] = columns["observation.state"][:, 2].max() + 1  # the dataset's max, 12 steps
+        rows = np.flatnonzero(episode == 2)
+        columns["timestamp"][rows] = (np.arange(40) * 1.05 / 30).astype(np.float32)  # 5 % slow
+        columns["task_index"][episode == 3] = 1
+
+    _rewrite(glob.glob(str(src / "data" / "*" / "*.parquet"))[0], plant)
+    pq.write_table(pa.Table.from_pydict({"task_index": [0, 1]}).append_column(
+        "__index_level_0__", pa.array(["Pick up the cube.", "Open the drawer."])), str(src / "meta" / "tasks.parquet"))  # lerobot 0.4.4's layout
+    dst = tmp_path / "out"
+    _convert(src, dst)
+    found = _found(dst)
+    assert ("zero_variance", None, "action", [5], None) in found, found
+    assert ("clipped", "episode_000001", "obs_state", [2], [10, 21]) in found
+    assert ("rate_drift", "episode_000002", "timestamp", None, [0, 39]) in found
+    rare = [f for f in reader.open_dataset(str(dst)).quality()[1] if f["check"] == "rare_task"]
+    assert [f["message"] for f in rare] == ["task 'Open the drawer.' has 1 sequence(s)"]
+    assert not any(f[0] == "frozen" and f[2] == "action" for f in found)  # said once, by zero_variance
+
+
 def _fixtures() -> list:
     cases = [pytest.param(os.path.join(SHARED, path), extra, id=path.split("/")[1]) for path, extra in [
         ("lerobot_v3/so100_tiny", ()), ("lerobot_v3/multi_lerobot061", ()), ("lerobot_v3/images_lerobot061", ()),
@@ -248,6 +294,24 @@ def test_validate_quality_passes_a_clean_dataset_and_fail_on_needs_quality(sampl
     assert capsys.readouterr().err == "error: --fail_on has no effect without --quality\n"
 
 
+def test_validate_recompute_does_not_take_a_received_datasets_word(flawed, tmp_path, capsys):
+    """A received dataset whose _quality.jsonl was emptied (its header claims nothing found):
+    --recompute finds the NaN in its rows again."""
+    import shutil
+
+    dst = tmp_path / "forged"
+    shutil.copytree(flawed / "out", dst)
+    header = json.loads((dst / quality.QUALITY_FILE).read_text().splitlines()[0])
+    for entry in header["checks"].values():
+        entry.update(findings=0, listed=0, sequences=0)
+    (dst / quality.QUALITY_FILE).write_text(json.dumps(header) + "\n")
+    assert validate.main([str(dst), "--quality"]) == 0
+    capsys.readouterr()
+    assert validate.main([str(dst), "--quality", "--recompute"]) == 1
+    assert "quality     1 error(s), 1 warning(s), computed now from the rows" in capsys.readouterr().out
+    assert validate.main([str(dst), "--recompute"]) == 2
+
+
 def test_a_dataset_without_findings_gets_them_computed(flawed, capsys):
     dst = str(flawed / "bare")
     assert "quality" not in json.loads((flawed / "bare" / "mixtrain.json").read_text())
@@ -258,7 +322,7 @@ def test_a_dataset_without_findings_gets_them_computed(flawed, capsys):
     recorded = reader.open_dataset(str(flawed / "out")).quality()
     assert computed[1] == recorded[1]  # the same findings from the rows as in the conversion's pass
     assert validate.main([dst, "--quality"]) == 1
-    assert "computed now from the rows (the conversion recorded none)" in capsys.readouterr().out
+    assert "quality     1 error(s), 1 warning(s), computed now from the rows\n" in capsys.readouterr().out
     assert inspect.main([dst]) == 0  # the summary reads no per-step column unless asked
     assert capsys.readouterr().out.endswith("quality     not recorded (converted with --quality=false or by an earlier version): "
                                             "inspect --quality or validate --quality computes it from the rows\n")
@@ -270,8 +334,10 @@ def test_a_dataset_without_findings_gets_them_computed(flawed, capsys):
 def test_lake_tables_keep_the_findings(flawed, tmp_path, table_format):
     dst = tmp_path / table_format
     _convert(flawed / "src", dst, f"--table_format={table_format}")
-    header, findings = reader.open_dataset(str(dst)).quality()
+    dataset = reader.open_dataset(str(dst))
+    header, findings = dataset.quality()
     assert [(f["check"], f["sequence_id"]) for f in findings] == [("non_finite", "episode_000000"), ("short", "episode_000002")]
+    assert dataset.compute_quality(batch_rows=2)[1] == findings  # read back from the table, a batch of rows at a time
 
 
 def test_hostile_findings_are_escaped_in_the_terminal_and_the_page(flawed, tmp_path, capsys):
@@ -312,23 +378,31 @@ def test_a_damaged_findings_file_is_one_error_line(flawed, tmp_path, capsys, con
 
 
 def test_a_hundred_thousand_findings_keep_the_page_small(flawed, tmp_path, capsys):
-    """What a dataset with 100,000 findings of one check holds (the count, the listed worst), and a
-    forged file that lists all of them: the page shows at most a few hundred per check."""
+    """What a dataset with 100,000 findings of one check holds (the count, the 1,000 worst listed):
+    a fast summary and a small page; a forged file that lists all of them is refused in one line."""
     import shutil
 
     dst = tmp_path / "many"
     shutil.copytree(flawed / "out", dst)
     header = json.loads((dst / quality.QUALITY_FILE).read_text().splitlines()[0])
-    header["checks"]["jump"].update(findings=100_000, listed=100_000, sequences=100_000)
-    lines = [json.dumps(header)] + [json.dumps({"check": "jump", "level": "warning", "sequence_id": f"s{i:06d}", "column": "action",
-                                                "dims": [0], "steps": [1, 2], "score": 7.0, "message": "m"}) for i in range(100_000)]
-    (dst / quality.QUALITY_FILE).write_text("\n".join(lines) + "\n")
+    for check in ("non_finite", "short"):
+        header["checks"][check].update(findings=0, listed=0, sequences=0)
+
+    def lines(count: int) -> str:
+        return "\n".join(json.dumps({"check": "jump", "level": "warning", "sequence_id": f"s{i:06d}", "column": "action", "dims": [0],
+                                     "steps": [1, 2], "score": 7.0, "message": "m"}) for i in range(count)) + "\n"
+
+    header["checks"]["jump"].update(findings=100_000, listed=quality.MAX_LISTED, sequences=quality.MAX_LISTED)
+    (dst / quality.QUALITY_FILE).write_text(json.dumps(header) + "\n" + lines(quality.MAX_LISTED))
     page = tmp_path / "page.html"
     assert inspect.main([str(dst), "--html", str(page)]) == 0
-    out = capsys.readouterr().out
-    assert "  jump           warning  100000 finding(s)" in out
-    assert page.stat().st_size < 2_000_000
-    assert page.read_text().count("<details>") <= 2 + 200
+    assert "  jump           warning  100000 finding(s)" in capsys.readouterr().out
+    assert page.stat().st_size < 1_000_000 and page.read_text().count("<details>") == report.PAGE_FINDINGS
+    header["checks"]["jump"].update(listed=100_000, sequences=100_000)
+    (dst / quality.QUALITY_FILE).write_text(json.dumps(header) + "\n" + lines(100_000))
+    assert inspect.main([str(dst)]) == 1
+    assert capsys.readouterr().err == (f"error: {dst / quality.QUALITY_FILE}: line 1: check 'jump' is not {{level, checked, findings, "
+                                       "listed, sequences} of a known check at its level\n")
 
 
 def test_the_command_line_refuses_thresholds_that_do_nothing(sample_inputs, tmp_path):
@@ -340,6 +414,19 @@ def test_the_command_line_refuses_thresholds_that_do_nothing(sample_inputs, tmp_
         done = subprocess.run([sys.executable, "-m", "pipelines.convert", f"--input={src}", f"--output={tmp_path / 'x'}", *argv],
                               cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert done.returncode == 2 and done.stderr.splitlines()[0] == message, done.stderr
+    assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize(("source", "option", "why"), [
+    ("rlds", "--quality_first_time=2", "only LeRobot sources record where an episode's clock started; this rlds dataset's timestamps are "
+                                       "rebased by its own rule"),
+    ("l5kit", "--quality_idle_steps=5", "this dataset has no action trajectory"),
+])
+def test_a_threshold_no_check_of_the_dataset_reads_is_refused(sample_inputs, tmp_path, capsys, source, option, why):
+    src, extra = sample_inputs[source]
+    out, console = io.StringIO(), io.StringIO()
+    assert conversion.run([f"--input={src}", f"--output={tmp_path / 'x'}", "--progress=off", *extra, option], out=out, console=console) == 2
+    assert console.getvalue().splitlines()[0] == f"error: {option.split('=')[0]} has no effect: {why}"
     assert not (tmp_path / "x").exists()
 
 

@@ -33,7 +33,7 @@ def test_merge_shards_is_order_independent_and_empties_the_results_stats():
 
     rng = np.random.default_rng(0)
     shards = [ShardResult(i, 10 + i, 100, 1000, {"x": ColumnStats.of(rng.normal(size=(5000, 2)))}) for i in range(6)]
-    expected = ([ShardResult(i, 10 + i, 100, 1000, {}) for i in range(6)], summarise([shard.stats for shard in shards]))
+    expected = ([ShardResult(i, 10 + i, 100, 1000, {}) for i in range(6)], summarise([shard.stats for shard in shards]), None)
     with TestPipeline(runner="FnApiRunner") as pipeline:
         merged = pipeline | beam.Create(list(reversed(shards))) | beam.CombineGlobally(MergeShardsFn())
         assert_that(merged, equal_to([expected]))
@@ -62,7 +62,7 @@ def test_a_publish_step_retried_after_it_published_leaves_the_dataset_as_publish
     extra = {"converter_version": sidecar["converter"]["version"], "options": sidecar["converter"]["options"],
              "created_at": sidecar["created_at"]}
     retry = _PublishFn(f"file://{output}/_staging/gone", f"file://{output}", meta, sidecar["num_shards"], extra)
-    assert list(retry.process(None, ([], {}), [])) == [{"sequences": sidecar["num_sequences"], "timesteps": sidecar["num_timesteps"]}]
+    assert list(retry.process(None, ([], {}, None), [])) == [{"sequences": sidecar["num_sequences"], "timesteps": sidecar["num_timesteps"]}]
     assert digest() == before
     # Died while removing the staging: the marker says it published; the rest is removed, nothing rebuilt.
     half = output / "_staging" / "half"
@@ -70,11 +70,11 @@ def test_a_publish_step_retried_after_it_published_leaves_the_dataset_as_publish
     (half / "files" / "left.mp4").write_bytes(b"x")
     (output / "_staging" / "half.published").write_bytes(b"")
     retry = _PublishFn(f"file://{half}", f"file://{output}", meta, sidecar["num_shards"], {**extra, "created_at": "other"})
-    assert list(retry.process(None, ([], {}), [])) == [{"sequences": sidecar["num_sequences"], "timesteps": sidecar["num_timesteps"]}]
+    assert list(retry.process(None, ([], {}, None), [])) == [{"sequences": sidecar["num_sequences"], "timesteps": sidecar["num_timesteps"]}]
     assert digest() == before and not (output / "_staging").exists()
     # A first attempt whose staging holds nothing (every sequence failed) is not taken for one that published.
     first = _PublishFn(f"file://{output}/_staging/empty", f"file://{output}", meta, sidecar["num_shards"], {**extra, "created_at": "other"})
     with pytest.raises(ConversionError, match="no sequence was converted"):
-        list(first.process(None, ([], {}), []))
+        list(first.process(None, ([], {}, None), []))
     # (the launcher removes a failed run's staging)
     assert {name: value for name, value in digest().items() if not name.startswith("_staging/")} == before
