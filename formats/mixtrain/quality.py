@@ -269,11 +269,11 @@ def group_partial(table: pa.Table, columns: list[ColumnSpec], fps: float | None,
                 acted = (rows, changed if acted is None else acted[1] | changed)
             # duplicates: each row's arrays, with the column's name and step count (no two layouts collide)
             raw = np.ascontiguousarray(flat2d).view(np.uint8).reshape(len(flat2d), -1)
-            name = spec.name.encode()
-            for row in np.flatnonzero(steps):
-                start = rows.starts[row]
-                digests[row].update(b"%d:%s:%d:" % (len(name), name, steps[row]))
-                digests[row].update(raw[start:start + steps[row]].tobytes())
+            name = b"%d:%s:" % (len(spec.name.encode()), spec.name.encode())
+            for row, start, count in zip(np.flatnonzero(steps).tolist(), rows.starts[steps > 0].tolist(), steps[steps > 0].tolist()):
+                digest = digests[row]
+                digest.update(name + count.to_bytes(8, "little"))
+                digest.update(raw[start:start + count])  # a contiguous slice: hashed in place
             hashed |= steps > 0
     if actions:  # idle: no action column changes at all, the action columns taken together
         partial.checked.add("idle")
@@ -303,7 +303,10 @@ def _by_row(positions: np.ndarray, row_of: np.ndarray) -> Iterator[tuple[int, np
 
 
 def _non_finite(partial: Partial, ids: list[str], column: str, values: np.ndarray, rows: _Rows) -> None:
-    bad = ~np.isfinite(values)
+    finite = np.isfinite(values)
+    if finite.all():  # the common case, without a reduction across each step's dimensions
+        return
+    bad = ~finite
     steps = np.flatnonzero(bad.any(axis=1))
     for row, mine in _by_row(steps, rows.row_of_step[steps]):
         local = mine - rows.starts[row]
@@ -366,9 +369,10 @@ def _trajectory(partial: Partial, ids: list[str], column: str, values: np.ndarra
                 thresholds: Thresholds) -> np.ndarray | None:
     """The trajectory checks of one column; returns whether any dimension changed, per change
     (None: no changes), for the idle check."""
+    by_dimension = np.ascontiguousarray(values.T)  # reduced along contiguous memory: 10x faster than along axis 0 of [N, D]
     with np.errstate(invalid="ignore"):  # an all-NaN dimension: NaN bounds, never a single value
-        partial.add_bounds(column, np.fmin.reduce(values, axis=0).astype(np.float64), np.fmax.reduce(values, axis=0).astype(np.float64),
-                           len(values))
+        partial.add_bounds(column, np.fmin.reduce(by_dimension, axis=1).astype(np.float64),
+                           np.fmax.reduce(by_dimension, axis=1).astype(np.float64), len(values))
     if not len(rows.row_of_change):
         return None
     floats = values if values.dtype.kind == "f" else values.astype(np.float64)  # float32 stays: half the memory traffic
