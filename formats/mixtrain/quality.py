@@ -222,11 +222,33 @@ class _Rows:
         return out
 
 
+CHUNK_BYTES = 4 << 20  # per-step values checked at once: the checks' temporaries are a few times this
+
+
 def group_partial(table: pa.Table, columns: list[ColumnSpec], fps: float | None, thresholds: Thresholds,
                   facts: list[dict] | None = None) -> Partial:
     """The findings of a row group's rows (`table`: Mixtrain rows), and what `finish` needs of them.
     `facts`: per row, what only the conversion's pass knows (`clock_start`: the source clock's
-    first value in seconds; `images`: {video column: ColumnStats of its sampled frames}), or None."""
+    first value in seconds; `images`: {video column: ColumnStats of its sampled frames}), or None.
+    A row group of long sequences is checked CHUNK_BYTES of values at a time (the result does not
+    depend on how rows are grouped): its temporaries would otherwise be several times the group."""
+    per_step = [spec.name for spec in columns if spec.kind in (TRAJECTORY, STEPS, TIMESTAMPS) and spec.name in table.column_names]
+    size = sum(table.column(name).nbytes for name in per_step)
+    if table.num_rows > 1 and size > CHUNK_BYTES:
+        lengths = np.asarray(table.column("length").to_numpy(zero_copy_only=False), np.int64)
+        weight = np.cumsum(np.maximum(lengths, 1)) * (size / max(int(np.maximum(lengths, 1).sum()), 1))
+        cuts = np.searchsorted(weight, np.arange(CHUNK_BYTES, weight[-1], CHUNK_BYTES), side="right")
+        found = Partial()
+        for start, stop in zip([0, *cuts.tolist()], [*cuts.tolist(), table.num_rows]):
+            if stop > start:
+                found.merge(_checked(table.slice(start, stop - start).combine_chunks(), columns, fps, thresholds,
+                                     None if facts is None else facts[start:stop]))
+        return found
+    return _checked(table, columns, fps, thresholds, facts)
+
+
+def _checked(table: pa.Table, columns: list[ColumnSpec], fps: float | None, thresholds: Thresholds,
+             facts: list[dict] | None) -> Partial:
     partial = Partial(sequences=table.num_rows)
     if not table.num_rows:
         return partial

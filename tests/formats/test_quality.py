@@ -185,6 +185,15 @@ def test_the_findings_do_not_depend_on_how_rows_were_grouped():
     assert _findings(rows, groups=12) == whole
 
 
+def test_long_row_groups_are_checked_in_chunks_to_the_same_findings(monkeypatch):
+    rows = _dataset(12)
+    for plant, _ in PLANTED.values():
+        plant(rows)
+    whole = _findings(rows)
+    monkeypatch.setattr(quality, "CHUNK_BYTES", 3000)  # a few rows a chunk
+    assert _findings(rows) == whole
+
+
 def test_thresholds_change_what_is_found():
     rows = _dataset()
     _gap(rows)
