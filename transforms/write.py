@@ -102,10 +102,12 @@ class SpilledFile:
     batch_ends: tuple[int, ...]  # the file's record batches: the row each one ends before
     positions: tuple[int, ...] | None = None  # the rows to take (a resumption takes some of a file's), None: all
     facts: tuple[dict, ...] = ()  # each row's Sequence.source_facts (empty: none recorded)
+    quality: quality.Partial | None = None  # the data-quality checks of all its rows, made where it was spilled (None: not made)
 
     def rows(self) -> list[SpilledRow]:
         facts = self.facts or ({},) * len(self.sequence_ids)
-        rows = [SpilledRow(sequence_id, self.path, position, self.batch_ends, size, stats, notes, fact)
+        checked = self.quality is not None and self.positions is None
+        rows = [SpilledRow(sequence_id, self.path, position, self.batch_ends, size, stats, notes, fact, checked)
                 for position, (sequence_id, size, stats, notes, fact)
                 in enumerate(zip(self.sequence_ids, self.nbytes, self.extra_stats, self.video_notes, facts, strict=True))]
         return rows if self.positions is None else [rows[position] for position in self.positions]
@@ -123,6 +125,7 @@ class SpilledRow:
     extra_stats: dict  # statistics computed upstream (video frames), which the row cannot give back
     video_notes: dict = dataclasses.field(default_factory=dict)  # column -> how its file was written, if not as the column says
     facts: dict = dataclasses.field(default_factory=dict)  # Sequence.source_facts: for the quality checks
+    checked: bool = False  # its file's quality checks cover it (else the shard writer checks it)
 
 
 class _SpillRowsFn(beam.DoFn):
@@ -134,7 +137,8 @@ class _SpillRowsFn(beam.DoFn):
     references start with before the staging-relative path (a lake run's `runs/<run>/`)."""
 
     def __init__(self, staging_url: str, columns: list[ColumnSpec], num_shards: int, shard_rows: int | None = None,
-                 generation: int | None = None, file_prefix: str = ""):
+                 generation: int | None = None, file_prefix: str = "", checks: Checks | None = None):
+        self._checks = checks  # the data-quality checks run here, on the converting workers, not on the shard writers' tail
         self._staging_url = staging_url
         self._columns = columns
         self._num_shards = num_shards
@@ -199,10 +203,14 @@ class _SpillRowsFn(beam.DoFn):
                                            if path.startswith(self._file_prefix)]}
                                 for sequence, size in buffered])
             stop_point("conversion", "rows-spilled")
+        found = None
+        if self._checks is not None:
+            found = quality.group_partial(table, self._columns, self._checks.fps, self._checks.thresholds,
+                                          [_facts(self._columns, sequence.extra_stats, sequence.source_facts) for sequence, _ in buffered])
         yield shard, SpilledFile(path, tuple(sequence.sequence_id for sequence, _ in buffered), tuple(size for _, size in buffered),
                                  tuple(dict(sequence.extra_stats) for sequence, _ in buffered),
                                  tuple(dict(sequence.video_notes) for sequence, _ in buffered), ends,
-                                 facts=tuple(dict(sequence.source_facts) for sequence, _ in buffered))
+                                 facts=tuple(dict(sequence.source_facts) for sequence, _ in buffered), quality=found)
 
 
 # A converting worker's rows are spilled, and recorded for a resumption, once they have waited
@@ -373,6 +381,7 @@ class _WriteShardFn(beam.DoFn):
 
     def process(self, element):
         index, files = element
+        files = list(files)  # read twice: its rows, then its files' quality checks
         ordered = sorted((row for spilled in files for row in spilled.rows()), key=lambda r: r.sequence_id)
         arrived = len(ordered)  # duplicates included: what arrived, against the plan
         errors = []
@@ -387,6 +396,13 @@ class _WriteShardFn(beam.DoFn):
         self._fs.makedirs(storage.join(self._root, mixtrain.DATA_DIR), exist_ok=True)
         result = ShardResult(index=index, rows=len(ordered), timesteps=0, bytes=0, stats={}, errors=errors, arrived=arrived,
                              quality=quality.Partial() if self._checks is not None else None)
+        # The checks its spill files carry, made on the converting workers; a shard whose duplicate
+        # ids were dropped checks its rows itself (a file's checks cover rows that are not written).
+        self._trust_files = not duplicates
+        if result.quality is not None and self._trust_files:
+            for spilled in files:
+                if spilled.quality is not None and spilled.positions is None:
+                    result.quality.merge(spilled.quality)
         reader = _SpilledRowReader(self._fs, self._schema)
         # A row group's statistics are computed on a thread while the next groups are read and
         # encoded (numpy and Arrow release the GIL), folded in row-group order: the same numbers.
@@ -440,7 +456,7 @@ class _WriteShardFn(beam.DoFn):
             for column, note in row.video_notes.items():
                 result.video_notes.setdefault(column, {})[row.sequence_id] = note
         result.timesteps += sum(table.column("length").to_pylist())
-        return pool.submit(_group_summary, table, rows, self._columns, self._checks)
+        return pool.submit(_group_summary, table, rows, self._columns, self._checks, self._trust_files)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -456,16 +472,26 @@ STATS_THREADS = 2  # threads computing row groups' statistics beside the shard w
 HELD_BYTES = 64 << 20  # Arrow bytes of row groups held at once beyond the one being written
 
 
+def _facts(columns: list[ColumnSpec], extra_stats: dict, source_facts: dict) -> dict:
+    """What the quality checks take of a row beyond its values: the source's facts, and each video
+    column's image statistics (frames decoded in this pass)."""
+    return {**source_facts, "images": {spec.name: extra_stats[spec.name] for spec in columns
+                                       if spec.kind == VIDEO and spec.name in extra_stats}}
+
+
 def _group_summary(table: pa.Table, rows: list[SpilledRow], columns: list[ColumnSpec],
-                   checks: Checks | None = None) -> tuple[dict, dict, quality.Partial | None]:
+                   checks: Checks | None = None, trust_files: bool = True) -> tuple[dict, dict, quality.Partial | None]:
     """(statistics, NaN/inf counts, quality findings) of a written row group (a table of one chunk
     per column: the statistics read each column whole, twice; on 1-row chunks that took 1.2 s at
-    20,000 rows). The findings read what the statistics read, in the same thread."""
+    20,000 rows). The findings are those of the rows their spill file's checks did not cover (a
+    resumption's rows, or every row of a shard with duplicate ids, `trust_files` False)."""
     found = None
     if checks is not None and rows:
-        video = [spec.name for spec in columns if spec.kind == VIDEO]
-        facts = [{**row.facts, "images": {name: row.extra_stats.get(name) for name in video if name in row.extra_stats}} for row in rows]
-        found = quality.group_partial(table, columns, checks.fps, checks.thresholds, facts)
+        unchecked = [index for index, row in enumerate(rows) if not (trust_files and row.checked)]
+        if unchecked:
+            part = table if len(unchecked) == len(rows) else table.take(pa.array(unchecked))
+            found = quality.group_partial(part, columns, checks.fps, checks.thresholds,
+                                          [_facts(columns, rows[i].extra_stats, rows[i].facts) for i in unchecked])
     return (group_stats(table, rows, columns) if rows else {}), non_finite_counts(table, columns), found
 
 
@@ -737,10 +763,10 @@ class WriteMixtrain(beam.PTransform):
         tallies = inputs.get(TALLIES) or sequences.pipeline | "NoTallies" >> beam.Create([])
         shard_rows = self._planned.sequences // self._num_shards if self._planned else None
         spilled = [sequences | "SpillRows" >> beam.ParDo(_SpillRowsFn(self._staging_url, self._meta.columns, self._num_shards,
-                                                                     shard_rows, self._generation, self._file_prefix))]
+                                                                     shard_rows, self._generation, self._file_prefix, self._checks))]
         if inputs.get("kept") is not None:
             spilled.append(inputs["kept"] | "SpillKeptRows" >> beam.ParDo(
-                _SpillRowsFn(self._staging_url, self._meta.columns, self._num_shards, shard_rows)))
+                _SpillRowsFn(self._staging_url, self._meta.columns, self._num_shards, shard_rows, checks=self._checks)))
         if inputs.get("resumed") is not None:
             spilled.append(inputs["resumed"])
         if len(spilled) > 1:

@@ -160,3 +160,52 @@ def test_a_spilled_row_that_holds_another_sequence_is_refused(tmp_path, monkeypa
     shard.setup()
     with pytest.raises(FormatError, match=re.escape(f"the spilled row of s005 in {spilled.path} holds another sequence (damaged staging)")):
         list(shard.process((0, [lying])))
+
+
+def _checked_write(tmp_path, bundles, on_error="fail", spill_checks=True):
+    from formats.mixtrain import quality
+
+    checks = write.Checks(10.0, quality.Thresholds())
+    staging = storage.url_for(*storage.open_root(str(tmp_path / "staging")))
+    spill = write._SpillRowsFn(staging, _columns(), num_shards=1, checks=checks if spill_checks else None)
+    spill.setup()
+    records = []
+    for bundle in bundles:
+        spill.start_bundle()
+        for sequence in bundle:
+            records += list(spill.process(sequence))
+        records += [wv.value for wv in spill.finish_bundle()]
+    shard = write._WriteShardFn(staging, _columns(), on_error, checks=checks)
+    shard.setup()
+    [result] = list(shard.process((0, [spilled for _, spilled in records])))
+    return records, result, checks
+
+
+def test_quality_checks_ride_with_the_spill_files_and_equal_the_writers_own(tmp_path):
+    """The converting workers check the rows they spill (the shard writer, the run's tail, only
+    merges): the same findings as the shard writer checking every row itself (a resumption's rows)."""
+    from formats.mixtrain import quality
+
+    sequences = [_sequence(i, n) for i, n in enumerate([30, 5, 1, 40, 80, 7, 60])]
+    sequences[3].trajectories["action"][4, 2] = np.nan
+    records, result, checks = _checked_write(tmp_path / "a", (sequences[::2], sequences[1::2]))
+    assert all(spilled.quality is not None for _, spilled in records)
+    header, findings = quality.finish(result.quality, _columns(), checks.thresholds)
+    assert [(f["check"], f["sequence_id"]) for f in findings if f["check"] in ("non_finite", "short")] == [
+        ("non_finite", "s003"), ("short", "s002")]
+    records, own, _ = _checked_write(tmp_path / "b", (sequences[::2], sequences[1::2]), spill_checks=False)
+    assert all(spilled.quality is None for _, spilled in records)
+    assert quality.finish(own.quality, _columns(), checks.thresholds) == (header, findings)
+
+
+
+def test_a_shard_that_drops_duplicate_ids_checks_only_what_it_writes(tmp_path):
+    """Two spill files holding the same id, skipped (every copy): no finding names it."""
+    from formats.mixtrain import quality
+
+    first, second = _sequence(1, 20), _sequence(1, 20)
+    first.trajectories["action"][3, 0] = np.nan
+    _, result, checks = _checked_write(tmp_path, ([first, _sequence(2, 20)], [second]), on_error="skip")
+    header, findings = quality.finish(result.quality, _columns(), checks.thresholds)
+    assert result.rows == 1 and header["sequences"] == 1
+    assert [f["sequence_id"] for f in findings if f["sequence_id"]] == []
