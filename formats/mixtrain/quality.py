@@ -214,10 +214,11 @@ class _Rows:
     def per_row(self, ufunc, values: np.ndarray, starts: np.ndarray, counts: np.ndarray, empty) -> np.ndarray:
         """`ufunc.reduceat` over each row's slice (its `counts` at `starts`); rows with none get `empty`."""
         shape = (len(counts), *values.shape[1:])
-        out = np.full(shape, empty, dtype=np.result_type(values.dtype, type(empty)))
+        kind = np.int64 if values.dtype == bool else np.result_type(values.dtype, type(empty))
+        out = np.full(shape, empty, dtype=kind)
         some = counts > 0
         if some.any():  # sums accumulate in float64 (float32 sums of squares lose the deviations of a drifting signal)
-            wide = {"dtype": np.float64} if ufunc is np.add and values.dtype.kind == "f" else {}
+            wide = {"dtype": np.float64 if values.dtype.kind == "f" else np.int64} if ufunc is np.add else {}  # bools: counted
             out[some] = ufunc.reduceat(values, starts[some], axis=0, **wide)
         return out
 
@@ -370,7 +371,7 @@ def _time(partial: Partial, ids: list[str], times: np.ndarray, rows: _Rows, fps:
                                                      f"the longest {longest:.4g} s ({longest * fps:.3g} periods)",
                              column="timestamp", steps=(int(local[mine].min()) - 1, int(local[mine].max())), score=longest * fps))
     regular = np.where(gap | back, 0.0, delta)
-    counted = rows.per_row(np.add, (~(gap | back)).astype(np.int64), rows.change_starts, rows.changes, 0)
+    counted = rows.per_row(np.add, ~(gap | back), rows.change_starts, rows.changes, 0)
     total = rows.per_row(np.add, regular, rows.change_starts, rows.changes, 0.0)
     with np.errstate(invalid="ignore", divide="ignore"):
         off = np.abs(total / np.maximum(counted, 1) * fps - 1.0)
@@ -402,7 +403,7 @@ def _trajectory(partial: Partial, ids: list[str], column: str, values: np.ndarra
         delta = np.diff(floats, axis=0)[rows.inner]  # [changes, D]
     moved = delta != 0  # NaN counts as a change
     counts = rows.changes
-    unchanged = counts[:, None] - rows.per_row(np.add, moved.astype(np.int64), rows.change_starts, counts, 0)
+    unchanged = counts[:, None] - rows.per_row(np.add, moved, rows.change_starts, counts, 0)
     # frozen: a dimension unchanged over most steps of a long enough sequence
     with np.errstate(invalid="ignore", divide="ignore"):
         share = unchanged / np.maximum(counts, 1)[:, None]
@@ -430,7 +431,7 @@ def _trajectory(partial: Partial, ids: list[str], column: str, values: np.ndarra
         for side, ufunc in (("max", np.maximum), ("min", np.minimum)):
             bound = sub.per_row(ufunc, chosen, sub.starts, sub.lengths, np.nan)
             at = chosen == bound[sub.row_of_step]
-            held = sub.per_row(np.add, at.astype(np.int64), sub.starts, sub.lengths, 0)
+            held = sub.per_row(np.add, at, sub.starts, sub.lengths, 0)
             moves = changes_per_row >= 0.5 * (sub.changes[:, None] - held)
             candidate = (held >= thresholds.clip_steps) & moves & (held < sub.lengths[:, None])
             for index, dim in zip(*np.nonzero(candidate)):
@@ -450,8 +451,10 @@ def _jumps(partial: Partial, ids: list[str], column: str, delta: np.ndarray, mov
            thresholds: Thresholds) -> None:
     """Step changes far from the sequence's mean change, in standard deviations of its changes.
     Only the changes that are not zero count (a dimension still most of the time does not make
-    its ordinary motion a jump), and the deviation is measured on those within 3 deviations (one
-    clipping pass: a spike's own changes must not hide it), on the rows that have one beyond."""
+    its ordinary motion a jump), and the deviation is measured again on those within 3 deviations
+    (one clipping pass: a spike's own changes must not hide it), on the rows that have a change
+    beyond 4 (or jump_sigma): the pass costs most of the check, and a sequence of noise has a change
+    beyond 3 deviations in most of its dimensions."""
     counts = rows.changes
     n = np.maximum(moving, 1)  # [rows, D]: changes that are not zero (zeros add nothing to the sums)
     with np.errstate(invalid="ignore", over="ignore"):  # NaN and Inf rows: the non_finite check's
@@ -459,8 +462,10 @@ def _jumps(partial: Partial, ids: list[str], column: str, delta: np.ndarray, mov
         sigma = np.sqrt(np.maximum(rows.per_row(np.add, delta * delta, rows.change_starts, counts, 0.0) / n - mean * mean, 0.0))
         highest = rows.per_row(np.maximum, delta, rows.change_starts, counts, 0.0)
         lowest = rows.per_row(np.minimum, delta, rows.change_starts, counts, 0.0)
-        # some change beyond 3 deviations (no [changes, D] gather), among at least 3 that are not zero
-        far = (np.maximum(highest - mean, mean - lowest) > 3 * sigma) & (moving >= 3)
+        # some change beyond min(4, jump_sigma) deviations (no [changes, D] gather), among at least 3
+        # that are not zero: elsewhere no change can be a jump once the clipping pass has measured the
+        # deviation again, short of a fifth of the changes lying between 3 and 4 deviations
+        far = (np.maximum(highest - mean, mean - lowest) > min(4.0, thresholds.jump_sigma) * sigma) & (moving >= 3)
     possible = np.flatnonzero(far.any(axis=1))
     if not len(possible):
         return
@@ -470,7 +475,7 @@ def _jumps(partial: Partial, ids: list[str], column: str, delta: np.ndarray, mov
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         inside = (np.abs(delta - mean[possible][sub.row_of_change]) <= 3 * sigma[possible][sub.row_of_change]) & nonzero
         kept = np.where(inside, delta, 0.0)
-        n = np.maximum(sub.per_row(np.add, inside.astype(np.int64), sub.change_starts, sub.changes, 0), 1)
+        n = np.maximum(sub.per_row(np.add, inside, sub.change_starts, sub.changes, 0), 1)
         mean = sub.per_row(np.add, kept, sub.change_starts, sub.changes, 0.0) / n
         sigma = np.sqrt(np.maximum(sub.per_row(np.add, kept * kept, sub.change_starts, sub.changes, 0.0) / n - mean * mean, 0.0))
         z = np.abs(delta - mean[sub.row_of_change]) / sigma[sub.row_of_change]
