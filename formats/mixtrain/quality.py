@@ -453,8 +453,8 @@ def _jumps(partial: Partial, ids: list[str], column: str, delta: np.ndarray, mov
     Only the changes that are not zero count (a dimension still most of the time does not make
     its ordinary motion a jump), and the deviation is measured again on those within 3 deviations
     (one clipping pass: a spike's own changes must not hide it), on the rows that have a change
-    beyond 4 (or jump_sigma): the pass costs most of the check, and a sequence of noise has a change
-    beyond 3 deviations in most of its dimensions."""
+    beyond 3 deviations, or 4 where they have 40 changes or more: the pass costs most of the check,
+    and a long sequence of noise has a change beyond 3 deviations in most of its dimensions."""
     counts = rows.changes
     n = np.maximum(moving, 1)  # [rows, D]: changes that are not zero (zeros add nothing to the sums)
     with np.errstate(invalid="ignore", over="ignore"):  # NaN and Inf rows: the non_finite check's
@@ -462,10 +462,11 @@ def _jumps(partial: Partial, ids: list[str], column: str, delta: np.ndarray, mov
         sigma = np.sqrt(np.maximum(rows.per_row(np.add, delta * delta, rows.change_starts, counts, 0.0) / n - mean * mean, 0.0))
         highest = rows.per_row(np.maximum, delta, rows.change_starts, counts, 0.0)
         lowest = rows.per_row(np.minimum, delta, rows.change_starts, counts, 0.0)
-        # some change beyond min(4, jump_sigma) deviations (no [changes, D] gather), among at least 3
-        # that are not zero: elsewhere no change can be a jump once the clipping pass has measured the
-        # deviation again, short of a fifth of the changes lying between 3 and 4 deviations
-        far = (np.maximum(highest - mean, mean - lowest) > min(4.0, thresholds.jump_sigma) * sigma) & (moving >= 3)
+        # some change beyond 3 deviations (4 among 40 changes or more), among at least 3 that are not
+        # zero (no [changes, D] gather). A spike's two changes stand about sqrt(n / 2) deviations out
+        # among n before the clipping pass: 4.5 at 40, so the pass still sees it.
+        reach = np.where(moving >= 40, 4.0, 3.0)
+        far = (np.maximum(highest - mean, mean - lowest) > np.minimum(reach, thresholds.jump_sigma) * sigma) & (moving >= 3)
     possible = np.flatnonzero(far.any(axis=1))
     if not len(possible):
         return
