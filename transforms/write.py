@@ -205,8 +205,11 @@ class _SpillRowsFn(beam.DoFn):
             stop_point("conversion", "rows-spilled")
         found = None
         if self._checks is not None:
-            found = quality.group_partial(table, self._columns, self._checks.fps, self._checks.thresholds,
-                                          [_facts(self._columns, sequence.extra_stats, sequence.source_facts) for sequence, _ in buffered])
+            videos = any(spec.kind == VIDEO for spec in self._columns)
+            facts = None  # no row with anything beyond its values: the per-row pass over facts is skipped
+            if videos or any(sequence.source_facts for sequence, _ in buffered):
+                facts = [_facts(self._columns, sequence.extra_stats, sequence.source_facts) for sequence, _ in buffered]
+            found = quality.group_partial(table, self._columns, self._checks.fps, self._checks.thresholds, facts)
         yield shard, SpilledFile(path, tuple(sequence.sequence_id for sequence, _ in buffered), tuple(size for _, size in buffered),
                                  tuple(dict(sequence.extra_stats) for sequence, _ in buffered),
                                  tuple(dict(sequence.video_notes) for sequence, _ in buffered), ends,
