@@ -119,11 +119,19 @@ class Partial:
         if len(kept) > 2 * MAX_LISTED:
             self.listed[check] = _worst(kept)
 
-    def add_frozen(self, column: str, dims: tuple[int, ...], finding: dict, count: int = 1) -> None:
-        key = (column, dims) if (column, dims) in self.frozen or len(self.frozen) < FROZEN_SETS else (column, None)
+    def add_frozen(self, column: str, dims: tuple[int, ...] | None, finding: dict | None, count: int = 1,
+                   findings: list[dict] | None = None) -> None:
+        """Count frozen findings under their (column, dims) set. The FROZEN_SETS smallest sets keep a
+        bucket each, the others share (column, None): the same buckets whatever order they came in."""
+        key = (column, dims)
         total, kept = self.frozen.get(key, (0, []))
-        kept = kept + [finding] if finding else kept
+        kept = kept + ([finding] if finding else []) + (findings or [])
         self.frozen[key] = (total + count, _worst(kept) if len(kept) > 2 * MAX_LISTED else kept)
+        own = sorted(key for key in self.frozen if key[1] is not None)
+        for evicted in own[FROZEN_SETS:]:
+            moved, listed = self.frozen.pop(evicted)
+            shared, held = self.frozen.get((evicted[0], None), (0, []))
+            self.frozen[(evicted[0], None)] = (shared + moved, _worst(held + listed))
 
     def add_clip(self, key: tuple[str, int, str], value: float, findings: list[dict], count: int) -> None:
         held = self.clips.get(key)
@@ -153,10 +161,8 @@ class Partial:
             self.add_bounds(column, low, high, steps)
         for key, (value, count, findings) in other.clips.items():
             self.add_clip(key, value, findings, count)
-        for (column, dims), (count, findings) in other.frozen.items():
-            key = (column, dims) if dims is not None and ((column, dims) in self.frozen or len(self.frozen) < FROZEN_SETS) else (column, None)
-            total, kept = self.frozen.get(key, (0, []))
-            self.frozen[key] = (total + count, _worst(kept + findings))
+        for (column, dims), (count, findings) in sorted(other.frozen.items(), key=lambda item: (item[0][0], item[0][1] or ())):
+            self.add_frozen(column, dims, None, count, findings)
         for column, (frozen, eligible) in other.frozen_dims.items():
             self.add_frozen_dims(column, frozen, eligible)
         self.digests += other.digests
@@ -167,7 +173,8 @@ class Partial:
 
 def _worst(findings: list[dict]) -> list[dict]:
     """The MAX_LISTED highest scores, ties in sequence order: the same list however rows were grouped."""
-    return sorted(findings, key=lambda f: (-f["score"], f["sequence_id"] or "", f["column"] or "", f["steps"] or []))[:MAX_LISTED]
+    return sorted(findings, key=lambda f: (-f["score"], f["sequence_id"] or "", f["column"] or "", f["steps"] or [],
+                                           f["dims"] or []))[:MAX_LISTED]
 
 
 # --- per row group ---------------------------------------------------------------------------------
@@ -263,7 +270,9 @@ def _checked(table: pa.Table, columns: list[ColumnSpec], fps: float | None, thre
     digests = [hashlib.blake2b(digest_size=16) for _ in ids]
     hashed = np.zeros(len(ids), bool)
     actions: list[str] = []
-    acted: tuple[_Rows, np.ndarray] | None = None  # the action columns' rows, and whether any changed at each change
+    full = _Rows(lengths)  # every row's steps, for what is combined across columns with null cells
+    acted = np.zeros(len(full.row_of_change), bool)  # whether any action column changed, at each change of each row
+    acting = np.zeros(len(ids), bool)  # rows with some action column
     by_name = {spec.name: spec for spec in columns}
     for spec in columns:
         if spec.kind not in (TRAJECTORY, STEPS, TIMESTAMPS) or spec.name not in table.column_names:
@@ -288,8 +297,11 @@ def _checked(table: pa.Table, columns: list[ColumnSpec], fps: float | None, thre
             _time(partial, ids, flat2d[:, 0], rows, fps, thresholds)
         elif spec.kind == TRAJECTORY:
             changed = _trajectory(partial, ids, spec.name, flat2d, rows, thresholds)
-            if is_action(spec.name) and changed is not None and (acted is None or np.array_equal(acted[0].lengths, steps)):
-                acted = (rows, changed if acted is None else acted[1] | changed)
+            if is_action(spec.name) and changed is not None:
+                # this column's changes are those of the rows that hold it, in row order: placed per row
+                present = steps == lengths
+                acted[present[full.row_of_change]] |= changed
+                acting |= present & (steps > 0)
             # duplicates: each row's arrays, with the column's name and step count (no two layouts collide)
             raw = np.ascontiguousarray(flat2d).view(np.uint8).reshape(len(flat2d), -1)
             name = b"%d:%s:" % (len(spec.name.encode()), spec.name.encode())
@@ -300,8 +312,8 @@ def _checked(table: pa.Table, columns: list[ColumnSpec], fps: float | None, thre
             hashed |= steps > 0
     if actions:  # idle: no action column changes at all, the action columns taken together
         partial.checked.add("idle")
-        if acted is not None:
-            _idle(partial, ids, ",".join(actions), acted[1], acted[0], thresholds)
+        if acting.any():
+            _idle(partial, ids, ",".join(actions), acted, full, thresholds, acting)
     if any(spec.kind == TRAJECTORY for spec in columns):
         partial.checked.add("duplicate")
         partial.digests = [(digests[row].digest(), ids[row]) for row in np.flatnonzero(hashed)]
@@ -452,9 +464,10 @@ def _jumps(partial: Partial, ids: list[str], column: str, delta: np.ndarray, mov
     """Step changes far from the sequence's mean change, in standard deviations of its changes.
     Only the changes that are not zero count (a dimension still most of the time does not make
     its ordinary motion a jump), and the deviation is measured again on those within 3 deviations
-    (one clipping pass: a spike's own changes must not hide it), on the rows that have a change
-    beyond 3 deviations, or 4 where they have 40 changes or more: the pass costs most of the check,
-    and a long sequence of noise has a change beyond 3 deviations in most of its dimensions."""
+    (one clipping pass: a spike's own changes must not hide it), on the rows that have a change as
+    far out as a spike of jump_sigma would stand before the pass (3 deviations among 30 changes,
+    5.5 among 1,000): the pass costs most of the check, and a long sequence of noise has a change
+    beyond 3 deviations in most of its dimensions."""
     counts = rows.changes
     n = np.maximum(moving, 1)  # [rows, D]: changes that are not zero (zeros add nothing to the sums)
     with np.errstate(invalid="ignore", over="ignore"):  # NaN and Inf rows: the non_finite check's
@@ -462,11 +475,13 @@ def _jumps(partial: Partial, ids: list[str], column: str, delta: np.ndarray, mov
         sigma = np.sqrt(np.maximum(rows.per_row(np.add, delta * delta, rows.change_starts, counts, 0.0) / n - mean * mean, 0.0))
         highest = rows.per_row(np.maximum, delta, rows.change_starts, counts, 0.0)
         lowest = rows.per_row(np.minimum, delta, rows.change_starts, counts, 0.0)
-        # some change beyond 3 deviations (4 among 40 changes or more), among at least 3 that are not
-        # zero (no [changes, D] gather). A spike's two changes stand about sqrt(n / 2) deviations out
-        # among n before the clipping pass: 4.5 at 40, so the pass still sees it.
-        reach = np.where(moving >= 40, 4.0, 3.0)
-        far = (np.maximum(highest - mean, mean - lowest) > np.minimum(reach, thresholds.jump_sigma) * sigma) & (moving >= 3)
+        # some change as far as a jump would stand (no [changes, D] gather), among at least 3 that are
+        # not zero
+        # where a spike of jump_sigma deviations (two changes of h among n, noise s) stands before the
+        # clipping pass, h / sqrt(s**2 + 2 h**2 / n), with a margin; never above 3 for a spike to be clipped
+        sigmas = thresholds.jump_sigma
+        reach = np.maximum(np.minimum(3.0, sigmas), 0.95 * sigmas / np.sqrt(1 + 2 * sigmas ** 2 / np.maximum(moving, 1)))
+        far = (np.maximum(highest - mean, mean - lowest) > reach * sigma) & (moving >= 3)
     possible = np.flatnonzero(far.any(axis=1))
     if not len(possible):
         return
@@ -491,13 +506,15 @@ def _jumps(partial: Partial, ids: list[str], column: str, delta: np.ndarray, mov
                              steps=(int(local.min()) - 1, int(local.max())), score=worst))
 
 
-def _idle(partial: Partial, ids: list[str], column: str, changed: np.ndarray, rows: _Rows, thresholds: Thresholds) -> None:
-    """Leading and trailing steps without an action change (the operator not yet or no longer acting)."""
+def _idle(partial: Partial, ids: list[str], column: str, changed: np.ndarray, rows: _Rows, thresholds: Thresholds,
+          acting: np.ndarray) -> None:
+    """Leading and trailing steps without an action change (the operator not yet or no longer acting),
+    in the rows that hold some action column (`acting`)."""
     positions = np.flatnonzero(changed)
     begin, end = rows.change_starts, rows.change_starts + rows.changes
     first = np.searchsorted(positions, begin)
     last = np.searchsorted(positions, end) - 1
-    has = (first < len(positions)) & (first <= last)  # some change inside the row (a row that never changes: frozen's business)
+    has = (first < len(positions)) & (first <= last) & acting  # some change inside the row (a row that never changes: frozen's)
     safe_first, safe_last = np.minimum(first, max(len(positions) - 1, 0)), np.maximum(last, 0)
     leading = np.where(has, positions[safe_first] - begin if len(positions) else 0, 0)
     trailing = np.where(has, end - 1 - positions[safe_last] if len(positions) else 0, 0)

@@ -357,3 +357,64 @@ def test_ordinary_motion_of_a_dimension_still_most_of_the_time_is_not_a_jump():
         row["obs_state"][:, 0] = 0.5
         row["obs_state"][:7, 0] = 0.5 - np.cumsum([0.07, 0.09, 0.11, 0.135, 0.12, 0.1, 0.08])[::-1] + 0.705
     assert [f for f in _findings(rows)[1] if f["check"] == "jump"] == []
+
+
+def test_idle_across_action_columns_with_a_null_cell_does_not_depend_on_grouping():
+    """`action` moves only after step 30, `action_gripper` at every step, and one row has no
+    gripper cell: only that row is idle, however its neighbours are grouped with it."""
+    columns = [*COLUMNS, ColumnSpec("action_gripper", TRAJECTORY, pa.list_(pa.list_(pa.float32(), 1)), {"dim": 1})]
+    rows = _dataset(4)
+    sequences = []
+    for row in rows:
+        row["action"][:31] = row["action"][0]
+        gripper = np.arange(LENGTH, dtype=np.float32).reshape(-1, 1)
+        sequences.append(Sequence(row["id"], LENGTH, row["timestamp"], scalars={"length": LENGTH, "task": row["task"]},
+                                  trajectories={"obs_state": row["obs_state"], "action": row["action"], "action_gripper": gripper},
+                                  steps={"reward": row["reward"]}))
+    table = mixtrain.sequences_to_table(sequences, columns)
+    cells = table.column("action_gripper").to_pylist()
+    table = table.set_column(table.schema.get_field_index("action_gripper"), "action_gripper",
+                             pa.array([None, *cells[1:]], table.schema.field("action_gripper").type))
+
+    def idle(groups: list[tuple[int, int]]) -> list[str]:
+        found = quality.Partial()
+        for start, stop in groups:
+            found.merge(quality.group_partial(table.slice(start, stop - start).combine_chunks(), columns, FPS, quality.Thresholds()))
+        return [f["sequence_id"] for f in quality.finish(found, columns, quality.Thresholds())[1] if f["check"] == "idle"]
+
+    assert idle([(0, 4)]) == idle([(0, 1), (1, 4)]) == idle([(0, 2), (2, 3), (3, 4)]) == ["s00"]
+
+
+@pytest.mark.parametrize("length", [30, 44, 80, 400])
+def test_a_spike_of_seven_deviations_is_found_whatever_the_length(length):
+    """A zigzag of unit changes with one spike at its middle: the spike's two changes of 7 stand
+    only about 3.9 deviations out before the clipping pass at 44 steps (a gate at 4 missed it)."""
+    rows = _dataset(1)
+    row = rows[0] | _clean(0, length=length)
+    zigzag = np.where(np.arange(length) % 2, 1.0, 0.0).astype(np.float32)
+    zigzag[length // 2] += 8.0  # changes of 7 or more in its two steps, against 1
+    row["obs_state"] = np.stack([zigzag, zigzag * 0 + np.arange(length) * 0.1, np.sin(np.arange(length) * 0.3)], axis=1).astype(np.float32)
+    found = [(f["dims"], f["steps"]) for f in _findings([row])[1] if f["check"] == "jump" and f["column"] == "obs_state"]
+    assert found == [([0], [length // 2 - 1, length // 2 + 1])], found
+
+
+def test_frozen_sets_past_the_limit_merge_to_the_same_result_in_any_order():
+    """More distinct sets of frozen dimensions than FROZEN_SETS, some of them in a constant
+    dimension: the result does not depend on the order the partials were merged in."""
+    parts = []
+    for index in range(300):
+        part = quality.Partial(sequences=1)
+        dims = tuple(sorted({index % 7, (index // 7) % 7 + 7, 14}))
+        finding = quality._finding("frozen", f"f{index:03d}", "", column="action", dims=list(dims), steps=(0, 59), score=1.0)
+        finding.update(_shares=[1.0] * len(dims), _length=60)
+        part.add_frozen("action", dims, finding)
+        part.add_bounds("action", np.array([0.0] * 14 + [0.5]), np.array([1.0] * 14 + [0.5]), 60)
+        parts.append(part)
+    forward, backward = quality.Partial(), quality.Partial()
+    for part in parts:
+        forward.merge(part)
+    for part in reversed(parts):
+        backward.merge(part)
+    columns = [*COLUMNS[:4], ColumnSpec("action", TRAJECTORY, pa.list_(pa.list_(pa.float32(), 15)), {"dim": 15})]
+    assert quality.finish(forward, columns, quality.Thresholds()) == quality.finish(backward, columns, quality.Thresholds())
+    assert quality.finish(forward, columns, quality.Thresholds())[0]["checks"]["frozen"]["findings"] == 300
