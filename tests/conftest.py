@@ -41,6 +41,20 @@ def shared_fixtures() -> pathlib.Path:
     return SHARED_FIXTURES
 
 
+@pytest.fixture(scope="session")
+def sample_inputs(tmp_path_factory) -> dict:
+    """Every bundled sample, small (formats.samples), and the options its conversion needs:
+    {source id: (its folder, [options])}. Written once per test process; read, never changed."""
+    from formats import samples
+
+    folder = tmp_path_factory.mktemp("samples")
+    written = {}
+    for source_id, sample in sorted(samples.SAMPLES.items()):
+        sample.small(str(folder / source_id / "1.0.0"))
+        written[source_id] = (folder / source_id / "1.0.0", list(sample.convert_args))
+    return written
+
+
 @pytest.fixture
 def writable_so100(tmp_path, so100_tiny) -> pathlib.Path:
     """A private, writable copy of so100_tiny for tests that corrupt it."""

@@ -18,7 +18,6 @@ import apache_beam as beam  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions  # noqa: E402
 from apache_beam.runners.dask.dask_runner import DaskRunner as BeamDaskRunner  # noqa: E402
 
-from formats import samples  # noqa: E402
 from pipelines import convert, local_workers  # noqa: E402
 from pipelines.dask_runner import DaskRunner  # noqa: E402
 from tests.pipelines import dask_fns  # noqa: E402
@@ -122,16 +121,6 @@ def _published(folder) -> dict:
 def _convert(cluster, src, dst, *extra, runner: bool = True):
     dask = ["--runner=DaskRunner", f"--dask_client_address={cluster}"] if runner else []
     return convert.run([f"--input={src}", f"--output={dst}", "--progress=off", *dask, *extra])
-
-
-@pytest.fixture(scope="module")
-def sample_inputs(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("dask_samples")
-    written = {}
-    for source_id, sample in sorted(samples.SAMPLES.items()):
-        sample.small(str(folder / source_id / "1.0.0"))
-        written[source_id] = (folder / source_id / "1.0.0", list(sample.convert_args))
-    return written
 
 
 def test_every_source_converts_byte_identical_to_the_local_runner(cluster, sample_inputs, tmp_path, capsys):

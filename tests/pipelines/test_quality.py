@@ -27,17 +27,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SHARED = os.path.join(os.path.dirname(ROOT), "shared", "fixtures")
 
 
-@pytest.fixture(scope="module")
-def sample_inputs(tmp_path_factory):
-    """Every bundled sample, small, and the options its conversion needs."""
-    folder = tmp_path_factory.mktemp("quality_samples")
-    written = {}
-    for source_id, sample in sorted(samples.SAMPLES.items()):
-        sample.small(str(folder / source_id / "1.0.0"))
-        written[source_id] = (folder / source_id / "1.0.0", list(sample.convert_args))
-    return written
-
-
 def _convert(src, dst, *extra: str) -> None:
     out, console = io.StringIO(), io.StringIO()
     code = conversion.run([f"--input={src}", f"--output={dst}", "--progress=off", *extra], out=out, console=console)
