@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 from formats.errors import FormatError
 from formats.mixtrain import QUALITY_FILE, array_layout
 from formats.sequence import SCALAR, STEPS, TIMESTAMPS, TRAJECTORY, ColumnSpec
+from formats.storage import parse_json
 
 __all__ = ["QUALITY_FILE", "Thresholds", "CHECKS", "Partial", "group_partial", "finish", "encode", "decode", "MAX_LISTED",
            "ERROR", "WARNING", "is_action"]
@@ -658,8 +659,6 @@ def decode(lines: Iterable[str], where: str) -> tuple[dict, list[dict]]:
     each checked for the fields and types this module writes, each check at its own level (a
     forged file cannot call a NaN a warning), and the header's listed counts those of the lines.
     FormatError names the line."""
-    from formats.storage import parse_json
-
     iterator: Iterator[str] = iter(lines)
     header = None
     findings = []
