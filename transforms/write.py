@@ -205,10 +205,7 @@ class _SpillRowsFn(beam.DoFn):
             stop_point("conversion", "rows-spilled")
         found = None
         if self._checks is not None:
-            videos = any(spec.kind == VIDEO for spec in self._columns)
-            facts = None  # no row with anything beyond its values: the per-row pass over facts is skipped
-            if videos or any(sequence.source_facts for sequence, _ in buffered):
-                facts = [_facts(self._columns, sequence.extra_stats, sequence.source_facts) for sequence, _ in buffered]
+            facts = _facts(self._columns, [(sequence.extra_stats, sequence.source_facts) for sequence, _ in buffered])
             found = quality.group_partial(table, self._columns, self._checks.fps, self._checks.thresholds, facts)
         yield shard, SpilledFile(path, tuple(sequence.sequence_id for sequence, _ in buffered), tuple(size for _, size in buffered),
                                  tuple(dict(sequence.extra_stats) for sequence, _ in buffered),
@@ -401,8 +398,8 @@ class _WriteShardFn(beam.DoFn):
                              quality=quality.Partial() if self._checks is not None else None)
         # The checks its spill files carry, made on the converting workers; a shard whose duplicate
         # ids were dropped checks its rows itself (a file's checks cover rows that are not written).
-        self._trust_files = not duplicates
-        if result.quality is not None and self._trust_files:
+        trust_files = not duplicates
+        if result.quality is not None and trust_files:
             for spilled in files:
                 if spilled.quality is not None and spilled.positions is None:
                     result.quality.merge(spilled.quality)
@@ -429,7 +426,7 @@ class _WriteShardFn(beam.DoFn):
                             _fold(pending.popleft()[0].result(), result)
                         if number + 1 < len(groups) and not large:
                             upcoming = reading.submit(reader.group, groups[number + 1])
-                        pending.append((self._write_group(writer, table, group, result, pool), table.nbytes))
+                        pending.append((self._write_group(writer, table, group, result, pool, trust_files), table.nbytes))
                         del table
                         if large:
                             while pending:
@@ -450,7 +447,7 @@ class _WriteShardFn(beam.DoFn):
         yield result
 
     def _write_group(self, writer, table: pa.Table, rows: list[SpilledRow], result: ShardResult,
-                     pool: concurrent.futures.Executor) -> concurrent.futures.Future:
+                     pool: concurrent.futures.Executor, trust_files: bool = True) -> concurrent.futures.Future:
         """One row group (`table`: `rows`, one chunk per column) written; its statistics submitted
         to `pool` (a future of `_group_summary`). Written row by row (shard_writer): the pages of
         earlier versions' tables of 1-row chunks, hence their bytes."""
@@ -459,13 +456,13 @@ class _WriteShardFn(beam.DoFn):
             for column, note in row.video_notes.items():
                 result.video_notes.setdefault(column, {})[row.sequence_id] = note
         result.timesteps += sum(table.column("length").to_pylist())
-        return pool.submit(_group_summary, table, rows, self._columns, self._checks, self._trust_files)
+        return pool.submit(_group_summary, table, rows, self._columns, self._checks, trust_files)
 
 
 @dataclasses.dataclass(frozen=True)
 class Checks:
-    """The data-quality checks' settings for the shard writers: the dataset's declared rate and
-    the thresholds (formats/mixtrain/quality.py)."""
+    """The data-quality checks' settings (formats/mixtrain/quality.py): the dataset's declared rate
+    and the thresholds; the rows' spillers run the checks, the shard writers merge them."""
 
     fps: float | None
     thresholds: quality.Thresholds
@@ -475,11 +472,15 @@ STATS_THREADS = 2  # threads computing row groups' statistics beside the shard w
 HELD_BYTES = 64 << 20  # Arrow bytes of row groups held at once beyond the one being written
 
 
-def _facts(columns: list[ColumnSpec], extra_stats: dict, source_facts: dict) -> dict:
-    """What the quality checks take of a row beyond its values: the source's facts, and each video
-    column's image statistics (frames decoded in this pass)."""
-    return {**source_facts, "images": {spec.name: extra_stats[spec.name] for spec in columns
-                                       if spec.kind == VIDEO and spec.name in extra_stats}}
+def _facts(columns: list[ColumnSpec], rows: list[tuple[dict, dict]]) -> list[dict] | None:
+    """What the quality checks take of each row beyond its values, from its (extra_stats,
+    source_facts): the source's facts and each video column's image statistics (frames decoded in
+    this pass). None when no row has any: the checks then skip their pass over the rows' facts."""
+    videos = [spec.name for spec in columns if spec.kind == VIDEO]
+    if not videos and not any(source_facts for _, source_facts in rows):
+        return None
+    return [{**source_facts, "images": {name: extra_stats[name] for name in videos if name in extra_stats}}
+            for extra_stats, source_facts in rows]
 
 
 def _group_summary(table: pa.Table, rows: list[SpilledRow], columns: list[ColumnSpec],
@@ -494,7 +495,7 @@ def _group_summary(table: pa.Table, rows: list[SpilledRow], columns: list[Column
         if unchecked:
             part = table if len(unchecked) == len(rows) else table.take(pa.array(unchecked))
             found = quality.group_partial(part, columns, checks.fps, checks.thresholds,
-                                          [_facts(columns, rows[i].extra_stats, rows[i].facts) for i in unchecked])
+                                          _facts(columns, [(rows[i].extra_stats, rows[i].facts) for i in unchecked]))
     return (group_stats(table, rows, columns) if rows else {}), non_finite_counts(table, columns), found
 
 
@@ -730,8 +731,9 @@ class WriteMixtrain(beam.PTransform):
         staging-relative path (a lake run's `runs/<run>/`).
       mark_published: the publish step leaves a marker beside the staging folder for a launcher
         that waits for the run (`publish.take_done`); lake tables name their runs themselves.
-      checks: the data-quality checks (`Checks`), computed by the shard writers beside the
-        statistics and published as DST/_quality.jsonl; None: not computed.
+      checks: the data-quality checks (`Checks`), computed where rows are spilled (the shard
+        writers check only rows no spill file checked), published as DST/_quality.jsonl; None:
+        not computed.
 
     The input is {"sequences": PCollection of converted sequences, "kept": PCollection of
     sequences reused from the previous output (spilled, never recorded for a resumption), optional,
