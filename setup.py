@@ -66,7 +66,8 @@ setup(
                     # and skips where it is missing). Its wheels are for Linux x86_64 and Python 3.11-3.13 only; elsewhere it
                     # builds from source with a clang that ships libFuzzer, so it is not asked for there.
                     # pytest-xdist: the suite runs its test files on the machine's cores (at most 4 processes).
-                    "test": ["pytest>=8", "pytest-xdist>=3.5", "ruff>=0.6",
+                    # pytest-timeout: a test stuck past its limit fails with every thread's stack instead of stalling the run.
+                    "test": ["pytest>=8", "pytest-xdist>=3.5", "pytest-timeout>=2.3", "ruff>=0.6",
                              "atheris==3.0.0; sys_platform == 'linux' and platform_machine == 'x86_64' and python_version >= '3.11' "
                              "and python_version < '3.14'",
                              "pillow>=10", "gcp-storage-emulator>=2024.8", "polars>=1.0",
