@@ -179,6 +179,12 @@ class Dataset:
             except (pa.ArrowInvalid, pa.ArrowTypeError, KeyError) as error:
                 raise FormatError(f"{storage.join(self.root, shard)}: {error}") from error
 
+    def read_shard(self, shard: str, columns: Sequence[str]) -> pa.Table:
+        """One shard's rows, `columns` only (a pipeline's unit of reading: one shard per worker task)."""
+        if shard not in self.shards:
+            raise KeyError(f"{shard!r} is not a shard of {self.root}")
+        return self._read(shard, list(columns), None)
+
     def scan(self, columns: Sequence[str] | None = None, where: Filter | None = None) -> pa.Table:
         """The rows matching `where`, only `columns` read (default: the scalar columns).
 

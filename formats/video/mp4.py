@@ -22,7 +22,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-__all__ = ["SampleTable", "read_sample_table", "Cut", "plan_cut", "write_cut", "top_level", "children"]
+__all__ = ["SampleTable", "read_sample_table", "Cut", "plan_cut", "write_cut", "joinable", "write_joined", "top_level", "children"]
 
 _HEADER = struct.Struct(">I4s")
 _MAX_MOOV = 256 << 20  # a moov this large is not a file we want to parse in Python
@@ -391,6 +391,62 @@ def write_cut(cut: Cut, source: BinaryIO, destination: BinaryIO) -> None:
         _kernel_copy(source, destination, low, total)
     else:
         destination.write(payload)
+
+
+def joinable(table: SampleTable, follows: SampleTable | None = None) -> bool:
+    """Whether `table`'s samples can be appended whole to a track, after `follows`'s when given: the
+    file is one decode-order run starting on a sync sample that is shown first at time 0, and (to
+    follow another) it has the same sample description (codec configuration bytes), time scales,
+    and edit shift, so that one moov describes both. Anything else starts a file of its own."""
+    count = len(table.pts)
+    if not count or plan_cut(table, None, None) != Cut(table, 0, count) or int(table.pts.min()) != 0:
+        return False
+    if follows is None:
+        return True
+    return (table.stsd == follows.stsd and table.timescale == follows.timescale and table.shift == follows.shift
+            and table.movie_timescale == follows.movie_timescale)
+
+
+def write_joined(tables: list[SampleTable], sources: list[BinaryIO], destination: BinaryIO) -> list[int]:
+    """One MP4 holding the samples of `tables` one file after the other (each `joinable` after the
+    first), no sample decoded or changed: file j's frames are presented at its own times plus the
+    durations of the files before it. Returns each file's start in the track's timescale, and the
+    end of the last one after them (len(tables) + 1 values)."""
+    starts = [0]
+    for table in tables:
+        starts.append(starts[-1] + int(table.durations.sum()))
+    first = tables[0]
+    decode = np.concatenate([table.decode - table.decode[0] + start for table, start in zip(tables, starts)])
+    composition = np.concatenate([table.composition for table in tables])
+    sizes = np.concatenate([table.sizes for table in tables])
+    sync = None
+    if any(table.sync is not None for table in tables):
+        sync = np.concatenate([np.ones(len(table.pts), bool) if table.sync is None else table.sync for table in tables])
+    joined = dataclasses.replace(first, pts=decode + composition - first.shift, decode=decode,
+                                 durations=np.concatenate([table.durations for table in tables]), composition=composition,
+                                 sizes=sizes, offsets=np.cumsum(sizes) - sizes, sync=sync)
+    cut = Cut(joined, 0, len(sizes))
+    total = int(sizes.sum())
+    mdat_header = struct.pack(">I4s", 8 + total, b"mdat") if total + 8 < 1 << 32 else struct.pack(">I4sQ", 1, b"mdat", 16 + total)
+    data_offset = len(first.ftyp) + len(_moov(cut, 0)) + len(mdat_header)
+    moov = _moov(cut, data_offset)
+    if len(first.ftyp) + len(moov) + len(mdat_header) != data_offset:  # stco grew into co64
+        data_offset = len(first.ftyp) + len(moov) + len(mdat_header)
+        moov = _moov(cut, data_offset)
+    destination.write(first.ftyp + moov + mdat_header)
+    for table, source in zip(tables, sources):
+        offsets, table_sizes = table.offsets, table.sizes
+        low, high = int(offsets.min()), int((offsets + table_sizes).max())
+        source.seek(0, 2)
+        if source.tell() < high:
+            raise ValueError(f"samples end beyond the file ({high - source.tell()} bytes missing)")
+        part = int(table_sizes.sum())
+        contiguous = high - low == part and bool(np.all(offsets[1:] == offsets[:-1] + table_sizes[:-1]))
+        if contiguous and _kernel_copy_possible(source, destination):
+            _kernel_copy(source, destination, low, part)
+        else:
+            destination.write(_read_samples(source, offsets, table_sizes, low, high))
+    return starts
 
 
 def _read_samples(source: BinaryIO, offsets: np.ndarray, sizes: np.ndarray, low: int, high: int) -> bytes:

@@ -1,0 +1,1 @@
+"""Writers of other formats from a Mixtrain dataset (the reverse of formats/sources/)."""

@@ -1,0 +1,580 @@
+"""Mixtrain -> LeRobot v3.0, laid out as lerobot 0.6 writes it (docs/export.md has the mapping).
+
+A plan (`plan_export`, on the launcher, from the sidecar and a scan of the scalar columns) puts
+the episodes in order and into groups; each group is one data file and, per camera, the
+episodes' MP4s joined into one file by copying their samples (formats/video/mp4.py
+`write_joined`: no frame decoded or changed). `write_group` writes one group from its rows (on a
+worker); `write_meta` writes `meta/` once every group is written. Column names, dtypes, shapes
+and per-feature metadata come back from what the conversion recorded (`column_types.*.source`,
+`source.features`); a dataset converted from another format gets lerobot's conventional names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import math
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from formats import storage
+from formats.errors import FormatError
+from formats.video import mp4
+
+__all__ = ["Feature", "Episode", "ExportPlan", "Writer", "plan_export", "write_group", "write_meta", "CODEBASE_VERSION", "DATA_PATH",
+           "VIDEO_PATH"]
+
+CODEBASE_VERSION = "v3.0"
+DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+EPISODES_PATH = "meta/episodes/chunk-000/file-000.parquet"
+CHUNKS_SIZE = 1000  # lerobot 0.6's defaults
+DATA_FILE_MB = 100
+VIDEO_FILE_MB = 200
+INDEX_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_index")  # lerobot appends these to every dataset
+LEROBOT_SOURCES = ("lerobot_v3", "lerobot_v2")
+QUANTILES = (("q01", 0.01), ("q10", 0.10), ("q50", 0.50), ("q90", 0.90), ("q99", 0.99))
+SOURCE_ID = "source_sequence_id"  # meta/episodes column: a non-LeRobot source's own episode id
+STRUCTURAL = {"sequence_id", "length", "duration_seconds", "episode_index", "task", "tasks", "split"}
+_KEY = re.compile(r"[A-Za-z0-9_.\-]+")
+
+
+@dataclasses.dataclass(frozen=True)
+class Feature:
+    """One LeRobot feature and the Mixtrain column it comes from."""
+
+    column: str
+    key: str
+    dtype: str  # lerobot's: float32, int64, bool, string, video ...
+    shape: tuple[int, ...]
+    names: Any = None
+    info: dict | None = None  # video features: lerobot's `info` object
+    entry: dict | None = None  # the source's own features entry, written back as it was (lerobot sources)
+
+    @property
+    def is_video(self) -> bool:
+        return self.dtype == "video"
+
+    def info_json(self) -> dict:
+        if self.entry is not None:
+            return self.entry
+        value: dict[str, Any] = {"dtype": self.dtype, "shape": list(self.shape), "names": self.names}
+        if self.info is not None:
+            value["info"] = self.info
+        return value
+
+
+@dataclasses.dataclass(frozen=True)
+class Episode:
+    sequence_id: str
+    episode_index: int
+    length: int
+    index_from: int  # the first frame's global `index`
+    group: int
+
+
+@dataclasses.dataclass
+class ExportPlan:
+    fps: float | int
+    robot_type: str | None
+    features: list[Feature]  # info.json order; the index features last, as lerobot writes them
+    tasks: list[str]  # task_index -> text
+    episodes: list[Episode]  # in episode order
+    groups: int
+    columns: list[str]  # the Mixtrain columns a group's rows need
+    episode_columns: list[str]  # custom per-episode columns kept in meta/episodes
+    splits: dict[str, str] | None
+    left_out: list[str]  # what LeRobot cannot hold, said in the summary and in info.json
+
+    @property
+    def frame_features(self) -> list[Feature]:
+        return [feature for feature in self.features if not feature.is_video]
+
+    @property
+    def video_features(self) -> list[Feature]:
+        return [feature for feature in self.features if feature.is_video]
+
+    @property
+    def total_frames(self) -> int:
+        return sum(episode.length for episode in self.episodes)
+
+
+def _conventional_key(column: str, kind: str) -> str:
+    """lerobot's naming for a column converted from another format: obs_x -> observation.x,
+    video_x -> observation.images.x; action and the rest keep their names."""
+    if kind == "video":
+        return "observation.images." + (column[len("video_"):] if column.startswith("video_") else column)
+    if column.startswith("obs_"):
+        return "observation." + column[len("obs_"):]
+    return column
+
+
+def _element_type(kind: pa.DataType) -> pa.DataType:
+    return kind.value_type if pa.types.is_list(kind) or pa.types.is_large_list(kind) else kind
+
+
+def _dtype_name(kind: pa.DataType) -> str:
+    while pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind):
+        kind = kind.value_type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return "string"
+    if pa.types.is_boolean(kind):
+        return "bool"
+    return np.dtype(kind.to_pandas_dtype()).name
+
+
+def plan_export(dataset, *, data_file_mb: float = DATA_FILE_MB, video_file_mb: float = VIDEO_FILE_MB,
+                fps: float | None = None) -> ExportPlan:
+    """The export's plan from the dataset's metadata and its scalar columns (no trajectory read).
+    `fps`: the frame rate to declare where the dataset records none (no camera, no source rate)."""
+    meta = dataset.metadata
+    where = dataset.where
+    source = meta.get("source") or {}
+    from_lerobot = source.get("format") in LEROBOT_SOURCES
+    source_features = source.get("features") if from_lerobot and isinstance(source.get("features"), dict) else {}
+    schema = dataset.schema
+    left_out: list[str] = []
+    features: list[Feature] = []
+    video_fps = None
+    for column, entry in dataset.column_types.items():
+        kind = entry.get("type")
+        if column in ("timestamp", "task_index") and kind in ("timestamps", "steps"):
+            continue  # rebuilt: lerobot's index features
+        if kind not in ("trajectory", "steps", "video"):
+            left_out.append(f"{column} ({kind}: LeRobot has no such feature)")
+            continue
+        key = entry.get("source") if from_lerobot and isinstance(entry.get("source"), str) else _conventional_key(column, kind)
+        if not _KEY.fullmatch(key) or key in INDEX_FEATURES:
+            raise FormatError(f"{where}: column {column!r}: {key!r} is not a name LeRobot can hold (letters, digits, '_', '.', '-' "
+                              f"only, none of {', '.join(INDEX_FEATURES)})")
+        original = source_features.get(key) if isinstance(source_features.get(key), dict) else None
+        if kind == "video":
+            video_fps = video_fps or entry.get("fps")
+            features.append(_video_feature(column, key, entry, original))
+            continue
+        element = _element_type(schema.field(column).type)
+        if kind == "trajectory":
+            dim = int(entry.get("dim") or element.list_size)
+            recorded = (original or {}).get("shape") or entry.get("shape")
+            shape = tuple(int(n) for n in recorded) if recorded and math.prod(recorded) == dim else (dim,)
+        else:
+            shape = (1,)
+        names = entry.get("names") if entry.get("names") is not None else (original or {}).get("names")
+        dtype = (original or {}).get("dtype") or _dtype_name(element)
+        keep = original if original and original.get("dtype") not in ("video", "image") and tuple(original.get("shape") or ()) == shape \
+            else None
+        features.append(Feature(column, key, dtype, shape, names, entry=keep))
+    if from_lerobot and source_features:  # info.json's own order
+        order = {key: position for position, key in enumerate(source_features)}
+        features.sort(key=lambda feature: order.get(feature.key, len(order)))
+    if len({feature.key for feature in features}) != len(features):
+        raise FormatError(f"{where}: two columns map to one LeRobot feature name")
+    recorded_fps = source.get("fps") or source.get("frame_rate_hz") or video_fps
+    if recorded_fps and fps and float(fps) != float(recorded_fps):
+        raise FormatError(f"{where}: records {recorded_fps} frames a second; --fps={fps} would contradict it")
+    fps = recorded_fps or fps
+    if not fps:
+        raise FormatError(f"{where}: no frame rate recorded (no camera, no source rate): give the one LeRobot should declare with --fps")
+    fps = int(fps) if float(fps).is_integer() else float(fps)
+    features.extend(_index_features(source_features))
+
+    scalars = [name for name in dataset.scalar_columns if name in schema.names]
+    table = dataset.scan(scalars)
+    order = _episode_order(table, where)
+    table = table.take(pa.array(order, pa.int64()))
+    tasks = _tasks(table, source if from_lerobot else {}, where)
+    episode_columns = [name for name in scalars if name not in STRUCTURAL]
+    if not from_lerobot:
+        episode_columns.append(SOURCE_ID)  # the episode's id in the format it was converted from
+    episodes, groups = _group(dataset, table, features, data_file_mb, video_file_mb)
+    splits = source.get("splits") if from_lerobot and isinstance(source.get("splits"), dict) else _splits(table)
+    needed = ["sequence_id", "length", *(feature.column for feature in features if feature.column in schema.names),
+              *(name for name in ("timestamp", "task_index", "task", "tasks") if name in schema.names),
+              *(name for name in episode_columns if name != SOURCE_ID)]
+    return ExportPlan(fps=fps, robot_type=source.get("robot_type"), features=features, tasks=tasks, episodes=episodes,
+                      groups=groups, columns=list(dict.fromkeys(needed)), episode_columns=episode_columns, splits=splits,
+                      left_out=left_out)
+
+
+def _video_feature(column: str, key: str, entry: dict, original: dict | None) -> Feature:
+    width, height = (entry.get("resolution") or {}).get("width"), (entry.get("resolution") or {}).get("height")
+    depth = bool(entry.get("is_depth_map"))
+    channels = 1 if depth else 3
+    info = dict((original or {}).get("info") or {})
+    if original and original.get("dtype") == "video":
+        info.update({"video.codec": entry.get("codec", info.get("video.codec")), "video.pix_fmt": entry.get("pix_fmt", info.get("video.pix_fmt"))})
+    else:
+        info = {"video.height": height, "video.width": width, "video.codec": entry.get("codec"), "video.pix_fmt": entry.get("pix_fmt"),
+                "video.is_depth_map": depth, "video.fps": entry.get("fps"), "video.channels": channels, "has_audio": False}
+    shape = tuple(original["shape"]) if original and original.get("dtype") == "video" else (height, width, channels)
+    names = (original or {}).get("names") or ["height", "width", "channels"]
+    entry_out = {**original, "info": info} if original and original.get("dtype") == "video" else None
+    return Feature(column, key, "video", shape, names, info=info, entry=entry_out)
+
+
+def _index_features(source_features: dict) -> list[Feature]:
+    out = []
+    for key, dtype in zip(INDEX_FEATURES, ("float32", "int64", "int64", "int64", "int64")):
+        original = source_features.get(key) if isinstance(source_features.get(key), dict) else None
+        out.append(Feature(key, key, dtype, (1,), None, entry=original))
+    return out
+
+
+def _episode_order(table: pa.Table, where: str) -> list[int]:
+    """Rows in episode order: the source's episode_index where the conversion kept it, else the id."""
+    if "episode_index" in table.column_names:
+        values = table.column("episode_index").to_pylist()
+        if None in values:
+            raise FormatError(f"{where}: episode_index is null in sequence {table.column('sequence_id')[values.index(None)]}")
+        if len(set(values)) != len(values):
+            raise FormatError(f"{where}: episode_index repeats: two sequences claim one episode")
+        return sorted(range(len(values)), key=values.__getitem__)
+    ids = table.column("sequence_id").to_pylist()
+    return sorted(range(len(ids)), key=ids.__getitem__)
+
+
+def _tasks(table: pa.Table, source: dict, where: str) -> list[str]:
+    recorded = source.get("tasks")
+    if isinstance(recorded, dict) and recorded and sorted(recorded, key=int) == [str(i) for i in range(len(recorded))]:
+        return [str(recorded[str(i)]) for i in range(len(recorded))]
+    seen: dict[str, None] = {}
+    for name in ("tasks", "task"):
+        if name in table.column_names:
+            for value in table.column(name).to_pylist():
+                for text in (value if isinstance(value, list) else [value]):
+                    if text is not None:
+                        seen.setdefault(str(text), None)
+    return list(seen) or [""]
+
+
+def _splits(table: pa.Table) -> dict[str, str] | None:
+    """info.json `splits` from the split column, when each split is one run of episodes."""
+    if "split" not in table.column_names:
+        return None
+    runs: dict[str, list[int]] = {}
+    for position, value in enumerate(table.column("split").to_pylist()):
+        if value is not None:
+            runs.setdefault(value, []).append(position)
+    if any(indices != list(range(indices[0], indices[-1] + 1)) for indices in runs.values()):
+        return None
+    return {name: f"{indices[0]}:{indices[-1] + 1}" for name, indices in runs.items()}
+
+
+def _frame_bytes(features: list[Feature]) -> int:
+    sizes = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "int16": 2, "uint16": 2, "int8": 1, "uint8": 1, "bool": 1}
+    return sum(sizes.get(feature.dtype, 8) * math.prod(feature.shape) for feature in features if not feature.is_video)
+
+
+def _group(dataset, table: pa.Table, features: list[Feature], data_file_mb: float, video_file_mb: float) -> tuple[list[Episode], int]:
+    """Consecutive episodes share a data file and, per camera, a video file, until either would
+    pass its size (lerobot's rule: a file rolls over once it is full)."""
+    lengths = table.column("length").to_pylist()
+    ids = table.column("sequence_id").to_pylist()
+    per_frame = _frame_bytes(features)
+    cameras = [feature.column for feature in features if feature.is_video]
+    video_sizes = {column: _video_sizes(dataset, column) for column in cameras}
+    episodes, group, data_bytes, video_bytes, index = [], 0, 0, dict.fromkeys(cameras, 0), 0
+    for position, (sequence_id, length) in enumerate(zip(ids, lengths)):
+        if length is None or length < 0:
+            raise FormatError(f"{dataset.where}: sequence {sequence_id}: no length")
+        size = length * per_frame
+        videos = {column: video_sizes[column].get(sequence_id, 0) for column in cameras}
+        full = data_bytes and data_bytes + size > data_file_mb * 1e6
+        full = full or any(video_bytes[c] and video_bytes[c] + videos[c] > video_file_mb * 1e6 for c in cameras)
+        if position and full:
+            group, data_bytes, video_bytes = group + 1, 0, dict.fromkeys(cameras, 0)
+        data_bytes += size
+        for column in cameras:
+            video_bytes[column] += videos[column]
+        episodes.append(Episode(sequence_id, position, int(length), index, group))
+        index += int(length)
+    return episodes, (group + 1 if episodes else 0)
+
+
+def _video_sizes(dataset, column: str) -> dict[str, int]:
+    """Each sequence's file size in a camera column, from one listing of its folder."""
+    folder = storage.join(dataset.root, "files", column)
+    try:
+        listing = dataset.fs.find(folder, detail=True)
+    except (FileNotFoundError, OSError):
+        return {}
+    sizes = {}
+    for path, info in listing.items():
+        name = path.rsplit("/", 1)[-1]
+        if name.endswith(".mp4"):
+            sizes[name[:-4]] = int(info.get("size") or 0)
+    return sizes
+
+
+# --- one group: a data file and each camera's joined video -----------------------------------
+
+
+def _flat(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    return array.flatten()
+
+
+def _steps(column: pa.ChunkedArray, lengths: list[int]) -> pa.Array:
+    """A per-step column's values, episode after episode; an episode whose cell is null (a column
+    only some episodes have) gives a null for each of its frames."""
+    array = column.combine_chunks()
+    if not array.null_count:
+        return array.flatten()
+    parts = [pa.nulls(length, array.type.value_type) if not array[i].is_valid else array.slice(i, 1).flatten()
+             for i, length in enumerate(lengths)]
+    return pa.concat_arrays(parts) if parts else array.flatten()
+
+
+def _frames(plan: ExportPlan, rows: pa.Table, episodes: list[Episode], task_of: dict[str, int], where: str) -> pa.Table:
+    """The data file's rows: one per frame, the episodes one after another."""
+    lengths = rows.column("length").to_pylist()
+    columns, names = [], []
+    for feature in plan.frame_features:
+        if feature.key in INDEX_FEATURES:
+            continue
+        values = _steps(rows.column(feature.column), lengths)
+        if feature.shape == (1,) and pa.types.is_fixed_size_list(values.type):
+            values = values.flatten()  # lerobot keeps a one-value feature as a scalar per frame
+        if len(values) != sum(lengths):
+            raise FormatError(f"{where}: column {feature.column} holds {len(values)} steps for {sum(lengths)} timesteps")
+        if len(feature.shape) > 1:  # [d1, d2, ...] kept flat in Mixtrain, row-major: nested again
+            nested = values.flatten() if pa.types.is_fixed_size_list(values.type) else values
+            for size in reversed(feature.shape):
+                nested = pa.FixedSizeListArray.from_arrays(nested, size)
+            values = nested
+        columns.append(values)
+        names.append(feature.key)
+    total = sum(lengths)
+    if "timestamp" in rows.column_names:
+        timestamps = _flat(rows.column("timestamp")).to_numpy(zero_copy_only=False).astype(np.float32)
+    else:
+        timestamps = np.concatenate([np.arange(n) / plan.fps for n in lengths]).astype(np.float32) if total else np.zeros(0, np.float32)
+    frame_index = np.concatenate([np.arange(n, dtype=np.int64) for n in lengths]) if total else np.zeros(0, np.int64)
+    episode_index = np.repeat(np.array([e.episode_index for e in episodes], np.int64), lengths)
+    index = np.concatenate([np.arange(e.index_from, e.index_from + n, dtype=np.int64) for e, n in zip(episodes, lengths)]) \
+        if total else np.zeros(0, np.int64)
+    columns += [pa.array(timestamps), pa.array(frame_index), pa.array(episode_index), pa.array(index),
+                pa.array(_task_indices(rows, lengths, task_of, where), pa.int64())]
+    names += list(INDEX_FEATURES)
+    return pa.table(columns, names=names)
+
+
+def _task_indices(rows: pa.Table, lengths: list[int], task_of: dict[str, int], where: str) -> np.ndarray:
+    out = []
+    tasks = rows.column("tasks").to_pylist() if "tasks" in rows.column_names else [None] * rows.num_rows
+    task = rows.column("task").to_pylist() if "task" in rows.column_names else [None] * rows.num_rows
+    per_step = rows.column("task_index").to_pylist() if "task_index" in rows.column_names else [None] * rows.num_rows
+    ids = rows.column("sequence_id").to_pylist()
+    for sequence_id, length, own, one, steps in zip(ids, lengths, tasks, task, per_step):
+        if steps is not None:
+            try:
+                out.append(np.array([task_of[own[i]] for i in steps], np.int64))
+            except (IndexError, KeyError, TypeError):
+                raise FormatError(f"{where}: sequence {sequence_id}: task_index points outside the row's tasks") from None
+            continue
+        text = one if one is not None else (own[0] if own else "")
+        out.append(np.full(length, task_of.get(text, 0), np.int64))
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+def _episode_stats(frames: pa.Table, features: list[Feature], lengths: list[int]) -> list[dict[str, list]]:
+    """Per episode and numeric feature: min, max, mean, std, count and lerobot 0.6's quantiles."""
+    out: list[dict[str, list]] = [{} for _ in lengths]
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    for feature in features:
+        if feature.dtype in ("string", "video", "image") or feature.key not in frames.column_names:
+            continue
+        column = frames.column(feature.key).combine_chunks()
+        values = column
+        while pa.types.is_fixed_size_list(values.type):
+            values = values.flatten()
+        try:
+            matrix = values.to_numpy(zero_copy_only=False).astype(np.float64).reshape(len(column), -1)
+        except (pa.ArrowInvalid, ValueError, TypeError):
+            continue
+        for number, (low, high) in enumerate(zip(starts[:-1], starts[1:])):
+            part = matrix[low:high]
+            if not len(part):
+                continue
+            stats = {"min": part.min(0), "max": part.max(0), "mean": part.mean(0), "std": part.std(0)}
+            stats.update({name: np.quantile(part, q, axis=0) for name, q in QUANTILES})
+            for name, value in stats.items():
+                out[number][f"stats/{feature.key}/{name}"] = [float(v) for v in value]
+            out[number][f"stats/{feature.key}/count"] = [int(high - low)]
+    return out
+
+
+def write_group(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> list[dict]:
+    """Write group `group`'s data file and videos under `out_root`; returns its episodes' rows of
+    meta/episodes (without the dataset-wide columns write_meta adds)."""
+    by_id = {episode.sequence_id: episode for episode in plan.episodes}
+    ids = rows.column("sequence_id").to_pylist()
+    rows = rows.take(pa.array(sorted(range(len(ids)), key=lambda i: by_id[ids[i]].episode_index), pa.int64()))
+    episodes = [by_id[sequence_id] for sequence_id in rows.column("sequence_id").to_pylist()]
+    where = storage.url_for(dataset.fs, dataset.root)
+    task_of = {text: number for number, text in enumerate(plan.tasks)}
+    frames = _frames(plan, rows, episodes, task_of, where)
+    lengths = rows.column("length").to_pylist()
+    data_path = storage.join(out_root, DATA_PATH.format(chunk_index=group, file_index=0))
+    out_fs.makedirs(data_path.rsplit("/", 1)[0], exist_ok=True)
+    with out_fs.open(data_path, "wb") as handle:
+        pq.write_table(frames, handle, compression="snappy")
+    records = []
+    stats = _episode_stats(frames, plan.frame_features, lengths)
+    for number, episode in enumerate(episodes):
+        record: dict[str, Any] = {"episode_index": episode.episode_index, "length": episode.length,
+                                  "data/chunk_index": group, "data/file_index": 0,
+                                  "dataset_from_index": episode.index_from,
+                                  "dataset_to_index": episode.index_from + episode.length}
+        tasks_row = rows.column("tasks")[number].as_py() if "tasks" in rows.column_names else None
+        task_row = rows.column("task")[number].as_py() if "task" in rows.column_names else None
+        record["tasks"] = list(tasks_row) if tasks_row else ([task_row] if task_row is not None else [plan.tasks[0]])
+        for name in plan.episode_columns:
+            record[name] = episode.sequence_id if name == SOURCE_ID else rows.column(name)[number].as_py()
+        record.update(stats[number])
+        records.append(record)
+    for feature in plan.video_features:
+        cells = rows.column(feature.column).to_pylist()
+        placed = _write_camera(plan, feature, group, cells, episodes, dataset, out_fs, out_root, where)
+        for record, (file_index, start, end) in zip(records, placed):
+            record.update({f"videos/{feature.key}/chunk_index": group, f"videos/{feature.key}/file_index": file_index,
+                           f"videos/{feature.key}/from_timestamp": start, f"videos/{feature.key}/to_timestamp": end})
+    return records
+
+
+def _write_camera(plan: ExportPlan, feature: Feature, group: int, cells: list[str | None], episodes: list[Episode], dataset,
+                  out_fs, out_root: str, where: str) -> list[tuple[int, float, float]]:
+    """The camera's episodes joined into as few files as the samples allow (a file whose codec
+    configuration or time base differs from the one before starts the next file; a file whose
+    sample table is not the plain case is copied whole as a file of its own). Returns each
+    episode's (file_index, from_timestamp, to_timestamp)."""
+    placed: list[tuple[int, int, float, float]] = []  # (position, file_index, from, to)
+    pending: list[tuple[int, mp4.SampleTable, bytes]] = []
+    file_index = 0
+
+    def flush() -> None:
+        nonlocal file_index, pending
+        if not pending:
+            return
+        tables = [table for _, table, _ in pending]
+        buffer = io.BytesIO()
+        starts = mp4.write_joined(tables, [io.BytesIO(blob) for _, _, blob in pending], buffer)
+        _put(out_fs, out_root, feature.key, group, file_index, buffer.getvalue())
+        timescale = tables[0].timescale
+        for number, (position, _, _) in enumerate(pending):
+            placed.append((position, file_index, starts[number] / timescale, starts[number + 1] / timescale))
+        file_index += 1
+        pending = []
+
+    for position, (cell, episode) in enumerate(zip(cells, episodes)):
+        if cell is None:
+            raise FormatError(f"{where}: sequence {episode.sequence_id}: no video in {feature.column}: a LeRobot episode has every camera")
+        path = storage.resolve_inside(dataset.root, cell, what="video file", fs=dataset.fs) if "://" not in cell else cell
+        blob = dataset.fs.cat_file(path)
+        table = mp4.read_sample_table(io.BytesIO(blob))
+        if table is None or not mp4.joinable(table):
+            flush()
+            _put(out_fs, out_root, feature.key, group, file_index, blob)
+            placed.append((position, file_index, 0.0, episode.length / float(plan.fps)))
+            file_index += 1
+            continue
+        if len(table.pts) != episode.length:
+            raise FormatError(f"{where}: sequence {episode.sequence_id}: {cell} holds {len(table.pts)} frames for {episode.length} "
+                              "timesteps")
+        if pending and not mp4.joinable(table, pending[0][1]):
+            flush()
+        pending.append((position, table, blob))
+    flush()
+    return [(file_index_, start, end) for _, file_index_, start, end in sorted(placed)]
+
+
+def _put(out_fs, out_root: str, key: str, group: int, file_index: int, data: bytes) -> None:
+    path = storage.join(out_root, VIDEO_PATH.format(video_key=key, chunk_index=group, file_index=file_index))
+    out_fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+    out_fs.pipe_file(path, data)
+
+
+class Writer:
+    """The plan and the dataset's statistics, as the export's Beam steps call them (transforms/export.py)."""
+
+    def __init__(self, plan: ExportPlan, stats: dict) -> None:
+        self.plan, self.stats = plan, stats
+        self.columns = plan.columns
+        self.group_of = {episode.sequence_id: episode.group for episode in plan.episodes}
+
+    def write_group(self, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> list[dict]:
+        return write_group(self.plan, group, rows, dataset, out_fs, out_root)
+
+    def write_meta(self, records: list[dict], out_fs, out_root: str) -> dict:
+        return write_meta(self.plan, records, self.stats, out_fs, out_root)
+
+
+# --- meta/ -----------------------------------------------------------------------------------
+
+
+def write_meta(plan: ExportPlan, records: Iterable[dict], stats: dict, out_fs, out_root: str) -> dict:
+    """meta/info.json, tasks.parquet, stats.json and the episodes table; returns info.json."""
+    ordered = sorted(records, key=lambda record: record["episode_index"])
+    if [record["episode_index"] for record in ordered] != list(range(len(plan.episodes))):
+        raise FormatError("the export lost an episode: its groups did not all come back")
+    keys = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index", "dataset_from_index", "dataset_to_index"]
+    for feature in plan.video_features:
+        keys += [f"videos/{feature.key}/{name}" for name in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
+    keys += plan.episode_columns
+    keys += sorted({key for record in ordered for key in record if key.startswith("stats/")}, key=_stats_order(plan))
+    for record in ordered:
+        record["meta/episodes/chunk_index"], record["meta/episodes/file_index"] = 0, 0
+    keys += ["meta/episodes/chunk_index", "meta/episodes/file_index"]
+    columns = {}
+    for key in keys:
+        values = [record.get(key) for record in ordered]
+        if key == "tasks":
+            columns[key] = pa.array(values, pa.list_(pa.string()))
+        elif key.endswith("/count"):
+            columns[key] = pa.array(values, pa.list_(pa.int64()))
+        elif key.startswith("stats/"):
+            columns[key] = pa.array(values, pa.list_(pa.float64()))
+        elif key.endswith("_timestamp"):
+            columns[key] = pa.array(values, pa.float64())
+        elif key in plan.episode_columns:
+            columns[key] = pa.array(values)
+        else:
+            columns[key] = pa.array(values, pa.int64())
+    episodes_path = storage.join(out_root, EPISODES_PATH)
+    out_fs.makedirs(episodes_path.rsplit("/", 1)[0], exist_ok=True)
+    with out_fs.open(episodes_path, "wb") as handle:
+        pq.write_table(pa.table(columns), handle)
+    with out_fs.open(storage.join(out_root, "meta/tasks.parquet"), "wb") as handle:
+        pq.write_table(pa.table({"task_index": pa.array(range(len(plan.tasks)), pa.int64()), "task": pa.array(plan.tasks, pa.string())}),
+                       handle)
+    by_column = {feature.column: feature.key for feature in plan.features}
+    lerobot_stats = {by_column[column]: value for column, value in stats.items() if column in by_column}
+    out_fs.pipe_file(storage.join(out_root, "meta/stats.json"), json.dumps(lerobot_stats, indent=4).encode())
+    info: dict[str, Any] = {
+        "codebase_version": CODEBASE_VERSION, "robot_type": plan.robot_type, "total_episodes": len(plan.episodes),
+        "total_frames": plan.total_frames, "total_tasks": len(plan.tasks), "chunks_size": CHUNKS_SIZE,
+        "data_files_size_in_mb": DATA_FILE_MB, "video_files_size_in_mb": VIDEO_FILE_MB, "fps": plan.fps,
+        "splits": plan.splits or {"train": f"0:{len(plan.episodes)}"}, "data_path": DATA_PATH,
+        "video_path": VIDEO_PATH if plan.video_features else None,
+        "features": {feature.key: feature.info_json() for feature in plan.features}}
+    if plan.left_out:
+        info["mixtrain_export"] = {"left_out": plan.left_out}
+    out_fs.pipe_file(storage.join(out_root, "meta/info.json"), json.dumps(info, indent=4).encode())
+    return info
+
+
+def _stats_order(plan: ExportPlan):
+    position = {feature.key: number for number, feature in enumerate(plan.features)}
+    names = {name: number for number, name in enumerate(["min", "max", "mean", "std", "count", *(q for q, _ in QUANTILES)])}
+
+    def key(column: str) -> tuple:
+        feature, _, stat = column[len("stats/"):].rpartition("/")
+        return position.get(feature, len(position)), names.get(stat, len(names))
+
+    return key
