@@ -1,0 +1,264 @@
+"""`python -m pipelines.export --to=lerobot_v3`: LeRobot v3.0 -> Mixtrain -> LeRobot v3.0 gives back
+every frame's values bit for bit, the tasks, the episodes and their metadata, and videos whose
+frames decode to the source's (read with tests/lerobot_layout.py, an independent reader of
+lerobot's layout); other sources export and read back; the command line refuses what it cannot do
+in one line and leaves the output as it was."""
+
+from __future__ import annotations
+
+import io
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from formats.read.reader import open_dataset
+from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
+from pipelines import conversion, export
+from tests.conftest import MULTI_FILE_SPEC, shared_lerobot
+from tests.lerobot_layout import LeRobotV3
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+VIDEO_FIXTURES = ("so100_tiny", "multi_lerobot061", "stream_lerobot061")
+
+
+def _convert(source, output, *extra: str) -> None:
+    out, console = io.StringIO(), io.StringIO()
+    assert conversion.run([f"--input={source}", f"--output={output}", "--progress=off", *extra], out=out, console=console) == 0, \
+        console.getvalue()
+
+
+def _export(source, output, *extra: str) -> tuple[int, str, str]:
+    out, console = io.StringIO(), io.StringIO()
+    code = export.run([f"--input={source}", f"--output={output}", "--to=lerobot_v3", *extra], out=out, console=console)
+    return code, out.getvalue(), console.getvalue()
+
+
+def _round_trip(source, folder) -> tuple[LeRobotV3, LeRobotV3]:
+    _convert(source, folder / "mixtrain")
+    code, out, console = _export(folder / "mixtrain", folder / "lerobot")
+    assert code == 0 and console == "", console
+    assert out.startswith("exported "), out
+    return LeRobotV3(source), LeRobotV3(folder / "lerobot")
+
+
+def _assert_same_lerobot(source: LeRobotV3, exported: LeRobotV3) -> None:
+    for key in ("codebase_version", "fps", "robot_type", "total_episodes", "total_frames", "total_tasks", "splits"):
+        assert exported.info.get(key) == source.info.get(key), key
+    assert exported.info["features"] == source.info["features"]  # dtypes, shapes, names, video info: as the source declared
+    assert list(exported.info["features"]) == list(source.info["features"])
+    assert exported.tasks == source.tasks
+    for episode in range(source.info["total_episodes"]):
+        theirs, ours = source.episodes[episode], exported.episodes[episode]
+        for key in ("episode_index", "tasks", "length", "dataset_from_index", "dataset_to_index"):
+            assert ours[key] == theirs[key], (episode, key)
+        expected, got = source.frames(episode), exported.frames(episode)
+        assert got.column_names == expected.column_names
+        for name in expected.column_names:  # every frame's value, bit for bit, in the source's own type
+            assert got.column(name).type == expected.column(name).type, name
+            assert got.column(name).equals(expected.column(name)), (episode, name)
+        for key in source.video_keys:
+            want, have = source.video(episode, key), exported.video(episode, key)
+            assert len(want) == len(have) == theirs["length"], (episode, key)
+            assert all(np.array_equal(a, b) for a, b in zip(want, have)), (episode, key)
+
+
+@pytest.mark.parametrize("name", VIDEO_FIXTURES)
+def test_lerobot_fixtures_come_back_exactly(name, tmp_path):
+    source, exported = _round_trip(shared_lerobot(name), tmp_path)
+    _assert_same_lerobot(source, exported)
+
+
+def test_many_files_b_frames_multi_task_episodes_and_splits_come_back_exactly(multi_file_dataset, tmp_path):
+    """H.264 with B-frames (edit lists), several data and video files, a two-task episode (per-frame
+    task_index), per-step bool and float64 features, train/val splits."""
+    root, _ = multi_file_dataset
+    source, exported = _round_trip(root, tmp_path)
+    _assert_same_lerobot(source, exported)
+    multi = [entry for entry in exported.episodes if len(entry["tasks"]) > 1]
+    assert multi and len(set(exported.frames(multi[0]["episode_index"]).column("task_index").to_pylist())) == 2
+
+
+def test_the_second_conversion_equals_the_first(tmp_path):
+    """Mixtrain -> LeRobot -> Mixtrain: every row, column type and source field the same (the
+    source's address aside); every video frame the same."""
+    source = tmp_path / "src"
+    write_dataset(str(source), MULTI_FILE_SPEC)
+    _convert(source, tmp_path / "a")
+    assert _export(tmp_path / "a", tmp_path / "l")[0] == 0
+    _convert(tmp_path / "l", tmp_path / "b")
+    first, second = open_dataset(str(tmp_path / "a")), open_dataset(str(tmp_path / "b"))
+    assert first.column_types == second.column_types
+    left, right = first.metadata["source"], second.metadata["source"]
+    assert {**left, "uri": None} == {**right, "uri": None}
+    names = [name for name in first.schema.names if not name.startswith("video_")]
+    assert first.scan(names).equals(second.scan(names))
+    for sequence_id in first.sequence_ids():
+        for column in first.video_columns:
+            assert np.array_equal(first.frames(sequence_id, column), second.frames(sequence_id, column)), (sequence_id, column)
+
+
+def test_two_workers_write_the_bytes_of_one(tmp_path, multi_file_dataset):
+    root, _ = multi_file_dataset
+    _convert(root, tmp_path / "m", "--num_shards=3")
+    assert _export(tmp_path / "m", tmp_path / "one", "--data_file_mb=0.002", "--video_file_mb=0.02")[0] == 0
+    assert _export(tmp_path / "m", tmp_path / "two", "--data_file_mb=0.002", "--video_file_mb=0.02", "--direct_num_workers=2")[0] == 0
+    one = {p.relative_to(tmp_path / "one"): p.read_bytes() for p in (tmp_path / "one").rglob("*") if p.is_file()}
+    two = {p.relative_to(tmp_path / "two"): p.read_bytes() for p in (tmp_path / "two").rglob("*") if p.is_file()}
+    assert one == two
+    assert len([p for p in one if p.parts[0] == "data"]) > 1  # the size limits rolled files over
+    _assert_same_lerobot(LeRobotV3(root), LeRobotV3(tmp_path / "one"))
+
+
+@pytest.mark.parametrize("source_id", ["lerobot_v2", "ortf", "l5kit", "rlds"])
+def test_other_sources_export_and_read_back(source_id, sample_inputs, tmp_path):
+    folder, options = sample_inputs[source_id]
+    _convert(folder, tmp_path / "m", *options)
+    extra = ["--fps=10"] if source_id == "l5kit" else []
+    code, out, console = _export(tmp_path / "m", tmp_path / "l", *extra)
+    assert code == 0 and console == "", console
+    dataset, lerobot = open_dataset(str(tmp_path / "m")), LeRobotV3(tmp_path / "l")
+    by_source = {entry["source_sequence_id"]: entry["episode_index"] for entry in lerobot.episodes} if source_id != "lerobot_v2" else None
+    keys = {feature["column"]: key for key, feature in _feature_columns(dataset, lerobot).items()}
+    assert lerobot.info["total_frames"] == sum(dataset.scan(["length"]).column("length").to_pylist())
+    for sequence_id in dataset.sequence_ids():
+        episode = by_source[sequence_id] if by_source else int(sequence_id.rsplit("_", 1)[1])
+        frames = lerobot.frames(episode)
+        length = dataset.sequence(sequence_id, ["length"])["length"]
+        assert frames.num_rows == length and frames.column("frame_index").to_pylist() == list(range(length))
+        for column, values in dataset.trajectories(sequence_id).items():
+            if column in keys:
+                exported = np.asarray(frames.column(keys[column]).to_pylist(), dtype=values.dtype).reshape(values.shape)
+                assert np.array_equal(exported, values, equal_nan=True), (sequence_id, column)
+        for key in lerobot.video_keys:
+            assert len(lerobot.video(episode, key)) == length
+    left = [entry for entry in dataset.column_types if dataset.column_types[entry]["type"] not in ("trajectory", "steps", "video",
+                                                                                                     "timestamps")]
+    said = [line for line in out.splitlines() if line.startswith("left out: ")]
+    assert [line.split()[2] for line in said] == left
+    assert [item.split()[0] for item in lerobot.info.get("mixtrain_export", {}).get("left_out", [])] == left
+
+
+def _feature_columns(dataset, lerobot: LeRobotV3) -> dict:
+    """LeRobot key -> {"column": the Mixtrain column} for the exported numeric features."""
+    from formats.exports.lerobot_v3 import plan_export
+
+    plan = plan_export(dataset, fps=lerobot.info["fps"])
+    return {feature.key: {"column": feature.column} for feature in plan.frame_features
+            if feature.dtype not in ("string",) and feature.key in lerobot.info["features"] and feature.column in dataset.schema.names
+            and dataset.kind(feature.column) == "trajectory"}
+
+
+def test_an_episode_of_one_frame(tmp_path):
+    source = tmp_path / "src"
+    write_dataset(str(source), SyntheticLeRobot(lengths=(1, 4, 1), episodes_per_video_file=2))
+    original, exported = _round_trip(source, tmp_path)
+    _assert_same_lerobot(original, exported)
+
+
+# --- the command line -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("export_cli")
+    source = folder / "src"
+    write_dataset(str(source), SyntheticLeRobot(lengths=(6, 5)))
+    _convert(source, folder / "m")
+    return folder / "m"
+
+
+def test_an_existing_output_is_refused_and_left_as_it_was(converted, tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("mine")
+    code, out, console = _export(converted, tmp_path / "out")
+    assert (code, out) == (1, "")
+    assert console == f"error: {tmp_path / 'out'}: exists and is not empty; pass --overwrite to replace it\n"
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["keep.txt"]
+    assert _export(converted, tmp_path / "out", "--overwrite")[0] == 0
+    assert not (tmp_path / "out" / "keep.txt").exists() and (tmp_path / "out" / "meta" / "info.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]  # no staging folder left beside it
+
+
+def test_the_output_cannot_be_the_input_or_inside_it(converted):
+    for output in (converted, converted / "lerobot"):
+        code, _, console = _export(converted, output)
+        assert code == 1 and console == f"error: {output}: the output must not be the input, inside it, or hold it\n"
+
+
+def test_a_missing_input_is_one_line(tmp_path):
+    code, _, console = _export(tmp_path / "nothing", tmp_path / "out")
+    assert code == 1 and console.startswith("error: ") and console.count("\n") == 1 and "mixtrain.json" in console
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_frame_rate_that_contradicts_the_recorded_one_is_refused(converted, tmp_path):
+    code, _, console = _export(converted, tmp_path / "out", "--fps=25")
+    assert code == 1 and console.endswith("records 30 frames a second; --fps=25.0 would contradict it\n"), console
+    assert not (tmp_path / "out").exists()
+
+
+def test_unknown_options_and_formats_are_refused_by_the_command(converted, tmp_path):
+    for argv, expected in (([f"--input={converted}", f"--output={tmp_path / 'o'}", "--to=lerobot_v2.1"],
+                            "error: argument --to: invalid choice: 'lerobot_v2.1' (choose from lerobot_v3) (see --help)\n"),
+                           ([f"--input={converted}", f"--output={tmp_path / 'o'}", "--to=lerobot_v3", "--bogus=1"],
+                            "error: unrecognized arguments: --bogus=1 (see --help)\n")):
+        done = subprocess.run([sys.executable, "-m", "pipelines.export", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert (done.returncode, done.stdout, done.stderr.replace("'lerobot_v3'", "lerobot_v3")) == (2, "", expected)
+    done = subprocess.run([sys.executable, "-m", "pipelines.export", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    for option in ("--input", "--output", "--to", "--overwrite", "--data_file_mb", "--video_file_mb", "--fps", "--direct_num_workers",
+                   "--runner"):
+        assert option in done.stdout
+
+
+# --- what a received dataset may claim ---------------------------------------------------------
+
+
+def _copy(converted, tmp_path):
+    target = tmp_path / "m"
+    shutil.copytree(converted, target)
+    return target
+
+
+def test_a_name_lerobot_cannot_hold_is_refused(converted, tmp_path):
+    target = _copy(converted, tmp_path)
+    sidecar = json.loads((target / "mixtrain.json").read_text())
+    sidecar["column_types"]["action"]["source"] = "../action"
+    (target / "mixtrain.json").write_text(json.dumps(sidecar))
+    code, _, console = _export(target, tmp_path / "out")
+    assert code == 1 and console == (f"error: {target / 'mixtrain.json'}: column 'action': '../action' is not a name LeRobot can hold "
+                                     "(letters, digits, '_', '.', '-' only, none of timestamp, frame_index, episode_index, index, "
+                                     "task_index)\n")
+    assert not (tmp_path / "out").exists()
+
+
+def _rewrite_shard(target, change) -> None:
+    shard = next((target / "data").glob("*.parquet"))
+    table = pq.read_table(shard)
+    pq.write_table(change(table), shard)
+
+
+def test_a_length_the_steps_do_not_have_is_refused_naming_the_sequence(converted, tmp_path):
+    target = _copy(converted, tmp_path)
+    _rewrite_shard(target, lambda table: table.set_column(table.column_names.index("length"), "length",
+                                                          pa.array([length + 1 for length in table.column("length").to_pylist()],
+                                                                   pa.int64())))
+    code, _, console = _export(target, tmp_path / "out")
+    assert code == 1 and console.startswith(f"error: file://{target}: column ") and "steps for" in console, console
+    assert console.count("\n") == 1 and not (tmp_path / "out").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["m"]
+
+
+def test_a_video_path_outside_the_dataset_is_refused(converted, tmp_path):
+    target = _copy(converted, tmp_path)
+    _rewrite_shard(target, lambda table: table.set_column(table.column_names.index("video_front"), "video_front",
+                                                          pa.array(["../../../etc/passwd"] * table.num_rows, pa.string())))
+    code, _, console = _export(target, tmp_path / "out")
+    assert code == 1 and console.startswith("error: ") and "../../../etc/passwd" in console and console.count("\n") == 1, console
+    assert not (tmp_path / "out").exists()
