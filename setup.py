@@ -74,5 +74,5 @@ setup(
                              "pandas>=2.0", *LAKE, *LANCE, *S3, "moto[server]>=5.1,<6", *DASK,
                              f"duckdb=={DUCKDB}", *(f"duckdb-extension-{name}=={DUCKDB}" for name in ("iceberg", "avro", "delta"))]},
     entry_points={"console_scripts": ["mixtrain-convert=pipelines.convert:main", "mixtrain-validate=pipelines.validate:entry",
-                                      "mixtrain-inspect=pipelines.inspect:entry"]},
+                                      "mixtrain-inspect=pipelines.inspect:entry", "mixtrain-export=pipelines.export:main"]},
 )

@@ -35,7 +35,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m pipelines.export", allow_abbrev=False,
+    installed = os.path.basename(sys.argv[0]) == "mixtrain-export"  # the console script, else python -m
+    p = _Parser(prog="mixtrain-export" if installed else "python -m pipelines.export", allow_abbrev=False,
                 description="Write a Mixtrain dataset (standalone, Iceberg, Delta or Lance, as this converter wrote it) as a LeRobot "
                             "dataset. The output appears only when complete.")
     p.add_argument("--input", required=True, help="the Mixtrain dataset: a local path, gs://, s3:// or another fsspec URL")

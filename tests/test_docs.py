@@ -19,6 +19,7 @@ Blocks per page (run / marked), 2026-11-26:
 | docs/architecture.md | 0 | 2 | illustrations (the package tree, the source contract) |
 | docs/dask.md | 1 | 4 | installs packages, starts long-lived Dask services, needs SLURM or Kubernetes |
 | docs/dataflow.md | 0 | 5 | Google Cloud: Dataflow, gcloud, Docker, Cloud Scheduler |
+| docs/export.md | 2 | 1 | the folder an export writes |
 | docs/format.md | 1 | 2 | the files tree, two lines of a _quality.jsonl; the mixtrain.json example is parsed and checked against the sample's |
 | docs/lake.md | 9 | 1 | the table layout tree |
 | docs/lance.md | 4 | 1 | the dataset layout tree |
@@ -55,6 +56,7 @@ COUNTS = {  # page: (blocks run, blocks marked); pages without a code block are 
     "docs/architecture.md": (0, 2),
     "docs/dask.md": (1, 4),
     "docs/dataflow.md": (0, 5),
+    "docs/export.md": (2, 1),
     "docs/format.md": (1, 2),
     "docs/lake.md": (9, 1),
     "docs/lance.md": (4, 1),
@@ -134,6 +136,11 @@ EXPECTED = {
             r"    episode_000000 steps 0-29: 30 steps, fewer than 40\n",
             r"ok: sample/quality is a valid Mixtrain dataset\n", r"validate exited 1\n$"],
         1: [r"^6 short episode_000000 \[0, 29\]\n11\n$"],
+    },
+    "docs/export.md": {
+        0: [r"^exported 12 episodes, 477 frames, 2 cameras as lerobot_v3 in [\d.]+ s -> sample/lerobot_export\n",
+            r"converted 12 sequences, 477 timesteps, .* -> sample/roundtrip\n$"],
+        1: [r"^v3\.0 12 477 True\nTrue\nTrue\n$"],
     },
     "docs/dask.md": {
         1: [r"converted 12 sequences.*-> sample/dask\n\[True, True, True\]\n$"],

@@ -398,15 +398,19 @@ def _episode_stats(frames: pa.Table, features: list[Feature], lengths: list[int]
             matrix = values.to_numpy(zero_copy_only=False).astype(np.float64).reshape(len(column), -1)
         except (pa.ArrowInvalid, ValueError, TypeError):
             continue
-        for number, (low, high) in enumerate(zip(starts[:-1], starts[1:])):
-            part = matrix[low:high]
-            if not len(part):
-                continue
-            stats = {"min": part.min(0), "max": part.max(0), "mean": part.mean(0), "std": part.std(0)}
-            stats.update({name: np.quantile(part, q, axis=0) for name, q in QUANTILES})
-            for name, value in stats.items():
-                out[number][f"stats/{feature.key}/{name}"] = [float(v) for v in value]
-            out[number][f"stats/{feature.key}/count"] = [int(high - low)]
+        by_length: dict[int, list[int]] = {}
+        for number, length in enumerate(lengths):
+            if length:
+                by_length.setdefault(int(length), []).append(number)
+        for length, numbers in by_length.items():  # episodes of one length: one array, each statistic computed once for all
+            stacked = matrix[(starts[numbers][:, None] + np.arange(length)[None, :])]  # [episodes, frames, values]
+            stats = {"min": stacked.min(1), "max": stacked.max(1), "mean": stacked.mean(1), "std": stacked.std(1)}
+            quantiles = np.quantile(stacked, [q for _, q in QUANTILES], axis=1)
+            stats.update({name: quantiles[i] for i, (name, _) in enumerate(QUANTILES)})
+            for row, number in enumerate(numbers):
+                for name, value in stats.items():
+                    out[number][f"stats/{feature.key}/{name}"] = value[row].tolist()
+                out[number][f"stats/{feature.key}/count"] = [length]
     return out
 
 

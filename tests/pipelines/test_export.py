@@ -83,6 +83,15 @@ def test_many_files_b_frames_multi_task_episodes_and_splits_come_back_exactly(mu
     _assert_same_lerobot(source, exported)
     multi = [entry for entry in exported.episodes if len(entry["tasks"]) > 1]
     assert multi and len(set(exported.frames(multi[0]["episode_index"]).column("task_index").to_pylist())) == 2
+    for entry in exported.episodes:  # per-episode statistics: those of the episode's own frames
+        for key in ("observation.state", "action", "next.reward"):
+            values = np.asarray(exported.frames(entry["episode_index"]).column(key).to_pylist(), np.float64).reshape(entry["length"], -1)
+            expected = {"min": values.min(0), "max": values.max(0), "mean": values.mean(0), "std": values.std(0),
+                        "q01": np.quantile(values, 0.01, axis=0), "q50": np.quantile(values, 0.5, axis=0),
+                        "q99": np.quantile(values, 0.99, axis=0)}
+            for name, value in expected.items():
+                assert np.allclose(entry[f"stats/{key}/{name}"], value, rtol=1e-12, atol=0), (entry["episode_index"], key, name)
+            assert entry[f"stats/{key}/count"] == [entry["length"]]
 
 
 def test_the_second_conversion_equals_the_first(tmp_path):

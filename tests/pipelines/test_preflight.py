@@ -304,7 +304,7 @@ def test_an_hf_url_without_huggingface_hub_names_the_extra(tmp_path):
 
 
 @pytest.mark.parametrize("script, usage", [("mixtrain-convert", "usage: mixtrain-convert "), ("mixtrain-validate", "usage: mixtrain-validate "),
-                                           ("mixtrain-inspect", "usage: mixtrain-inspect ")])
+                                           ("mixtrain-inspect", "usage: mixtrain-inspect "), ("mixtrain-export", "usage: mixtrain-export ")])
 def test_console_scripts_name_themselves_in_their_usage(script, usage):
     path = pathlib.Path(sys.executable).with_name(script)
     if not path.exists():
