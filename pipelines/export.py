@@ -1,5 +1,5 @@
-"""`python -m pipelines.export --input=MIXTRAIN --output=DST --to=lerobot_v3`: a Mixtrain dataset
-this converter wrote, written out as a LeRobot v3.0 dataset (docs/export.md).
+"""`python -m pipelines.export --input=MIXTRAIN --output=DST --to=lerobot_v3|lerobot_v2.1`: a Mixtrain
+dataset this converter wrote, written out as a LeRobot dataset (docs/export.md).
 
 The plan (episode order, which episodes share a file) is made here from the metadata and the
 scalar columns; Beam reads the shards, writes each group of episodes on a worker, then `meta/`.
@@ -24,7 +24,7 @@ from formats.errors import ConversionError
 from formats.text import for_terminal
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
-FORMATS = ("lerobot_v3",)
+FORMATS = ("lerobot_v3", "lerobot_v2.1")
 STAGING_MARK = ".mixtrain-export-"
 
 
@@ -41,7 +41,8 @@ def parser() -> argparse.ArgumentParser:
                             "dataset. The output appears only when complete.")
     p.add_argument("--input", required=True, help="the Mixtrain dataset: a local path, gs://, s3:// or another fsspec URL")
     p.add_argument("--output", required=True, help="the folder to write (must not exist, or be empty, unless --overwrite)")
-    p.add_argument("--to", required=True, choices=FORMATS, help="the layout to write: lerobot_v3 (as lerobot 0.6 writes it)")
+    p.add_argument("--to", required=True, choices=FORMATS,
+                   help="the layout to write: lerobot_v3 (as lerobot 0.6 writes it) or lerobot_v2.1 (as lerobot 0.3 writes it)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output (the old one stays until the new one is complete)")
     p.add_argument("--data_file_mb", type=float, default=100.0,
                    help="roll data files over at about this size, like lerobot's data_files_size_in_mb (default 100)")
@@ -87,7 +88,7 @@ def run(argv: list[str], *, out: TextIO | None = None, console: TextIO | None = 
 
 
 def _export(args) -> tuple[str, tuple[dict, list[str]]]:
-    from formats.exports import lerobot_v3
+    from formats.exports import lerobot
     from formats.read.reader import open_dataset
 
     dataset = open_dataset(args.input)
@@ -95,8 +96,8 @@ def _export(args) -> tuple[str, tuple[dict, list[str]]]:
         raise ConversionError(f"{args.input}: a dataset without Parquet shards (Lance) cannot be exported yet")
     out_fs, out_root = storage.open_root(args.output)
     _check_output(dataset, out_fs, out_root, args)
-    plan = lerobot_v3.plan_export(dataset, data_file_mb=args.data_file_mb, video_file_mb=args.video_file_mb, fps=args.fps)
-    writer = lerobot_v3.Writer(plan, dataset.stats() if len(dataset) else {})
+    plan = lerobot.plan_export(dataset, data_file_mb=args.data_file_mb, video_file_mb=args.video_file_mb, fps=args.fps)
+    writer = lerobot.Writer(plan, dataset.stats() if len(dataset) else {}, args.to)
     staging = _staging(out_root)
     out_fs.makedirs(staging, exist_ok=True)
     try:

@@ -57,6 +57,39 @@ class LeRobotV3:
         return out
 
 
+class LeRobotV21:
+    """lerobot 0.3's v2.1 layout: one data file and one MP4 per episode, meta/*.jsonl."""
+
+    def __init__(self, root: pathlib.Path | str) -> None:
+        self.root = pathlib.Path(root)
+        self.info = json.loads((self.root / "meta" / "info.json").read_text())
+        self.episodes = sorted(_json_lines(self.root / "meta" / "episodes.jsonl"), key=lambda entry: entry["episode_index"])
+        self.tasks = {entry["task_index"]: entry["task"] for entry in _json_lines(self.root / "meta" / "tasks.jsonl")}
+        self.stats = {entry["episode_index"]: entry["stats"] for entry in _json_lines(self.root / "meta" / "episodes_stats.jsonl")}
+
+    @property
+    def video_keys(self) -> list[str]:
+        return [key for key, feature in self.info["features"].items() if feature["dtype"] == "video"]
+
+    def _chunk(self, episode: int) -> int:
+        return episode // self.info["chunks_size"]
+
+    def frames(self, episode: int) -> pa.Table:
+        path = self.info["data_path"].format(episode_chunk=self._chunk(episode), episode_index=episode)
+        return pq.read_table(self.root / path)
+
+    def video_path(self, episode: int, key: str) -> pathlib.Path:
+        return self.root / self.info["video_path"].format(episode_chunk=self._chunk(episode), video_key=key, episode_index=episode)
+
+    def video(self, episode: int, key: str) -> list[np.ndarray]:
+        with av.open(str(self.video_path(episode, key))) as container:
+            return [frame.to_ndarray(format=_plain_format(frame.format.name)) for frame in container.decode(video=0)]
+
+
+def _json_lines(path: pathlib.Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def _plain_format(name: str) -> str:
     """Samples compared as they are: gray and deep formats as themselves, the rest as planar YUV or RGB."""
     if name.startswith("gray") or name in ("yuv420p", "yuv422p", "yuv444p"):

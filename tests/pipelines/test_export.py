@@ -22,7 +22,7 @@ from formats.read.reader import open_dataset
 from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
 from pipelines import conversion, export
 from tests.conftest import MULTI_FILE_SPEC, shared_lerobot
-from tests.lerobot_layout import LeRobotV3
+from tests.lerobot_layout import LeRobotV3, LeRobotV21
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VIDEO_FIXTURES = ("so100_tiny", "multi_lerobot061", "stream_lerobot061")
@@ -34,9 +34,9 @@ def _convert(source, output, *extra: str) -> None:
         console.getvalue()
 
 
-def _export(source, output, *extra: str) -> tuple[int, str, str]:
+def _export(source, output, *extra: str, to: str = "lerobot_v3") -> tuple[int, str, str]:
     out, console = io.StringIO(), io.StringIO()
-    code = export.run([f"--input={source}", f"--output={output}", "--to=lerobot_v3", *extra], out=out, console=console)
+    code = export.run([f"--input={source}", f"--output={output}", f"--to={to}", *extra], out=out, console=console)
     return code, out.getvalue(), console.getvalue()
 
 
@@ -156,7 +156,7 @@ def test_other_sources_export_and_read_back(source_id, sample_inputs, tmp_path):
 
 def _feature_columns(dataset, lerobot: LeRobotV3) -> dict:
     """LeRobot key -> {"column": the Mixtrain column} for the exported numeric features."""
-    from formats.exports.lerobot_v3 import plan_export
+    from formats.exports.lerobot import plan_export
 
     plan = plan_export(dataset, fps=lerobot.info["fps"])
     return {feature.key: {"column": feature.column} for feature in plan.frame_features
@@ -169,6 +169,71 @@ def test_an_episode_of_one_frame(tmp_path):
     write_dataset(str(source), SyntheticLeRobot(lengths=(1, 4, 1), episodes_per_video_file=2))
     original, exported = _round_trip(source, tmp_path)
     _assert_same_lerobot(original, exported)
+
+
+# --- LeRobot v2.1 -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def v21_dataset(tmp_path_factory):
+    """A v2.1 dataset as lerobot 0.3 writes it: H.264 cameras, a two-task episode, per-step extras."""
+    from formats.sources.lerobot_v2.sample import write_dataset as write_v21
+
+    root = tmp_path_factory.mktemp("v21") / "src"
+    write_v21(str(root), SyntheticLeRobot(codec="h264", gop=2, lengths=(20, 15, 9, 1), multi_task_episodes=(1,), extra_step_features=True))
+    return root
+
+
+def test_lerobot_v21_comes_back_exactly(v21_dataset, tmp_path):
+    """v2.1 -> Mixtrain -> v2.1: info.json, episodes.jsonl and tasks.jsonl as they were, every data
+    file's columns equal in their own types, every MP4 the source's samples (packets) and frames."""
+    _convert(v21_dataset, tmp_path / "m")
+    code, out, console = _export(tmp_path / "m", tmp_path / "out", to="lerobot_v2.1")
+    assert code == 0 and console == "" and out.startswith("exported 4 episodes, 45 frames, 2 cameras as lerobot_v2.1 "), (out, console)
+    source, exported = LeRobotV21(v21_dataset), LeRobotV21(tmp_path / "out")
+    assert exported.info == source.info
+    assert (tmp_path / "out/meta/episodes.jsonl").read_text() == (v21_dataset / "meta/episodes.jsonl").read_text()
+    assert (tmp_path / "out/meta/tasks.jsonl").read_text() == (v21_dataset / "meta/tasks.jsonl").read_text()
+    for entry in source.episodes:
+        episode = entry["episode_index"]
+        expected, got = source.frames(episode), exported.frames(episode)
+        assert got.column_names == expected.column_names
+        for name in expected.column_names:
+            assert got.column(name).type == expected.column(name).type and got.column(name).equals(expected.column(name)), (episode, name)
+        for key in source.video_keys:
+            assert _packets(exported.video_path(episode, key)) == _packets(source.video_path(episode, key))
+            want, have = source.video(episode, key), exported.video(episode, key)
+            assert len(want) == len(have) == entry["length"] and all(np.array_equal(a, b) for a, b in zip(want, have)), (episode, key)
+        for key in ("observation.state", "action"):  # the statistics lerobot 0.3 keeps per episode, of the episode's frames
+            for name in ("min", "max", "mean", "std", "count"):
+                assert np.allclose(exported.stats[episode][key][name], source.stats[episode][key][name], rtol=1e-6), (episode, key, name)
+
+
+def _packets(path) -> list[bytes]:
+    import av
+
+    with av.open(str(path)) as container:
+        return [bytes(packet) for packet in container.demux(video=0) if packet.size]
+
+
+@pytest.mark.parametrize("name", VIDEO_FIXTURES)
+def test_lerobot_v3_fixtures_export_to_v21_frame_for_frame(name, tmp_path):
+    """v3.0 -> Mixtrain -> v2.1 (for trainers pinned to v2.1): the same features, tasks, episodes,
+    every frame's values and every decoded video frame, one file per episode."""
+    _convert(shared_lerobot(name), tmp_path / "m")
+    assert _export(tmp_path / "m", tmp_path / "out", to="lerobot_v2.1")[0] == 0
+    source, exported = LeRobotV3(shared_lerobot(name)), LeRobotV21(tmp_path / "out")
+    assert exported.info["codebase_version"] == "v2.1" and exported.info["features"] == source.info["features"]
+    assert exported.tasks == source.tasks and exported.info["total_frames"] == source.info["total_frames"]
+    for entry in source.episodes:
+        episode = entry["episode_index"]
+        assert exported.episodes[episode]["tasks"] == entry["tasks"] and exported.episodes[episode]["length"] == entry["length"]
+        expected, got = source.frames(episode), exported.frames(episode)
+        for column in expected.column_names:
+            assert got.column(column).equals(expected.column(column)), (episode, column)
+        for key in source.video_keys:
+            want, have = source.video(episode, key), exported.video(episode, key)
+            assert len(want) == len(have) == entry["length"] and all(np.array_equal(a, b) for a, b in zip(want, have)), (episode, key)
 
 
 # --- the command line -------------------------------------------------------------------------
@@ -214,12 +279,12 @@ def test_a_frame_rate_that_contradicts_the_recorded_one_is_refused(converted, tm
 
 
 def test_unknown_options_and_formats_are_refused_by_the_command(converted, tmp_path):
-    for argv, expected in (([f"--input={converted}", f"--output={tmp_path / 'o'}", "--to=lerobot_v2.1"],
-                            "error: argument --to: invalid choice: 'lerobot_v2.1' (choose from lerobot_v3) (see --help)\n"),
+    for argv, expected in (([f"--input={converted}", f"--output={tmp_path / 'o'}", "--to=lerobot_v2.0"],
+                            "error: argument --to: invalid choice: 'lerobot_v2.0' (choose from lerobot_v3, lerobot_v2.1) (see --help)\n"),
                            ([f"--input={converted}", f"--output={tmp_path / 'o'}", "--to=lerobot_v3", "--bogus=1"],
                             "error: unrecognized arguments: --bogus=1 (see --help)\n")):
         done = subprocess.run([sys.executable, "-m", "pipelines.export", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
-        assert (done.returncode, done.stdout, done.stderr.replace("'lerobot_v3'", "lerobot_v3")) == (2, "", expected)
+        assert (done.returncode, done.stdout, done.stderr.replace("'", "").replace("lerobot_v2.0 (", "'lerobot_v2.0' (")) == (2, "", expected)
     done = subprocess.run([sys.executable, "-m", "pipelines.export", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     for option in ("--input", "--output", "--to", "--overwrite", "--data_file_mb", "--video_file_mb", "--fps", "--direct_num_workers",
                    "--runner"):

@@ -1,10 +1,12 @@
-"""Mixtrain -> LeRobot v3.0, laid out as lerobot 0.6 writes it (docs/export.md has the mapping).
+"""Mixtrain -> LeRobot v3.0, laid out as lerobot 0.6 writes it, and v2.1 as lerobot 0.3 does
+(docs/export.md has the mapping).
 
 A plan (`plan_export`, on the launcher, from the sidecar and a scan of the scalar columns) puts
 the episodes in order and into groups; each group is one data file and, per camera, the
 episodes' MP4s joined into one file by copying their samples (formats/video/mp4.py
 `write_joined`: no frame decoded or changed). `write_group` writes one group from its rows (on a
-worker); `write_meta` writes `meta/` once every group is written. Column names, dtypes, shapes
+worker); `write_meta` writes `meta/` once every group is written. v2.1 keeps one data file and one
+MP4 per episode (the Mixtrain MP4 copied as it is); its groups only share the work out. Column names, dtypes, shapes
 and per-feature metadata come back from what the conversion recorded (`column_types.*.source`,
 `source.features`); a dataset converted from another format gets lerobot's conventional names.
 """
@@ -27,13 +29,17 @@ from formats import storage
 from formats.errors import FormatError
 from formats.video import mp4
 
-__all__ = ["Feature", "Episode", "ExportPlan", "Writer", "plan_export", "write_group", "write_meta", "CODEBASE_VERSION", "DATA_PATH",
-           "VIDEO_PATH"]
+__all__ = ["Feature", "Episode", "ExportPlan", "Writer", "plan_export", "write_group", "write_meta", "write_group_v21", "write_meta_v21",
+           "CODEBASE_VERSION", "DATA_PATH", "VIDEO_PATH", "V21_DATA_PATH", "V21_VIDEO_PATH", "LAYOUTS"]
 
 CODEBASE_VERSION = "v3.0"
 DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 EPISODES_PATH = "meta/episodes/chunk-000/file-000.parquet"
+V21_VERSION = "v2.1"
+V21_DATA_PATH = "data/chunk-{episode_chunk:03d}/episode_{episode_index:06d}.parquet"
+V21_VIDEO_PATH = "videos/chunk-{episode_chunk:03d}/{video_key}/episode_{episode_index:06d}.mp4"
+V21_STATS = ("min", "max", "mean", "std", "count")  # lerobot 0.3's episodes_stats.jsonl
 CHUNKS_SIZE = 1000  # lerobot 0.6's defaults
 DATA_FILE_MB = 100
 VIDEO_FILE_MB = 200
@@ -417,13 +423,7 @@ def _episode_stats(frames: pa.Table, features: list[Feature], lengths: list[int]
 def write_group(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> list[dict]:
     """Write group `group`'s data file and videos under `out_root`; returns its episodes' rows of
     meta/episodes (without the dataset-wide columns write_meta adds)."""
-    by_id = {episode.sequence_id: episode for episode in plan.episodes}
-    ids = rows.column("sequence_id").to_pylist()
-    rows = rows.take(pa.array(sorted(range(len(ids)), key=lambda i: by_id[ids[i]].episode_index), pa.int64()))
-    episodes = [by_id[sequence_id] for sequence_id in rows.column("sequence_id").to_pylist()]
-    where = storage.url_for(dataset.fs, dataset.root)
-    task_of = {text: number for number, text in enumerate(plan.tasks)}
-    frames = _frames(plan, rows, episodes, task_of, where)
+    rows, episodes, frames, where = _group_frames(plan, rows, dataset)
     lengths = rows.column("length").to_pylist()
     data_path = storage.join(out_root, DATA_PATH.format(chunk_index=group, file_index=0))
     out_fs.makedirs(data_path.rsplit("/", 1)[0], exist_ok=True)
@@ -436,11 +436,7 @@ def write_group(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, o
                                   "data/chunk_index": group, "data/file_index": 0,
                                   "dataset_from_index": episode.index_from,
                                   "dataset_to_index": episode.index_from + episode.length}
-        tasks_row = rows.column("tasks")[number].as_py() if "tasks" in rows.column_names else None
-        task_row = rows.column("task")[number].as_py() if "task" in rows.column_names else None
-        record["tasks"] = list(tasks_row) if tasks_row else ([task_row] if task_row is not None else [plan.tasks[0]])
-        for name in plan.episode_columns:
-            record[name] = episode.sequence_id if name == SOURCE_ID else rows.column(name)[number].as_py()
+        record.update(_episode_fields(plan, rows, number, episode))
         record.update(stats[number])
         records.append(record)
     for feature in plan.video_features:
@@ -450,6 +446,33 @@ def write_group(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, o
             record.update({f"videos/{feature.key}/chunk_index": group, f"videos/{feature.key}/file_index": file_index,
                            f"videos/{feature.key}/from_timestamp": start, f"videos/{feature.key}/to_timestamp": end})
     return records
+
+
+def _group_frames(plan: ExportPlan, rows: pa.Table, dataset) -> tuple[pa.Table, list[Episode], pa.Table, str]:
+    """The group's rows in episode order, their episodes, and the frames of the data file(s)."""
+    by_id = {episode.sequence_id: episode for episode in plan.episodes}
+    ids = rows.column("sequence_id").to_pylist()
+    rows = rows.take(pa.array(sorted(range(len(ids)), key=lambda i: by_id[ids[i]].episode_index), pa.int64()))
+    episodes = [by_id[sequence_id] for sequence_id in rows.column("sequence_id").to_pylist()]
+    where = storage.url_for(dataset.fs, dataset.root)
+    task_of = {text: number for number, text in enumerate(plan.tasks)}
+    return rows, episodes, _frames(plan, rows, episodes, task_of, where), where
+
+
+def _episode_fields(plan: ExportPlan, rows: pa.Table, number: int, episode: Episode) -> dict[str, Any]:
+    """An episode's tasks and custom metadata, as both layouts' episode tables hold them."""
+    tasks_row = rows.column("tasks")[number].as_py() if "tasks" in rows.column_names else None
+    task_row = rows.column("task")[number].as_py() if "task" in rows.column_names else None
+    fields: dict[str, Any] = {"tasks": list(tasks_row) if tasks_row else ([task_row] if task_row is not None else [plan.tasks[0]])}
+    for name in plan.episode_columns:
+        fields[name] = episode.sequence_id if name == SOURCE_ID else rows.column(name)[number].as_py()
+    return fields
+
+
+def _video_source(dataset, cell: str | None, feature: Feature, episode: Episode, where: str) -> str:
+    if cell is None:
+        raise FormatError(f"{where}: sequence {episode.sequence_id}: no video in {feature.column}: a LeRobot episode has every camera")
+    return storage.resolve_inside(dataset.root, cell, what="video file", fs=dataset.fs) if "://" not in cell else cell
 
 
 def _write_camera(plan: ExportPlan, feature: Feature, group: int, cells: list[str | None], episodes: list[Episode], dataset,
@@ -477,10 +500,7 @@ def _write_camera(plan: ExportPlan, feature: Feature, group: int, cells: list[st
         pending = []
 
     for position, (cell, episode) in enumerate(zip(cells, episodes)):
-        if cell is None:
-            raise FormatError(f"{where}: sequence {episode.sequence_id}: no video in {feature.column}: a LeRobot episode has every camera")
-        path = storage.resolve_inside(dataset.root, cell, what="video file", fs=dataset.fs) if "://" not in cell else cell
-        blob = dataset.fs.cat_file(path)
+        blob = dataset.fs.cat_file(_video_source(dataset, cell, feature, episode, where))
         table = mp4.read_sample_table(io.BytesIO(blob))
         if table is None or not mp4.joinable(table):
             flush()
@@ -504,19 +524,73 @@ def _put(out_fs, out_root: str, key: str, group: int, file_index: int, data: byt
     out_fs.pipe_file(path, data)
 
 
-class Writer:
-    """The plan and the dataset's statistics, as the export's Beam steps call them (transforms/export.py)."""
+def write_group_v21(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> list[dict]:
+    """v2.1: each episode of the group as its own data file and, per camera, its own MP4 (the
+    Mixtrain file's bytes: one episode per file is what both layouts hold). Returns the episodes'
+    lines of episodes.jsonl, each with its `stats` for episodes_stats.jsonl."""
+    rows, episodes, frames, where = _group_frames(plan, rows, dataset)
+    lengths = rows.column("length").to_pylist()
+    stats = _episode_stats(frames, plan.frame_features, lengths)
+    records, offset = [], 0
+    cells = {feature.column: rows.column(feature.column).to_pylist() for feature in plan.video_features}
+    for number, episode in enumerate(episodes):
+        chunk = episode.episode_index // CHUNKS_SIZE
+        path = storage.join(out_root, V21_DATA_PATH.format(episode_chunk=chunk, episode_index=episode.episode_index))
+        out_fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        with out_fs.open(path, "wb") as handle:
+            pq.write_table(frames.slice(offset, episode.length), handle, compression="snappy")
+        offset += episode.length
+        for feature in plan.video_features:
+            blob = dataset.fs.cat_file(_video_source(dataset, cells[feature.column][number], feature, episode, where))
+            table = mp4.read_sample_table(io.BytesIO(blob))
+            if table is not None and len(table.pts) != episode.length:
+                raise FormatError(f"{where}: sequence {episode.sequence_id}: {cells[feature.column][number]} holds {len(table.pts)} "
+                                  f"frames for {episode.length} timesteps")
+            target = storage.join(out_root, V21_VIDEO_PATH.format(episode_chunk=chunk, video_key=feature.key,
+                                                                  episode_index=episode.episode_index))
+            out_fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+            out_fs.pipe_file(target, blob)
+        per_feature: dict[str, dict[str, list]] = {}
+        for column, value in stats[number].items():
+            _, key, name = column.split("/", 1)[0], *column[len("stats/"):].rsplit("/", 1)
+            if name in V21_STATS:
+                per_feature.setdefault(key, {})[name] = value
+        records.append({"episode_index": episode.episode_index, **_episode_fields(plan, rows, number, episode),
+                        "length": episode.length, "stats": per_feature})
+    return records
 
-    def __init__(self, plan: ExportPlan, stats: dict) -> None:
-        self.plan, self.stats = plan, stats
-        self.columns = plan.columns
-        self.group_of = {episode.sequence_id: episode.group for episode in plan.episodes}
 
-    def write_group(self, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> list[dict]:
-        return write_group(self.plan, group, rows, dataset, out_fs, out_root)
+def write_meta_v21(plan: ExportPlan, records: Iterable[dict], stats: dict, out_fs, out_root: str) -> dict:
+    """meta/info.json, episodes.jsonl, tasks.jsonl, episodes_stats.jsonl and stats.json (v2.1)."""
+    ordered = sorted(records, key=lambda record: record["episode_index"])
+    if [record["episode_index"] for record in ordered] != list(range(len(plan.episodes))):
+        raise FormatError("the export lost an episode: its groups did not all come back")
 
-    def write_meta(self, records: list[dict], out_fs, out_root: str) -> dict:
-        return write_meta(self.plan, records, self.stats, out_fs, out_root)
+    def lines(values: Iterable[dict]) -> bytes:
+        return "".join(json.dumps(value, default=str) + "\n" for value in values).encode()
+
+    out_fs.makedirs(storage.join(out_root, "meta"), exist_ok=True)
+    out_fs.pipe_file(storage.join(out_root, "meta/episodes.jsonl"),
+                     lines({key: value for key, value in record.items() if key != "stats"} for record in ordered))
+    out_fs.pipe_file(storage.join(out_root, "meta/episodes_stats.jsonl"),
+                     lines({"episode_index": record["episode_index"], "stats": record["stats"]} for record in ordered))
+    out_fs.pipe_file(storage.join(out_root, "meta/tasks.jsonl"),
+                     lines({"task_index": number, "task": text} for number, text in enumerate(plan.tasks)))
+    by_column = {feature.column: feature.key for feature in plan.features}
+    out_fs.pipe_file(storage.join(out_root, "meta/stats.json"),
+                     json.dumps({by_column[c]: v for c, v in stats.items() if c in by_column}, indent=4).encode())
+    episodes = len(plan.episodes)
+    info: dict[str, Any] = {
+        "codebase_version": V21_VERSION, "robot_type": plan.robot_type, "total_episodes": episodes, "total_frames": plan.total_frames,
+        "total_tasks": len(plan.tasks), "total_videos": episodes * len(plan.video_features),
+        "total_chunks": -(-episodes // CHUNKS_SIZE), "chunks_size": CHUNKS_SIZE, "fps": plan.fps,
+        "splits": plan.splits or {"train": f"0:{episodes}"}, "data_path": V21_DATA_PATH,
+        "video_path": V21_VIDEO_PATH if plan.video_features else None,
+        "features": {feature.key: feature.info_json() for feature in plan.features}}
+    if plan.left_out:
+        info["mixtrain_export"] = {"left_out": plan.left_out}
+    out_fs.pipe_file(storage.join(out_root, "meta/info.json"), json.dumps(info, indent=4).encode())
+    return info
 
 
 # --- meta/ -----------------------------------------------------------------------------------
@@ -582,3 +656,22 @@ def _stats_order(plan: ExportPlan):
         return position.get(feature, len(position)), names.get(stat, len(names))
 
     return key
+
+
+LAYOUTS = {"lerobot_v3": (write_group, write_meta), "lerobot_v2.1": (write_group_v21, write_meta_v21)}
+
+
+class Writer:
+    """The plan, the dataset's statistics and the layout, as the export's Beam steps call them
+    (transforms/export.py)."""
+
+    def __init__(self, plan: ExportPlan, stats: dict, layout: str = "lerobot_v3") -> None:
+        self.plan, self.stats, self.layout = plan, stats, layout
+        self.columns = plan.columns
+        self.group_of = {episode.sequence_id: episode.group for episode in plan.episodes}
+
+    def write_group(self, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> list[dict]:
+        return LAYOUTS[self.layout][0](self.plan, group, rows, dataset, out_fs, out_root)
+
+    def write_meta(self, records: list[dict], out_fs, out_root: str) -> dict:
+        return LAYOUTS[self.layout][1](self.plan, records, self.stats, out_fs, out_root)
