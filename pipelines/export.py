@@ -92,8 +92,9 @@ def _export(args) -> tuple[str, tuple[dict, list[str]]]:
     from formats.read.reader import open_dataset
 
     dataset = open_dataset(args.input)
-    if not getattr(dataset, "shards", None) and len(dataset):
-        raise ConversionError(f"{args.input}: a dataset without Parquet shards (Lance) cannot be exported yet")
+    if hasattr(dataset, "lance"):  # formats/read/lance_rows.py: one pseudo-shard, videos as blobs
+        raise ConversionError(f"{args.input}: a Lance dataset (--table_format=lance) cannot be exported yet; convert the source to "
+                              "the standalone layout, Iceberg or Delta and export that")
     out_fs, out_root = storage.open_root(args.output)
     _check_output(dataset, out_fs, out_root, args)
     plan = lerobot.plan_export(dataset, data_file_mb=args.data_file_mb, video_file_mb=args.video_file_mb, fps=args.fps)

@@ -188,6 +188,11 @@ def plan_export(dataset, *, data_file_mb: float = DATA_FILE_MB, video_file_mb: f
     if not fps:
         raise FormatError(f"{where}: no frame rate recorded (no camera, no source rate): give the one LeRobot should declare with --fps")
     fps = int(fps) if float(fps).is_integer() else float(fps)
+    for feature in features:
+        rate = dataset.column_types[feature.column].get("fps") if feature.is_video else None
+        if rate and float(rate) != float(fps):
+            raise FormatError(f"{where}: camera {feature.column} runs at {rate} frames a second, the dataset at {fps}: LeRobot shows "
+                              "every camera at the dataset's rate")
     features.extend(_index_features(source_features))
 
     scalars = [name for name in dataset.scalar_columns if name in schema.names]

@@ -312,6 +312,36 @@ def test_a_name_lerobot_cannot_hold_is_refused(converted, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_camera_at_another_rate_is_refused(converted, tmp_path):
+    target = _copy(converted, tmp_path)
+    sidecar = json.loads((target / "mixtrain.json").read_text())
+    sidecar["column_types"]["video_wrist"]["fps"] = 15
+    (target / "mixtrain.json").write_text(json.dumps(sidecar))
+    code, _, console = _export(target, tmp_path / "out")
+    assert code == 1 and console == (f"error: {target / 'mixtrain.json'}: camera video_wrist runs at 15 frames a second, the dataset "
+                                     "at 30: LeRobot shows every camera at the dataset's rate\n")
+
+
+@pytest.mark.parametrize("table_format", ["iceberg", "delta"])
+def test_a_lake_table_exports_as_the_standalone_dataset_does(converted, tmp_path, table_format):
+    source = converted.parent / "src"
+    _convert(source, tmp_path / "lake", f"--table_format={table_format}")
+    assert _export(tmp_path / "lake", tmp_path / "from_lake")[0] == 0
+    assert _export(converted, tmp_path / "from_standalone")[0] == 0
+    lake = {p.relative_to(tmp_path / "from_lake"): p.read_bytes() for p in (tmp_path / "from_lake").rglob("*") if p.is_file()}
+    standalone = {p.relative_to(tmp_path / "from_standalone"): p.read_bytes() for p in (tmp_path / "from_standalone").rglob("*")
+                  if p.is_file()}
+    assert lake == standalone
+
+
+def test_a_lance_dataset_is_refused_saying_what_to_do(converted, tmp_path):
+    _convert(converted.parent / "src", tmp_path / "lance", "--table_format=lance")
+    code, _, console = _export(tmp_path / "lance", tmp_path / "out")
+    assert code == 1 and console == (f"error: {tmp_path / 'lance'}: a Lance dataset (--table_format=lance) cannot be exported yet; "
+                                     "convert the source to the standalone layout, Iceberg or Delta and export that\n")
+    assert not (tmp_path / "out").exists()
+
+
 def _rewrite_shard(target, change) -> None:
     shard = next((target / "data").glob("*.parquet"))
     table = pq.read_table(shard)
