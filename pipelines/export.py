@@ -37,19 +37,23 @@ class _Parser(argparse.ArgumentParser):
 def parser() -> argparse.ArgumentParser:
     installed = os.path.basename(sys.argv[0]) == "mixtrain-export"  # the console script, else python -m
     p = _Parser(prog="mixtrain-export" if installed else "python -m pipelines.export", allow_abbrev=False,
-                description="Write a Mixtrain dataset (standalone, Iceberg, Delta or Lance, as this converter wrote it) as a LeRobot "
+                description="Write a Mixtrain dataset (standalone, Iceberg or Delta, as this converter wrote it) as a LeRobot "
                             "dataset. The output appears only when complete.")
     p.add_argument("--input", required=True, help="the Mixtrain dataset: a local path, gs://, s3:// or another fsspec URL")
     p.add_argument("--output", required=True, help="the folder to write (must not exist, or be empty, unless --overwrite)")
     p.add_argument("--to", required=True, choices=FORMATS,
                    help="the layout to write: lerobot_v3 (as lerobot 0.6 writes it) or lerobot_v2.1 (as lerobot 0.3 writes it)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing output (the old one stays until the new one is complete)")
-    p.add_argument("--data_file_mb", type=float, default=100.0,
-                   help="roll data files over at about this size, like lerobot's data_files_size_in_mb (default 100)")
-    p.add_argument("--video_file_mb", type=float, default=200.0,
-                   help="roll each camera's video files over at about this size, like lerobot's video_files_size_in_mb (default 200)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing output (on a local disk the old one stays until the new one is complete; on an object "
+                        "store its files are removed before the new ones are moved in)")
+    p.add_argument("--data_file_mb", type=float, default=None,
+                   help="lerobot_v3: roll data files over at about this size, like lerobot's data_files_size_in_mb (default 100)")
+    p.add_argument("--video_file_mb", type=float, default=None,
+                   help="lerobot_v3: roll each camera's video files over at about this size, like lerobot's video_files_size_in_mb "
+                        "(default 200)")
     p.add_argument("--fps", type=float, default=None,
-                   help="the frame rate to declare for a dataset that records none (no camera, no source rate); refused when it records one")
+                   help="the frame rate to declare for a dataset that records none (no camera, no source rate); refused when it "
+                        "contradicts the recorded one")
     p.add_argument("--direct_num_workers", type=int, default=1, help="local worker processes (0: one per core; default 1)")
     p.add_argument("--runner", default="DirectRunner", choices=("DirectRunner",), help="Beam runner (the local runner)")
     return p
@@ -58,15 +62,24 @@ def parser() -> argparse.ArgumentParser:
 def run(argv: list[str], *, out: TextIO | None = None, console: TextIO | None = None) -> int:
     out, console = out or sys.stdout, console or sys.stderr
     args = parser().parse_args(argv)
-    if args.data_file_mb <= 0 or args.video_file_mb <= 0 or args.direct_num_workers < 0 or (args.fps is not None and not args.fps > 0):
+    sizes = [value for value in (args.data_file_mb, args.video_file_mb) if value is not None]
+    if args.to == "lerobot_v2.1" and sizes:
+        print("error: --data_file_mb and --video_file_mb have no effect with --to=lerobot_v2.1 (one file per episode) (see --help)",
+              file=console)
+        return EXIT_USAGE
+    if any(not value > 0 for value in sizes) or args.direct_num_workers < 0 or (args.fps is not None and not 0 < args.fps < float("inf")):
         print("error: --data_file_mb, --video_file_mb and --fps must be positive, --direct_num_workers at least 0 (see --help)",
               file=console)
         return EXIT_USAGE
+    args.data_file_mb = args.data_file_mb or 100.0
+    args.video_file_mb = args.video_file_mb or 200.0
     started = time.monotonic()
     try:
         staging, published = _export(args)
-    except ConversionError as error:
-        print(f"error: {for_terminal(error)}", file=console)
+    except ConversionError as error:  # ours, perhaps raised inside a Beam step (its "[while running ...]" dropped)
+        from pipelines.failures import user_message
+
+        print(f"error: {for_terminal(user_message(error) or error)}", file=console)
         return EXIT_FAILED
     except KeyboardInterrupt:
         print("error: interrupted: nothing was published (the output, if any, is as it was)", file=console)
@@ -80,7 +93,8 @@ def run(argv: list[str], *, out: TextIO | None = None, console: TextIO | None = 
     info, left_out = published
     frames, episodes = info["total_frames"], info["total_episodes"]
     cameras = sum(1 for feature in info["features"].values() if feature.get("dtype") == "video")
-    print(f"exported {episodes} episodes, {frames} frames, {cameras} camera{'s' * (cameras != 1)} as {args.to} in "
+    print(f"exported {episodes} episode{'s' * (episodes != 1)}, {frames} frame{'s' * (frames != 1)}, {cameras} "
+          f"camera{'s' * (cameras != 1)} as {args.to} in "
           f"{time.monotonic() - started:.1f} s -> {for_terminal(args.output)}", file=out)
     for item in left_out:
         print(f"left out: {for_terminal(item)}", file=out)
@@ -123,6 +137,9 @@ def _check_output(dataset, out_fs, out_root: str, args) -> None:
 
 def _staging(out_root: str) -> str:
     parent, _, name = out_root.rstrip("/").rpartition("/")
+    if not parent or not name:
+        raise ConversionError(f"{out_root}: the output must be a folder inside another (a bucket's or a disk's root cannot be staged "
+                              "beside)")
     return f"{parent}/.{name}{STAGING_MARK}{uuid.uuid4().hex[:12]}"
 
 
@@ -135,7 +152,12 @@ def _publish(out_fs, staging: str, out_root: str, overwrite: bool) -> None:
         if os.path.lexists(out_root):
             aside = f"{staging}.old"
             os.rename(out_root, aside)
-        os.rename(staging, out_root)
+        try:
+            os.rename(staging, out_root)
+        except OSError:
+            if aside:
+                os.rename(aside, out_root)  # the old output back where it was
+            raise
         if aside:
             shutil.rmtree(aside, ignore_errors=True)
         return

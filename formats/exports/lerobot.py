@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from formats import storage
@@ -47,6 +48,9 @@ INDEX_FEATURES = ("timestamp", "frame_index", "episode_index", "index", "task_in
 LEROBOT_SOURCES = ("lerobot_v3", "lerobot_v2")
 QUANTILES = (("q01", 0.01), ("q10", 0.10), ("q50", 0.50), ("q90", 0.90), ("q99", 0.99))
 SOURCE_ID = "source_sequence_id"  # meta/episodes column: a non-LeRobot source's own episode id
+SOURCE_INDEX = "source_episode_index"  # meta/episodes column: a LeRobot source's index, where episodes were renumbered
+EPISODE_KEYS = {"episode_index", "tasks", "length", "dataset_from_index", "dataset_to_index", "stats", SOURCE_ID, SOURCE_INDEX}
+EPISODE_PREFIXES = ("data/", "videos/", "stats/", "meta/")
 STRUCTURAL = {"sequence_id", "length", "duration_seconds", "episode_index", "task", "tasks", "split"}
 _KEY = re.compile(r"[A-Za-z0-9_.\-]+")
 
@@ -97,6 +101,8 @@ class ExportPlan:
     episode_columns: list[str]  # custom per-episode columns kept in meta/episodes
     splits: dict[str, str] | None
     left_out: list[str]  # what LeRobot cannot hold, said in the summary and in info.json
+    data_file_mb: float = DATA_FILE_MB
+    video_file_mb: float = VIDEO_FILE_MB
 
     @property
     def frame_features(self) -> list[Feature]:
@@ -156,42 +162,33 @@ def plan_export(dataset, *, data_file_mb: float = DATA_FILE_MB, video_file_mb: f
             left_out.append(f"{column} ({kind}: LeRobot has no such feature)")
             continue
         key = entry.get("source") if from_lerobot and isinstance(entry.get("source"), str) else _conventional_key(column, kind)
-        if not _KEY.fullmatch(key) or key in INDEX_FEATURES:
+        if not isinstance(key, str) or not _KEY.fullmatch(key) or key.startswith(".") or key in INDEX_FEATURES:
             raise FormatError(f"{where}: column {column!r}: {key!r} is not a name LeRobot can hold (letters, digits, '_', '.', '-' "
-                              f"only, none of {', '.join(INDEX_FEATURES)})")
+                              f"only, not starting with '.', none of {', '.join(INDEX_FEATURES)})")
         original = source_features.get(key) if isinstance(source_features.get(key), dict) else None
         if kind == "video":
-            video_fps = video_fps or entry.get("fps")
+            video_fps = video_fps or _rate(entry.get("fps"), f"column_types.{column}.fps", where)
             features.append(_video_feature(column, key, entry, original))
             continue
-        element = _element_type(schema.field(column).type)
-        if kind == "trajectory":
-            dim = int(entry.get("dim") or element.list_size)
-            recorded = (original or {}).get("shape") or entry.get("shape")
-            shape = tuple(int(n) for n in recorded) if recorded and math.prod(recorded) == dim else (dim,)
-        else:
-            shape = (1,)
-        names = entry.get("names") if entry.get("names") is not None else (original or {}).get("names")
-        dtype = (original or {}).get("dtype") or _dtype_name(element)
-        keep = original if original and original.get("dtype") not in ("video", "image") and tuple(original.get("shape") or ()) == shape \
-            else None
-        features.append(Feature(column, key, dtype, shape, names, entry=keep))
+        features.append(_frame_feature(column, key, kind, entry, original, schema.field(column).type, where))
     if from_lerobot and source_features:  # info.json's own order
         order = {key: position for position, key in enumerate(source_features)}
         features.sort(key=lambda feature: order.get(feature.key, len(order)))
     if len({feature.key for feature in features}) != len(features):
         raise FormatError(f"{where}: two columns map to one LeRobot feature name")
-    recorded_fps = source.get("fps") or source.get("frame_rate_hz") or video_fps
+    recorded_fps = _rate(source.get("fps"), "source.fps", where) or _rate(source.get("frame_rate_hz"), "source.frame_rate_hz", where) \
+        or video_fps
     if recorded_fps and fps and float(fps) != float(recorded_fps):
-        raise FormatError(f"{where}: records {recorded_fps} frames a second; --fps={fps} would contradict it")
+        raise FormatError(f"{where}: records {_plain(recorded_fps)} frames a second; --fps={_plain(fps)} would contradict it")
     fps = recorded_fps or fps
     if not fps:
         raise FormatError(f"{where}: no frame rate recorded (no camera, no source rate): give the one LeRobot should declare with --fps")
     fps = int(fps) if float(fps).is_integer() else float(fps)
     for feature in features:
-        rate = dataset.column_types[feature.column].get("fps") if feature.is_video else None
-        if rate and float(rate) != float(fps):
-            raise FormatError(f"{where}: camera {feature.column} runs at {rate} frames a second, the dataset at {fps}: LeRobot shows "
+        rate = _rate(dataset.column_types[feature.column].get("fps"), f"column_types.{feature.column}.fps", where) if feature.is_video \
+            else None
+        if rate and rate != float(fps):
+            raise FormatError(f"{where}: camera {feature.column} runs at {_plain(rate)} frames a second, the dataset at {fps}: LeRobot shows "
                               "every camera at the dataset's rate")
     features.extend(_index_features(source_features))
 
@@ -201,16 +198,58 @@ def plan_export(dataset, *, data_file_mb: float = DATA_FILE_MB, video_file_mb: f
     table = table.take(pa.array(order, pa.int64()))
     tasks = _tasks(table, source if from_lerobot else {}, where)
     episode_columns = [name for name in scalars if name not in STRUCTURAL]
+    for name in episode_columns:
+        if name in EPISODE_KEYS or name.startswith(EPISODE_PREFIXES):
+            raise FormatError(f"{where}: column {name!r} would overwrite LeRobot's own episodes column of that name")
     if not from_lerobot:
         episode_columns.append(SOURCE_ID)  # the episode's id in the format it was converted from
+    kept_indices = "episode_index" in table.column_names and table.column("episode_index").to_pylist() == list(range(table.num_rows))
+    if "episode_index" in table.column_names and not kept_indices:
+        episode_columns.append(SOURCE_INDEX)  # renumbered 0..N-1 (a subset, a gap): the source's own index kept
     episodes, groups = _group(dataset, table, features, data_file_mb, video_file_mb)
-    splits = source.get("splits") if from_lerobot and isinstance(source.get("splits"), dict) else _splits(table)
+    recorded_splits = _clamped_splits(source.get("splits"), table.num_rows) if from_lerobot and kept_indices else None
+    splits = recorded_splits if recorded_splits is not None else _splits(table)
     needed = ["sequence_id", "length", *(feature.column for feature in features if feature.column in schema.names),
-              *(name for name in ("timestamp", "task_index", "task", "tasks") if name in schema.names),
-              *(name for name in episode_columns if name != SOURCE_ID)]
+              *(name for name in ("timestamp", "task_index", "task", "tasks", "episode_index") if name in schema.names),
+              *(name for name in episode_columns if name not in (SOURCE_ID, SOURCE_INDEX))]
     return ExportPlan(fps=fps, robot_type=source.get("robot_type"), features=features, tasks=tasks, episodes=episodes,
                       groups=groups, columns=list(dict.fromkeys(needed)), episode_columns=episode_columns, splits=splits,
-                      left_out=left_out)
+                      left_out=left_out, data_file_mb=data_file_mb, video_file_mb=video_file_mb)
+
+
+def _frame_feature(column: str, key: str, kind: str, entry: dict, original: dict | None, arrow: pa.DataType, where: str) -> Feature:
+    """A per-frame feature whose dtype and shape are those of the data (the Arrow type); what the
+    sidecar records about them must agree, or the dataset is refused (info.json would lie)."""
+    element = _element_type(arrow)
+    dtype = _dtype_name(element)
+    if kind == "trajectory":
+        if not pa.types.is_fixed_size_list(element):
+            raise FormatError(f"{where}: column {column!r} is a trajectory of {element}, not of fixed-size vectors")
+        dim = element.list_size
+        if entry.get("dim") is not None and entry.get("dim") != dim:
+            raise FormatError(f"{where}: column {column!r}: column_types says dim {entry.get('dim')!r}, the data holds {dim} values a step")
+    else:
+        dim = 1
+    recorded = (original or {}).get("shape") or entry.get("shape")
+    if recorded is not None:
+        if not isinstance(recorded, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in recorded) \
+                or math.prod(recorded) != dim:
+            raise FormatError(f"{where}: column {column!r}: shape {recorded!r} recorded for {dim} values a step")
+    shape = tuple(recorded) if recorded else ((dim,) if kind == "trajectory" else (1,))
+    if original and original.get("dtype") not in (None, dtype):
+        raise FormatError(f"{where}: column {column!r}: source.features says {key} is {original.get('dtype')!r}, the data holds {dtype}")
+    names = entry.get("names") if entry.get("names") is not None else (original or {}).get("names")
+    keep = original if original and original.get("dtype") == dtype and tuple(original.get("shape") or ()) == shape else None
+    return Feature(column, key, dtype, shape, names, entry=keep)
+
+
+def _rate(value: Any, what: str, where: str) -> float | None:
+    """A recorded frame rate: a finite positive number, or absent."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise FormatError(f"{where}: {what} {value!r} is not a frame rate")
+    return float(value)
 
 
 def _video_feature(column: str, key: str, entry: dict, original: dict | None) -> Feature:
@@ -250,18 +289,49 @@ def _episode_order(table: pa.Table, where: str) -> list[int]:
     return sorted(range(len(ids)), key=ids.__getitem__)
 
 
+def _row_tasks(tasks: list | None, task: str | None) -> list[str]:
+    """An episode's tasks: its list, else its one task, else the empty task (LeRobot has no task-less episode)."""
+    return [str(text) for text in tasks] if tasks else ([str(task)] if task is not None else [""])
+
+
 def _tasks(table: pa.Table, source: dict, where: str) -> list[str]:
+    """The task table: a LeRobot source's own (its indices kept), else the tasks in order of first
+    appearance. Every episode's tasks must be in it."""
+    ids = table.column("sequence_id").to_pylist()
+    tasks = table.column("tasks").to_pylist() if "tasks" in table.column_names else [None] * len(ids)
+    task = table.column("task").to_pylist() if "task" in table.column_names else [None] * len(ids)
+    wanted = {sequence_id: _row_tasks(own, one) for sequence_id, own, one in zip(ids, tasks, task)}
     recorded = source.get("tasks")
-    if isinstance(recorded, dict) and recorded and sorted(recorded, key=int) == [str(i) for i in range(len(recorded))]:
-        return [str(recorded[str(i)]) for i in range(len(recorded))]
+    if isinstance(recorded, dict) and recorded and sorted(recorded, key=lambda k: int(k) if str(k).isdigit() else -1) == \
+            [str(i) for i in range(len(recorded))] and all(isinstance(text, str) for text in recorded.values()):
+        table_tasks = [recorded[str(i)] for i in range(len(recorded))]
+        known = set(table_tasks)
+        for sequence_id, texts in wanted.items():
+            missing = [text for text in texts if text not in known]
+            if missing:
+                raise FormatError(f"{where}: sequence {sequence_id}: task {missing[0]!r} is not in the source's task table")
+        return table_tasks
     seen: dict[str, None] = {}
-    for name in ("tasks", "task"):
-        if name in table.column_names:
-            for value in table.column(name).to_pylist():
-                for text in (value if isinstance(value, list) else [value]):
-                    if text is not None:
-                        seen.setdefault(str(text), None)
+    for texts in wanted.values():
+        for text in texts:
+            seen.setdefault(text, None)
     return list(seen) or [""]
+
+
+def _clamped_splits(recorded: Any, episodes: int) -> dict[str, str] | None:
+    """A LeRobot source's own splits ("train": "0:80"), cut to the episodes exported (0..episodes-1:
+    a conversion of the first N, --limit); None when they are not ranges."""
+    if not isinstance(recorded, dict):
+        return None
+    out = {}
+    for name, value in recorded.items():
+        parts = value.split(":") if isinstance(value, str) else []
+        if len(parts) != 2 or not all(part.isdigit() for part in parts):
+            return None
+        low, high = min(int(parts[0]), episodes), min(int(parts[1]), episodes)
+        if low < high:
+            out[name] = f"{low}:{high}"
+    return out
 
 
 def _splits(table: pa.Table) -> dict[str, str] | None:
@@ -345,6 +415,15 @@ def _steps(column: pa.ChunkedArray, lengths: list[int]) -> pa.Array:
 def _frames(plan: ExportPlan, rows: pa.Table, episodes: list[Episode], task_of: dict[str, int], where: str) -> pa.Table:
     """The data file's rows: one per frame, the episodes one after another."""
     lengths = rows.column("length").to_pylist()
+    ids = rows.column("sequence_id").to_pylist()
+    per_step = [feature.column for feature in plan.frame_features if feature.key not in INDEX_FEATURES]
+    for column in [*per_step, *(name for name in ("timestamp", "task_index") if name in rows.column_names)]:
+        counts = pc.list_value_length(rows.column(column)).to_pylist()
+        for sequence_id, length, count in zip(ids, lengths, counts):
+            if count is None and column in ("timestamp", "task_index"):
+                raise FormatError(f"{where}: sequence {sequence_id}: column {column} is null")
+            if count is not None and count != length:
+                raise FormatError(f"{where}: sequence {sequence_id}: column {column} holds {count} steps for {length} timesteps")
     columns, names = [], []
     for feature in plan.frame_features:
         if feature.key in INDEX_FEATURES:
@@ -383,14 +462,15 @@ def _task_indices(rows: pa.Table, lengths: list[int], task_of: dict[str, int], w
     per_step = rows.column("task_index").to_pylist() if "task_index" in rows.column_names else [None] * rows.num_rows
     ids = rows.column("sequence_id").to_pylist()
     for sequence_id, length, own, one, steps in zip(ids, lengths, tasks, task, per_step):
+        texts = _row_tasks(own, one)
         if steps is not None:
-            try:
-                out.append(np.array([task_of[own[i]] for i in steps], np.int64))
-            except (IndexError, KeyError, TypeError):
-                raise FormatError(f"{where}: sequence {sequence_id}: task_index points outside the row's tasks") from None
+            if not own or any(i is None or not 0 <= i < len(own) for i in steps):
+                raise FormatError(f"{where}: sequence {sequence_id}: task_index points outside the row's tasks")
+            out.append(np.array([task_of[str(own[i])] for i in steps], np.int64))
             continue
-        text = one if one is not None else (own[0] if own else "")
-        out.append(np.full(length, task_of.get(text, 0), np.int64))
+        if texts[0] not in task_of:
+            raise FormatError(f"{where}: sequence {sequence_id}: task {texts[0]!r} is not in the task table")
+        out.append(np.full(length, task_of[texts[0]], np.int64))
     return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
@@ -468,16 +548,61 @@ def _episode_fields(plan: ExportPlan, rows: pa.Table, number: int, episode: Epis
     """An episode's tasks and custom metadata, as both layouts' episode tables hold them."""
     tasks_row = rows.column("tasks")[number].as_py() if "tasks" in rows.column_names else None
     task_row = rows.column("task")[number].as_py() if "task" in rows.column_names else None
-    fields: dict[str, Any] = {"tasks": list(tasks_row) if tasks_row else ([task_row] if task_row is not None else [plan.tasks[0]])}
+    fields: dict[str, Any] = {"tasks": _row_tasks(tasks_row, task_row)}
     for name in plan.episode_columns:
-        fields[name] = episode.sequence_id if name == SOURCE_ID else rows.column(name)[number].as_py()
+        if name == SOURCE_ID:
+            fields[name] = episode.sequence_id
+        elif name == SOURCE_INDEX:
+            fields[name] = rows.column("episode_index")[number].as_py()
+        else:
+            fields[name] = rows.column(name)[number].as_py()
     return fields
 
 
-def _video_source(dataset, cell: str | None, feature: Feature, episode: Episode, where: str) -> str:
+def _episode_video(dataset, cell: str | None, feature: Feature, episode: Episode, where: str) -> tuple[bytes, mp4.SampleTable | None, float]:
+    """The episode's MP4 in a camera column: its bytes, its sample table (None when not the plain
+    case) and the time its first frame is shown. Only a file inside the dataset is read (a cell
+    naming a URL or a path outside is refused: the export would copy it into its output), and
+    only a video of exactly `length` frames is taken."""
+    sequence = f"{where}: sequence {episode.sequence_id}"
     if cell is None:
-        raise FormatError(f"{where}: sequence {episode.sequence_id}: no video in {feature.column}: a LeRobot episode has every camera")
-    return storage.resolve_inside(dataset.root, cell, what="video file", fs=dataset.fs) if "://" not in cell else cell
+        raise FormatError(f"{sequence}: no video in {feature.column}: a LeRobot episode has every camera")
+    if "://" in cell:
+        raise FormatError(f"{sequence}: {feature.column} names {cell!r}: the export copies only video files inside the dataset")
+    path = storage.resolve_inside(dataset.root, cell, what="video file", fs=dataset.fs)
+    try:
+        blob = dataset.fs.cat_file(path)
+    except FileNotFoundError:
+        raise FormatError(f"{sequence}: {cell}: video file not found") from None
+    table = mp4.read_sample_table(io.BytesIO(blob))
+    if table is not None:
+        frames, start = len(table.pts), (float(table.pts.min()) / table.timescale if len(table.pts) else 0.0)
+    else:
+        frames, start = _demuxed(blob, f"{sequence}: {cell}")
+    if frames != episode.length:
+        raise FormatError(f"{sequence}: {cell} holds {frames} frames for {episode.length} timesteps")
+    return blob, table, start
+
+
+def _demuxed(blob: bytes, where: str) -> tuple[int, float]:
+    """Frames and the first shown time of a video the sample-table parser leaves to the demuxer
+    (fragmented, several tracks): its packets counted, nothing decoded."""
+    import av
+
+    try:
+        with av.open(io.BytesIO(blob)) as container:
+            if not container.streams.video:
+                raise FormatError(f"{where}: no video stream")
+            stream = container.streams.video[0]
+            times = []
+            for packet in container.demux(stream):
+                if packet.is_corrupt:
+                    raise FormatError(f"{where}: damaged: sample {len(times)} is cut short")
+                if packet.size and packet.pts is not None:
+                    times.append(packet.pts)
+            return len(times), (float(min(times) * stream.time_base) if times else 0.0)
+    except av.error.FFmpegError as error:
+        raise FormatError(f"{where}: not a video file: {error}") from None
 
 
 def _write_camera(plan: ExportPlan, feature: Feature, group: int, cells: list[str | None], episodes: list[Episode], dataset,
@@ -505,17 +630,13 @@ def _write_camera(plan: ExportPlan, feature: Feature, group: int, cells: list[st
         pending = []
 
     for position, (cell, episode) in enumerate(zip(cells, episodes)):
-        blob = dataset.fs.cat_file(_video_source(dataset, cell, feature, episode, where))
-        table = mp4.read_sample_table(io.BytesIO(blob))
+        blob, table, start = _episode_video(dataset, cell, feature, episode, where)
         if table is None or not mp4.joinable(table):
             flush()
             _put(out_fs, out_root, feature.key, group, file_index, blob)
-            placed.append((position, file_index, 0.0, episode.length / float(plan.fps)))
+            placed.append((position, file_index, start, start + episode.length / float(plan.fps)))
             file_index += 1
             continue
-        if len(table.pts) != episode.length:
-            raise FormatError(f"{where}: sequence {episode.sequence_id}: {cell} holds {len(table.pts)} frames for {episode.length} "
-                              "timesteps")
         if pending and not mp4.joinable(table, pending[0][1]):
             flush()
         pending.append((position, table, blob))
@@ -546,11 +667,7 @@ def write_group_v21(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_f
             pq.write_table(frames.slice(offset, episode.length), handle, compression="snappy")
         offset += episode.length
         for feature in plan.video_features:
-            blob = dataset.fs.cat_file(_video_source(dataset, cells[feature.column][number], feature, episode, where))
-            table = mp4.read_sample_table(io.BytesIO(blob))
-            if table is not None and len(table.pts) != episode.length:
-                raise FormatError(f"{where}: sequence {episode.sequence_id}: {cells[feature.column][number]} holds {len(table.pts)} "
-                                  f"frames for {episode.length} timesteps")
+            blob, _, _ = _episode_video(dataset, cells[feature.column][number], feature, episode, where)
             target = storage.join(out_root, V21_VIDEO_PATH.format(episode_chunk=chunk, video_key=feature.key,
                                                                   episode_index=episode.episode_index))
             out_fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
@@ -567,9 +684,7 @@ def write_group_v21(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_f
 
 def write_meta_v21(plan: ExportPlan, records: Iterable[dict], stats: dict, out_fs, out_root: str) -> dict:
     """meta/info.json, episodes.jsonl, tasks.jsonl, episodes_stats.jsonl and stats.json (v2.1)."""
-    ordered = sorted(records, key=lambda record: record["episode_index"])
-    if [record["episode_index"] for record in ordered] != list(range(len(plan.episodes))):
-        raise FormatError("the export lost an episode: its groups did not all come back")
+    ordered = _in_order(plan, records)
 
     def lines(values: Iterable[dict]) -> bytes:
         return "".join(json.dumps(value, default=str) + "\n" for value in values).encode()
@@ -581,21 +696,14 @@ def write_meta_v21(plan: ExportPlan, records: Iterable[dict], stats: dict, out_f
                      lines({"episode_index": record["episode_index"], "stats": record["stats"]} for record in ordered))
     out_fs.pipe_file(storage.join(out_root, "meta/tasks.jsonl"),
                      lines({"task_index": number, "task": text} for number, text in enumerate(plan.tasks)))
-    by_column = {feature.column: feature.key for feature in plan.features}
-    out_fs.pipe_file(storage.join(out_root, "meta/stats.json"),
-                     json.dumps({by_column[c]: v for c, v in stats.items() if c in by_column}, indent=4).encode())
     episodes = len(plan.episodes)
     info: dict[str, Any] = {
         "codebase_version": V21_VERSION, "robot_type": plan.robot_type, "total_episodes": episodes, "total_frames": plan.total_frames,
         "total_tasks": len(plan.tasks), "total_videos": episodes * len(plan.video_features),
         "total_chunks": -(-episodes // CHUNKS_SIZE), "chunks_size": CHUNKS_SIZE, "fps": plan.fps,
         "splits": plan.splits or {"train": f"0:{episodes}"}, "data_path": V21_DATA_PATH,
-        "video_path": V21_VIDEO_PATH if plan.video_features else None,
-        "features": {feature.key: feature.info_json() for feature in plan.features}}
-    if plan.left_out:
-        info["mixtrain_export"] = {"left_out": plan.left_out}
-    out_fs.pipe_file(storage.join(out_root, "meta/info.json"), json.dumps(info, indent=4).encode())
-    return info
+        "video_path": V21_VIDEO_PATH if plan.video_features else None, "features": _features_json(plan)}
+    return _finish_meta(plan, info, stats, out_fs, out_root)
 
 
 # --- meta/ -----------------------------------------------------------------------------------
@@ -603,9 +711,7 @@ def write_meta_v21(plan: ExportPlan, records: Iterable[dict], stats: dict, out_f
 
 def write_meta(plan: ExportPlan, records: Iterable[dict], stats: dict, out_fs, out_root: str) -> dict:
     """meta/info.json, tasks.parquet, stats.json and the episodes table; returns info.json."""
-    ordered = sorted(records, key=lambda record: record["episode_index"])
-    if [record["episode_index"] for record in ordered] != list(range(len(plan.episodes))):
-        raise FormatError("the export lost an episode: its groups did not all come back")
+    ordered = _in_order(plan, records)
     keys = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index", "dataset_from_index", "dataset_to_index"]
     for feature in plan.video_features:
         keys += [f"videos/{feature.key}/{name}" for name in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
@@ -634,18 +740,50 @@ def write_meta(plan: ExportPlan, records: Iterable[dict], stats: dict, out_fs, o
     with out_fs.open(episodes_path, "wb") as handle:
         pq.write_table(pa.table(columns), handle)
     with out_fs.open(storage.join(out_root, "meta/tasks.parquet"), "wb") as handle:
-        pq.write_table(pa.table({"task_index": pa.array(range(len(plan.tasks)), pa.int64()), "task": pa.array(plan.tasks, pa.string())}),
-                       handle)
-    by_column = {feature.column: feature.key for feature in plan.features}
-    lerobot_stats = {by_column[column]: value for column, value in stats.items() if column in by_column}
-    out_fs.pipe_file(storage.join(out_root, "meta/stats.json"), json.dumps(lerobot_stats, indent=4).encode())
+        pq.write_table(_tasks_table(plan.tasks), handle)
     info: dict[str, Any] = {
         "codebase_version": CODEBASE_VERSION, "robot_type": plan.robot_type, "total_episodes": len(plan.episodes),
         "total_frames": plan.total_frames, "total_tasks": len(plan.tasks), "chunks_size": CHUNKS_SIZE,
-        "data_files_size_in_mb": DATA_FILE_MB, "video_files_size_in_mb": VIDEO_FILE_MB, "fps": plan.fps,
+        "data_files_size_in_mb": _plain(plan.data_file_mb), "video_files_size_in_mb": _plain(plan.video_file_mb), "fps": plan.fps,
         "splits": plan.splits or {"train": f"0:{len(plan.episodes)}"}, "data_path": DATA_PATH,
-        "video_path": VIDEO_PATH if plan.video_features else None,
-        "features": {feature.key: feature.info_json() for feature in plan.features}}
+        "video_path": VIDEO_PATH if plan.video_features else None, "features": _features_json(plan)}
+    return _finish_meta(plan, info, stats, out_fs, out_root)
+
+
+def _plain(number: float) -> float | int:
+    return int(number) if float(number).is_integer() else number
+
+
+def _tasks_table(tasks: list[str]) -> pa.Table:
+    """meta/tasks.parquet as lerobot writes it through pandas: `task` is the DataFrame's index
+    (lerobot reads an item's task text as `tasks.iloc[task_index].name`)."""
+    table = pa.table({"task_index": pa.array(range(len(tasks)), pa.int64()), "task": pa.array(tasks, pa.string())})
+    pandas = {"index_columns": ["task"], "column_indexes": [{"name": None, "field_name": None, "pandas_type": "unicode",
+                                                            "numpy_type": "object", "metadata": {"encoding": "UTF-8"}}],
+              "columns": [{"name": "task_index", "field_name": "task_index", "pandas_type": "int64", "numpy_type": "int64",
+                           "metadata": None},
+                          {"name": "task", "field_name": "task", "pandas_type": "unicode", "numpy_type": "object", "metadata": None}],
+              "attributes": {}, "creator": {"library": "pyarrow", "version": pa.__version__}, "pandas_version": "2.2.0"}
+    return table.replace_schema_metadata({b"pandas": json.dumps(pandas).encode()})
+
+
+def _features_json(plan: ExportPlan) -> dict:
+    return {feature.key: feature.info_json() for feature in plan.features}
+
+
+def _in_order(plan: ExportPlan, records: Iterable[dict]) -> list[dict]:
+    """Every episode's record, in order; a group that did not come back is an error, not a gap."""
+    ordered = sorted(records, key=lambda record: record["episode_index"])
+    if [record["episode_index"] for record in ordered] != list(range(len(plan.episodes))):
+        raise FormatError("the export lost an episode: its groups did not all come back")
+    return ordered
+
+
+def _finish_meta(plan: ExportPlan, info: dict, stats: dict, out_fs, out_root: str) -> dict:
+    """meta/stats.json and, last, meta/info.json (with what was left out) for either layout."""
+    by_column = {feature.column: feature.key for feature in plan.features}
+    lerobot_stats = {by_column[column]: value for column, value in stats.items() if column in by_column}
+    out_fs.pipe_file(storage.join(out_root, "meta/stats.json"), json.dumps(lerobot_stats, indent=4).encode())
     if plan.left_out:
         info["mixtrain_export"] = {"left_out": plan.left_out}
     out_fs.pipe_file(storage.join(out_root, "meta/info.json"), json.dumps(info, indent=4).encode())

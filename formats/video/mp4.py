@@ -399,8 +399,13 @@ def joinable(table: SampleTable, follows: SampleTable | None = None) -> bool:
     follow another) it has the same sample description (codec configuration bytes), time scales,
     and edit shift, so that one moov describes both. Anything else starts a file of its own."""
     count = len(table.pts)
-    if not count or plan_cut(table, None, None) != Cut(table, 0, count) or int(table.pts.min()) != 0:
+    cut = plan_cut(table, None, None) if count else None
+    if cut is None or (cut.first, cut.stop) != (0, count) or int(table.pts.min()) != 0:
         return False
+    shown = np.sort(table.pts)
+    last = int(np.argmax(table.pts))
+    if np.any(np.diff(shown) <= 0) or int(table.pts[last]) + int(table.durations[last]) > int(table.durations.sum()):
+        return False  # two samples shown at once, or one shown past the file's length: the next file would overlap it
     if follows is None:
         return True
     return (table.stsd == follows.stsd and table.timescale == follows.timescale and table.shift == follows.shift

@@ -274,7 +274,7 @@ def test_a_missing_input_is_one_line(tmp_path):
 
 def test_a_frame_rate_that_contradicts_the_recorded_one_is_refused(converted, tmp_path):
     code, _, console = _export(converted, tmp_path / "out", "--fps=25")
-    assert code == 1 and console.endswith("records 30 frames a second; --fps=25.0 would contradict it\n"), console
+    assert code == 1 and console.endswith("records 30 frames a second; --fps=25 would contradict it\n"), console
     assert not (tmp_path / "out").exists()
 
 
@@ -307,9 +307,44 @@ def test_a_name_lerobot_cannot_hold_is_refused(converted, tmp_path):
     (target / "mixtrain.json").write_text(json.dumps(sidecar))
     code, _, console = _export(target, tmp_path / "out")
     assert code == 1 and console == (f"error: {target / 'mixtrain.json'}: column 'action': '../action' is not a name LeRobot can hold "
-                                     "(letters, digits, '_', '.', '-' only, none of timestamp, frame_index, episode_index, index, "
-                                     "task_index)\n")
+                                     "(letters, digits, '_', '.', '-' only, not starting with '.', none of timestamp, frame_index, "
+                                     "episode_index, index, task_index)\n")
     assert not (tmp_path / "out").exists()
+    sidecar["column_types"]["action"]["source"] = ".."  # a key that would be a path segment of its own
+    (target / "mixtrain.json").write_text(json.dumps(sidecar))
+    assert "'..' is not a name LeRobot can hold" in _export(target, tmp_path / "out")[2]
+
+
+def _edit_sidecar(converted, tmp_path, change) -> pathlib.Path:
+    target = _copy(converted, tmp_path)
+    sidecar = json.loads((target / "mixtrain.json").read_text())
+    change(sidecar)
+    (target / "mixtrain.json").write_text(json.dumps(sidecar))
+    return target
+
+
+@pytest.mark.parametrize("value, said", [(-5, "-5"), (float("nan"), "nan"), ("abc", "'abc'"), (True, "True")])
+def test_a_frame_rate_that_is_not_one_is_refused(converted, tmp_path, value, said):
+    target = _edit_sidecar(converted, tmp_path, lambda sidecar: sidecar["source"].update(fps=value))
+    code, _, console = _export(target, tmp_path / "out")
+    assert code == 1 and console == f"error: {target / 'mixtrain.json'}: source.fps {said} is not a frame rate\n"
+
+
+def test_a_dtype_or_shape_the_data_does_not_have_is_refused(converted, tmp_path):
+    target = _edit_sidecar(converted, tmp_path, lambda sidecar: sidecar["source"]["features"]["action"].update(dtype="int64"))
+    code, _, console = _export(target, tmp_path / "out")
+    assert code == 1 and console == (f"error: {target / 'mixtrain.json'}: column 'action': source.features says action is 'int64', "
+                                     "the data holds float32\n")
+    shutil.rmtree(target)
+    target = _edit_sidecar(converted, tmp_path, lambda sidecar: sidecar["source"]["features"]["observation.state"].update(shape=[5]))
+    code, _, console = _export(target, tmp_path / "out")
+    assert code == 1 and console == f"error: {target / 'mixtrain.json'}: column 'obs_state': shape [5] recorded for 6 values a step\n"
+
+
+def test_tasks_the_task_table_does_not_hold_are_refused(converted, tmp_path):
+    target = _edit_sidecar(converted, tmp_path, lambda sidecar: sidecar["source"].update(tasks={"0": "something else"}))
+    code, _, console = _export(target, tmp_path / "out")
+    assert code == 1 and "is not in the source's task table" in console and console.count("\n") == 1, console
 
 
 def test_a_camera_at_another_rate_is_refused(converted, tmp_path):
@@ -354,9 +389,60 @@ def test_a_length_the_steps_do_not_have_is_refused_naming_the_sequence(converted
                                                           pa.array([length + 1 for length in table.column("length").to_pylist()],
                                                                    pa.int64())))
     code, _, console = _export(target, tmp_path / "out")
-    assert code == 1 and console.startswith(f"error: file://{target}: column ") and "steps for" in console, console
-    assert console.count("\n") == 1 and not (tmp_path / "out").exists()
+    assert code == 1 and console == f"error: file://{target}: sequence episode_000000: column obs_state holds 6 steps for 7 timesteps\n"
+    assert not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["m"]
+
+
+def test_an_episode_column_named_like_lerobots_own_is_refused(converted, tmp_path):
+    target = _copy(converted, tmp_path)
+    _rewrite_shard(target, lambda table: table.append_column("dataset_from_index", pa.array([100] * table.num_rows, pa.int64())))
+    code, _, console = _export(target, tmp_path / "out")
+    assert code == 1 and console.endswith("column 'dataset_from_index' would overwrite LeRobot's own episodes column of that name\n")
+
+
+def test_a_per_step_task_index_outside_the_tasks_is_refused(multi_file_dataset, tmp_path):
+    root, _ = multi_file_dataset
+    _convert(root, tmp_path / "m")
+    _rewrite_shard(tmp_path / "m", lambda table: table.set_column(
+        table.column_names.index("task_index"), "task_index",
+        pa.array([None if steps is None else [-1] * len(steps) for steps in table.column("task_index").to_pylist()],
+                 table.schema.field("task_index").type)))
+    code, _, console = _export(tmp_path / "m", tmp_path / "out")
+    assert code == 1 and console.endswith(": task_index points outside the row's tasks\n") and "sequence episode_" in console, console
+
+
+def test_the_first_episodes_of_a_dataset_keep_its_splits_cut_to_them(multi_file_dataset, tmp_path):
+    root, _ = multi_file_dataset
+    _convert(root, tmp_path / "m", "--limit=6")
+    assert _export(tmp_path / "m", tmp_path / "out")[0] == 0
+    info = json.loads((tmp_path / "out/meta/info.json").read_text())
+    assert info["total_episodes"] == 6 and info["splits"] == {"train": "0:5", "val": "5:6"}
+
+
+def test_the_tasks_table_has_the_text_as_its_pandas_index(converted, tmp_path):
+    """lerobot reads an item's task text as tasks.iloc[task_index].name: the text must be the index."""
+    import pandas
+
+    assert _export(converted, tmp_path / "out")[0] == 0
+    tasks = pandas.read_parquet(tmp_path / "out/meta/tasks.parquet")
+    assert tasks.index.name == "task" and list(tasks.columns) == ["task_index"]
+    assert [tasks.iloc[i].name for i in tasks["task_index"]] == list(LeRobotV3(tmp_path / "out").tasks.values())
+
+
+def test_a_video_url_or_a_damaged_video_is_refused_not_copied(converted, tmp_path):
+    for cell in ("file:///etc/hostname", "http://example.com/x.mp4"):
+        target = _copy(converted, tmp_path)
+        _rewrite_shard(target, lambda table, cell=cell: table.set_column(table.column_names.index("video_front"), "video_front",
+                                                                          pa.array([cell] * table.num_rows, pa.string())))
+        code, _, console = _export(target, tmp_path / "out")
+        assert code == 1 and console.endswith(f"video_front names {cell!r}: the export copies only video files inside the dataset\n")
+        shutil.rmtree(target)
+    target = _copy(converted, tmp_path)
+    video = next((target / "files" / "video_front").glob("*.mp4"))
+    video.write_bytes(video.read_bytes()[:-200])  # its last samples cut off
+    code, _, console = _export(target, tmp_path / "out")
+    assert code == 1 and console.startswith("error: ") and console.count("\n") == 1 and not (tmp_path / "out").exists(), console
 
 
 def test_a_video_path_outside_the_dataset_is_refused(converted, tmp_path):
