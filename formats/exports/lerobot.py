@@ -14,10 +14,10 @@ and per-feature metadata come back from what the conversion recorded (`column_ty
 from __future__ import annotations
 
 import dataclasses
-import io
 import json
 import math
 import re
+import shutil
 from collections.abc import Iterable
 from typing import Any
 
@@ -559,11 +559,12 @@ def _episode_fields(plan: ExportPlan, rows: pa.Table, number: int, episode: Epis
     return fields
 
 
-def _episode_video(dataset, cell: str | None, feature: Feature, episode: Episode, where: str) -> tuple[bytes, mp4.SampleTable | None, float]:
-    """The episode's MP4 in a camera column: its bytes, its sample table (None when not the plain
-    case) and the time its first frame is shown. Only a file inside the dataset is read (a cell
-    naming a URL or a path outside is refused: the export would copy it into its output), and
-    only a video of exactly `length` frames is taken."""
+def _episode_video(dataset, cell: str | None, feature: Feature, episode: Episode, where: str) -> tuple[str, mp4.SampleTable | None, float]:
+    """The episode's MP4 in a camera column: its path, its sample table (None when not the plain
+    case) and the time its first frame is shown; only the file's boxes are read here, its samples
+    are streamed when written. Only a file inside the dataset is taken (a cell naming a URL or a
+    path outside is refused: the export would copy it into its output), and only a video of
+    exactly `length` frames."""
     sequence = f"{where}: sequence {episode.sequence_id}"
     if cell is None:
         raise FormatError(f"{sequence}: no video in {feature.column}: a LeRobot episode has every camera")
@@ -571,26 +572,40 @@ def _episode_video(dataset, cell: str | None, feature: Feature, episode: Episode
         raise FormatError(f"{sequence}: {feature.column} names {cell!r}: the export copies only video files inside the dataset")
     path = storage.resolve_inside(dataset.root, cell, what="video file", fs=dataset.fs)
     try:
-        blob = dataset.fs.cat_file(path)
+        with dataset.fs.open(path, "rb") as handle:
+            table = mp4.read_sample_table(handle)
+            if table is not None:
+                frames, start = len(table.pts), (float(table.pts.min()) / table.timescale if len(table.pts) else 0.0)
+            else:
+                handle.seek(0)
+                frames, start = _demuxed(handle, f"{sequence}: {cell}")
     except FileNotFoundError:
         raise FormatError(f"{sequence}: {cell}: video file not found") from None
-    table = mp4.read_sample_table(io.BytesIO(blob))
-    if table is not None:
-        frames, start = len(table.pts), (float(table.pts.min()) / table.timescale if len(table.pts) else 0.0)
-    else:
-        frames, start = _demuxed(blob, f"{sequence}: {cell}")
     if frames != episode.length:
         raise FormatError(f"{sequence}: {cell} holds {frames} frames for {episode.length} timesteps")
-    return blob, table, start
+    return path, table, start
 
 
-def _demuxed(blob: bytes, where: str) -> tuple[int, float]:
+def _opened(fs, paths: list[str]):
+    """The files one after another, each closed once the next is wanted (write_joined streams them)."""
+    for path in paths:
+        with fs.open(path, "rb") as handle:
+            yield handle
+
+
+def _copy_file(fs, path: str, out_fs, target: str) -> None:
+    out_fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
+    with fs.open(path, "rb") as source, out_fs.open(target, "wb") as destination:
+        shutil.copyfileobj(source, destination, 8 << 20)
+
+
+def _demuxed(handle, where: str) -> tuple[int, float]:
     """Frames and the first shown time of a video the sample-table parser leaves to the demuxer
     (fragmented, several tracks): its packets counted, nothing decoded."""
     import av
 
     try:
-        with av.open(io.BytesIO(blob)) as container:
+        with av.open(handle) as container:
             if not container.streams.video:
                 raise FormatError(f"{where}: no video stream")
             stream = container.streams.video[0]
@@ -612,17 +627,21 @@ def _write_camera(plan: ExportPlan, feature: Feature, group: int, cells: list[st
     sample table is not the plain case is copied whole as a file of its own). Returns each
     episode's (file_index, from_timestamp, to_timestamp)."""
     placed: list[tuple[int, int, float, float]] = []  # (position, file_index, from, to)
-    pending: list[tuple[int, mp4.SampleTable, bytes]] = []
+    pending: list[tuple[int, mp4.SampleTable, str]] = []
     file_index = 0
+
+    def target(number: int) -> str:
+        return storage.join(out_root, VIDEO_PATH.format(video_key=feature.key, chunk_index=group, file_index=number))
 
     def flush() -> None:
         nonlocal file_index, pending
         if not pending:
             return
         tables = [table for _, table, _ in pending]
-        buffer = io.BytesIO()
-        starts = mp4.write_joined(tables, [io.BytesIO(blob) for _, _, blob in pending], buffer)
-        _put(out_fs, out_root, feature.key, group, file_index, buffer.getvalue())
+        path = target(file_index)
+        out_fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
+        with out_fs.open(path, "wb") as destination:
+            starts = mp4.write_joined(tables, _opened(dataset.fs, [source for _, _, source in pending]), destination)
         timescale = tables[0].timescale
         for number, (position, _, _) in enumerate(pending):
             placed.append((position, file_index, starts[number] / timescale, starts[number + 1] / timescale))
@@ -630,24 +649,18 @@ def _write_camera(plan: ExportPlan, feature: Feature, group: int, cells: list[st
         pending = []
 
     for position, (cell, episode) in enumerate(zip(cells, episodes)):
-        blob, table, start = _episode_video(dataset, cell, feature, episode, where)
+        source, table, start = _episode_video(dataset, cell, feature, episode, where)
         if table is None or not mp4.joinable(table):
             flush()
-            _put(out_fs, out_root, feature.key, group, file_index, blob)
+            _copy_file(dataset.fs, source, out_fs, target(file_index))
             placed.append((position, file_index, start, start + episode.length / float(plan.fps)))
             file_index += 1
             continue
         if pending and not mp4.joinable(table, pending[0][1]):
             flush()
-        pending.append((position, table, blob))
+        pending.append((position, table, source))
     flush()
     return [(file_index_, start, end) for _, file_index_, start, end in sorted(placed)]
-
-
-def _put(out_fs, out_root: str, key: str, group: int, file_index: int, data: bytes) -> None:
-    path = storage.join(out_root, VIDEO_PATH.format(video_key=key, chunk_index=group, file_index=file_index))
-    out_fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
-    out_fs.pipe_file(path, data)
 
 
 def write_group_v21(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> list[dict]:
@@ -667,11 +680,9 @@ def write_group_v21(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_f
             pq.write_table(frames.slice(offset, episode.length), handle, compression="snappy")
         offset += episode.length
         for feature in plan.video_features:
-            blob, _, _ = _episode_video(dataset, cells[feature.column][number], feature, episode, where)
-            target = storage.join(out_root, V21_VIDEO_PATH.format(episode_chunk=chunk, video_key=feature.key,
-                                                                  episode_index=episode.episode_index))
-            out_fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
-            out_fs.pipe_file(target, blob)
+            source, _, _ = _episode_video(dataset, cells[feature.column][number], feature, episode, where)
+            _copy_file(dataset.fs, source, out_fs, storage.join(out_root, V21_VIDEO_PATH.format(
+                episode_chunk=chunk, video_key=feature.key, episode_index=episode.episode_index)))
         per_feature: dict[str, dict[str, list]] = {}
         for column, value in stats[number].items():
             _, key, name = column.split("/", 1)[0], *column[len("stats/"):].rsplit("/", 1)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import struct
+from collections.abc import Iterable
 from typing import BinaryIO
 
 import numpy as np
@@ -412,10 +413,11 @@ def joinable(table: SampleTable, follows: SampleTable | None = None) -> bool:
             and table.movie_timescale == follows.movie_timescale)
 
 
-def write_joined(tables: list[SampleTable], sources: list[BinaryIO], destination: BinaryIO) -> list[int]:
+def write_joined(tables: list[SampleTable], sources: Iterable[BinaryIO], destination: BinaryIO) -> list[int]:
     """One MP4 holding the samples of `tables` one file after the other (each `joinable` after the
     first), no sample decoded or changed: file j's frames are presented at its own times plus the
-    durations of the files before it. Returns each file's start in the track's timescale, and the
+    durations of the files before it. `sources` (the files, in order) is read one after another:
+    a generator may open each when it is reached. Returns each file's start in the track's timescale, and the
     end of the last one after them (len(tables) + 1 values)."""
     starts = [0]
     for table in tables:
