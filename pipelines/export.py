@@ -74,32 +74,27 @@ def run(argv: list[str], *, out: TextIO | None = None, console: TextIO | None = 
         return EXIT_USAGE
     args.data_file_mb = args.data_file_mb or 100.0
     args.video_file_mb = args.video_file_mb or 200.0
+    from pipelines.failures import user_message
     from pipelines.session import EXIT_SIGNALS, Interrupted, interrupted_by
 
     started = time.monotonic()
     try:
-        staging, published = _export(args)
+        info, left_out = _export(args)
     except (KeyboardInterrupt, Interrupted) as interrupt:  # Ctrl-C or SIGTERM: the staging folder is gone, the output as it was
         name = str(interrupt) if isinstance(interrupt, Interrupted) else "SIGINT"
         print(f"error: interrupted ({name}): the output was left as it was", file=console)
         return interrupt.exit_code if isinstance(interrupt, Interrupted) else EXIT_SIGNALS[signal.SIGINT]
     except ConversionError as error:  # ours, perhaps raised inside a Beam step (its "[while running ...]" dropped)
-        from pipelines.failures import user_message
-
         print(f"error: {for_terminal(user_message(error) or error)}", file=console)
         return EXIT_FAILED
     except Exception as error:  # noqa: BLE001 - Beam's wrapping of our own error, or a fault of ours: one line
-        from pipelines.failures import user_message
-
         interrupt = interrupted_by(error)  # Beam's in-process runner wraps the Interrupted a step raised
         if interrupt is not None:
             print(f"error: {interrupt.message()}", file=console)
             return interrupt.exit_code
-
         message = user_message(error) or f"{args.output}: export failed: {type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
         print(f"error: {for_terminal(message)}", file=console)
         return EXIT_FAILED
-    info, left_out = published
     frames, episodes = info["total_frames"], info["total_episodes"]
     cameras = sum(1 for feature in info["features"].values() if feature.get("dtype") == "video")
     print(f"exported {episodes} episode{'s' * (episodes != 1)}, {frames} frame{'s' * (frames != 1)}, {cameras} "
@@ -110,7 +105,8 @@ def run(argv: list[str], *, out: TextIO | None = None, console: TextIO | None = 
     return EXIT_OK
 
 
-def _export(args) -> tuple[str, tuple[dict, list[str]]]:
+def _export(args) -> tuple[dict, list[str]]:
+    """Plan, write into the staging folder, publish; info.json and what was left out."""
     from formats.exports import lerobot
     from formats.read.reader import open_dataset
 
@@ -132,7 +128,7 @@ def _export(args) -> tuple[str, tuple[dict, list[str]]]:
         with contextlib.suppress(OSError):
             out_fs.rm(staging, recursive=True)
         raise
-    return staging, (info, plan.left_out)
+    return info, plan.left_out
 
 
 def _check_output(dataset, out_fs, out_root: str, args) -> None:
