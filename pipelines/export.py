@@ -53,8 +53,8 @@ def parser() -> argparse.ArgumentParser:
                    help="lerobot_v3: roll each camera's video files over at about this size, like lerobot's video_files_size_in_mb "
                         "(default 200)")
     p.add_argument("--fps", type=float, default=None,
-                   help="the frame rate to declare for a dataset that records none (no camera, no source rate); refused when it "
-                        "contradicts the recorded one")
+                   help="the frame rate to declare for a dataset that records none (no camera, no source rate); refused for a "
+                        "dataset that records one")
     p.add_argument("--direct_num_workers", type=int, default=1, help="local worker processes (0: one per core; default 1)")
     p.add_argument("--runner", default="DirectRunner", choices=("DirectRunner",), help="Beam runner (the local runner)")
     return p
@@ -159,9 +159,9 @@ def _publish(out_fs, staging: str, out_root: str, overwrite: bool) -> None:
             os.rename(out_root, aside)
         try:
             os.rename(staging, out_root)
-        except OSError:
-            if aside:
-                os.rename(aside, out_root)  # the old output back where it was
+        except BaseException:  # a failure or a Ctrl-C between the two renames: the old output back where it was
+            if aside and not os.path.lexists(out_root):
+                os.rename(aside, out_root)
             raise
         if aside:
             shutil.rmtree(aside, ignore_errors=True)

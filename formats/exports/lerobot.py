@@ -13,6 +13,7 @@ and per-feature metadata come back from what the conversion recorded (`column_ty
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -49,7 +50,8 @@ LEROBOT_SOURCES = ("lerobot_v3", "lerobot_v2")
 QUANTILES = (("q01", 0.01), ("q10", 0.10), ("q50", 0.50), ("q90", 0.90), ("q99", 0.99))
 SOURCE_ID = "source_sequence_id"  # meta/episodes column: a non-LeRobot source's own episode id
 SOURCE_INDEX = "source_episode_index"  # meta/episodes column: a LeRobot source's index, where episodes were renumbered
-EPISODE_KEYS = {"episode_index", "tasks", "length", "dataset_from_index", "dataset_to_index", "stats", SOURCE_ID, SOURCE_INDEX}
+EPISODE_KEYS = {"episode_index", "tasks", "length", "dataset_from_index", "dataset_to_index", "stats"}
+MAX_EPISODE_FRAMES = 10**9  # as the LeRobot source reader bounds an episode
 EPISODE_PREFIXES = ("data/", "videos/", "stats/", "meta/")
 STRUCTURAL = {"sequence_id", "length", "duration_seconds", "episode_index", "task", "tasks", "split"}
 _KEY = re.compile(r"[A-Za-z0-9_.\-]+")
@@ -103,6 +105,7 @@ class ExportPlan:
     left_out: list[str]  # what LeRobot cannot hold, said in the summary and in info.json
     data_file_mb: float = DATA_FILE_MB
     video_file_mb: float = VIDEO_FILE_MB
+    computed: list[str] = dataclasses.field(default_factory=list)  # episode columns filled in by the export, not read
 
     @property
     def frame_features(self) -> list[Feature]:
@@ -178,8 +181,9 @@ def plan_export(dataset, *, data_file_mb: float = DATA_FILE_MB, video_file_mb: f
         raise FormatError(f"{where}: two columns map to one LeRobot feature name")
     recorded_fps = _rate(source.get("fps"), "source.fps", where) or _rate(source.get("frame_rate_hz"), "source.frame_rate_hz", where) \
         or video_fps
-    if recorded_fps and fps and float(fps) != float(recorded_fps):
-        raise FormatError(f"{where}: records {_plain(recorded_fps)} frames a second; --fps={_plain(fps)} would contradict it")
+    if recorded_fps and fps:  # the same rate would change nothing: an option without effect is refused too
+        raise FormatError(f"{where}: records {_plain(recorded_fps)} frames a second; --fps={_plain(fps)} is for a dataset that records "
+                          "none")
     fps = recorded_fps or fps
     if not fps:
         raise FormatError(f"{where}: no frame rate recorded (no camera, no source rate): give the one LeRobot should declare with --fps")
@@ -201,27 +205,32 @@ def plan_export(dataset, *, data_file_mb: float = DATA_FILE_MB, video_file_mb: f
     for name in episode_columns:
         if name in EPISODE_KEYS or name.startswith(EPISODE_PREFIXES):
             raise FormatError(f"{where}: column {name!r} would overwrite LeRobot's own episodes column of that name")
-    if not from_lerobot:
-        episode_columns.append(SOURCE_ID)  # the episode's id in the format it was converted from
+    computed = []  # episode columns the export fills in; a column of that name already there (an export converted back) is kept
+    if not from_lerobot and SOURCE_ID not in episode_columns:
+        computed.append(SOURCE_ID)  # the episode's id in the format it was converted from
     kept_indices = "episode_index" in table.column_names and table.column("episode_index").to_pylist() == list(range(table.num_rows))
-    if "episode_index" in table.column_names and not kept_indices:
-        episode_columns.append(SOURCE_INDEX)  # renumbered 0..N-1 (a subset, a gap): the source's own index kept
+    if "episode_index" in table.column_names and not kept_indices and SOURCE_INDEX not in episode_columns:
+        computed.append(SOURCE_INDEX)  # renumbered 0..N-1 (a subset, a gap): the source's own index kept
+    episode_columns += computed
     episodes, groups = _group(dataset, table, features, data_file_mb, video_file_mb)
     recorded_splits = _clamped_splits(source.get("splits"), table.num_rows) if from_lerobot and kept_indices else None
     splits = recorded_splits if recorded_splits is not None else _splits(table)
     needed = ["sequence_id", "length", *(feature.column for feature in features if feature.column in schema.names),
               *(name for name in ("timestamp", "task_index", "task", "tasks", "episode_index") if name in schema.names),
-              *(name for name in episode_columns if name not in (SOURCE_ID, SOURCE_INDEX))]
+              *(name for name in episode_columns if name not in computed)]
     return ExportPlan(fps=fps, robot_type=source.get("robot_type"), features=features, tasks=tasks, episodes=episodes,
                       groups=groups, columns=list(dict.fromkeys(needed)), episode_columns=episode_columns, splits=splits,
-                      left_out=left_out, data_file_mb=data_file_mb, video_file_mb=video_file_mb)
+                      left_out=left_out, data_file_mb=data_file_mb, video_file_mb=video_file_mb, computed=computed)
 
 
 def _frame_feature(column: str, key: str, kind: str, entry: dict, original: dict | None, arrow: pa.DataType, where: str) -> Feature:
     """A per-frame feature whose dtype and shape are those of the data (the Arrow type); what the
     sidecar records about them must agree, or the dataset is refused (info.json would lie)."""
     element = _element_type(arrow)
-    dtype = _dtype_name(element)
+    try:
+        dtype = _dtype_name(element)
+    except (NotImplementedError, TypeError):
+        raise FormatError(f"{where}: column {column!r} holds {element}, which LeRobot has no dtype for") from None
     if kind == "trajectory":
         if not pa.types.is_fixed_size_list(element):
             raise FormatError(f"{where}: column {column!r} is a trajectory of {element}, not of fixed-size vectors")
@@ -236,11 +245,21 @@ def _frame_feature(column: str, key: str, kind: str, entry: dict, original: dict
                 or math.prod(recorded) != dim:
             raise FormatError(f"{where}: column {column!r}: shape {recorded!r} recorded for {dim} values a step")
     shape = tuple(recorded) if recorded else ((dim,) if kind == "trajectory" else (1,))
-    if original and original.get("dtype") not in (None, dtype):
+    if original and original.get("dtype") is not None and not _same_dtype(original.get("dtype"), dtype):
         raise FormatError(f"{where}: column {column!r}: source.features says {key} is {original.get('dtype')!r}, the data holds {dtype}")
     names = entry.get("names") if entry.get("names") is not None else (original or {}).get("names")
-    keep = original if original and original.get("dtype") == dtype and tuple(original.get("shape") or ()) == shape else None
+    keep = original if original and _same_dtype(original.get("dtype"), dtype) and tuple(original.get("shape") or ()) == shape else None
     return Feature(column, key, dtype, shape, names, entry=keep)
+
+
+def _same_dtype(recorded: Any, actual: str) -> bool:
+    """Whether a recorded dtype names the data's (numpy's spellings: "float" is float64)."""
+    if recorded == actual:
+        return True
+    try:
+        return np.dtype(recorded).name == actual
+    except (TypeError, ValueError):
+        return False
 
 
 def _rate(value: Any, what: str, where: str) -> float | None:
@@ -306,6 +325,8 @@ def _tasks(table: pa.Table, source: dict, where: str) -> list[str]:
             [str(i) for i in range(len(recorded))] and all(isinstance(text, str) for text in recorded.values()):
         table_tasks = [recorded[str(i)] for i in range(len(recorded))]
         known = set(table_tasks)
+        if len(known) != len(table_tasks):
+            raise FormatError(f"{where}: source.tasks holds one text under two indices")
         for sequence_id, texts in wanted.items():
             missing = [text for text in texts if text not in known]
             if missing:
@@ -363,7 +384,9 @@ def _group(dataset, table: pa.Table, features: list[Feature], data_file_mb: floa
     episodes, group, data_bytes, video_bytes, index = [], 0, 0, dict.fromkeys(cameras, 0), 0
     for position, (sequence_id, length) in enumerate(zip(ids, lengths)):
         if length is None or length < 0:
-            raise FormatError(f"{dataset.where}: sequence {sequence_id}: no length")
+            raise FormatError(f"{dataset.where}: sequence {sequence_id}: no length, or a negative one")
+        if length > MAX_EPISODE_FRAMES:
+            raise FormatError(f"{dataset.where}: sequence {sequence_id}: length {length} is past {MAX_EPISODE_FRAMES} frames")
         size = length * per_frame
         videos = {column: video_sizes[column].get(sequence_id, 0) for column in cameras}
         full = data_bytes and data_bytes + size > data_file_mb * 1e6
@@ -508,7 +531,11 @@ def _episode_stats(frames: pa.Table, features: list[Feature], lengths: list[int]
 def write_group(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> list[dict]:
     """Write group `group`'s data file and videos under `out_root`; returns its episodes' rows of
     meta/episodes (without the dataset-wide columns write_meta adds)."""
-    rows, episodes, frames, where = _group_frames(plan, rows, dataset)
+    rows, episodes, where = _ordered(plan, rows, dataset)
+    # The videos first: each is counted against its episode's length before any frame is built.
+    placed = {feature.key: _write_camera(plan, feature, group, rows.column(feature.column).to_pylist(), episodes, dataset, out_fs,
+                                         out_root, where) for feature in plan.video_features}
+    frames = _group_frames(plan, rows, episodes, where)
     lengths = rows.column("length").to_pylist()
     data_path = storage.join(out_root, DATA_PATH.format(chunk_index=group, file_index=0))
     out_fs.makedirs(data_path.rsplit("/", 1)[0], exist_ok=True)
@@ -523,25 +550,24 @@ def write_group(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, o
                                   "dataset_to_index": episode.index_from + episode.length}
         record.update(_episode_fields(plan, rows, number, episode))
         record.update(stats[number])
+        for key, (file_index, start, end) in ((key, where_[number]) for key, where_ in placed.items()):
+            record.update({f"videos/{key}/chunk_index": group, f"videos/{key}/file_index": file_index,
+                           f"videos/{key}/from_timestamp": start, f"videos/{key}/to_timestamp": end})
         records.append(record)
-    for feature in plan.video_features:
-        cells = rows.column(feature.column).to_pylist()
-        placed = _write_camera(plan, feature, group, cells, episodes, dataset, out_fs, out_root, where)
-        for record, (file_index, start, end) in zip(records, placed):
-            record.update({f"videos/{feature.key}/chunk_index": group, f"videos/{feature.key}/file_index": file_index,
-                           f"videos/{feature.key}/from_timestamp": start, f"videos/{feature.key}/to_timestamp": end})
     return records
 
 
-def _group_frames(plan: ExportPlan, rows: pa.Table, dataset) -> tuple[pa.Table, list[Episode], pa.Table, str]:
-    """The group's rows in episode order, their episodes, and the frames of the data file(s)."""
+def _ordered(plan: ExportPlan, rows: pa.Table, dataset) -> tuple[pa.Table, list[Episode], str]:
+    """The group's rows in episode order, their episodes, and the dataset's URL for messages."""
     by_id = {episode.sequence_id: episode for episode in plan.episodes}
     ids = rows.column("sequence_id").to_pylist()
     rows = rows.take(pa.array(sorted(range(len(ids)), key=lambda i: by_id[ids[i]].episode_index), pa.int64()))
-    episodes = [by_id[sequence_id] for sequence_id in rows.column("sequence_id").to_pylist()]
-    where = storage.url_for(dataset.fs, dataset.root)
-    task_of = {text: number for number, text in enumerate(plan.tasks)}
-    return rows, episodes, _frames(plan, rows, episodes, task_of, where), where
+    return rows, [by_id[sequence_id] for sequence_id in rows.column("sequence_id").to_pylist()], storage.url_for(dataset.fs, dataset.root)
+
+
+def _group_frames(plan: ExportPlan, rows: pa.Table, episodes: list[Episode], where: str) -> pa.Table:
+    """The frames of the group's data file(s): its episodes one after another."""
+    return _frames(plan, rows, episodes, {text: number for number, text in enumerate(plan.tasks)}, where)
 
 
 def _episode_fields(plan: ExportPlan, rows: pa.Table, number: int, episode: Episode) -> dict[str, Any]:
@@ -550,9 +576,9 @@ def _episode_fields(plan: ExportPlan, rows: pa.Table, number: int, episode: Epis
     task_row = rows.column("task")[number].as_py() if "task" in rows.column_names else None
     fields: dict[str, Any] = {"tasks": _row_tasks(tasks_row, task_row)}
     for name in plan.episode_columns:
-        if name == SOURCE_ID:
+        if name == SOURCE_ID and name in plan.computed:
             fields[name] = episode.sequence_id
-        elif name == SOURCE_INDEX:
+        elif name == SOURCE_INDEX and name in plan.computed:
             fields[name] = rows.column("episode_index")[number].as_py()
         else:
             fields[name] = rows.column(name)[number].as_py()
@@ -641,7 +667,8 @@ def _write_camera(plan: ExportPlan, feature: Feature, group: int, cells: list[st
         path = target(file_index)
         out_fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         with out_fs.open(path, "wb") as destination:
-            starts = mp4.write_joined(tables, _opened(dataset.fs, [source for _, _, source in pending]), destination)
+            with contextlib.closing(_opened(dataset.fs, [source for _, _, source in pending])) as sources:
+                starts = mp4.write_joined(tables, sources, destination)
         timescale = tables[0].timescale
         for number, (position, _, _) in enumerate(pending):
             placed.append((position, file_index, starts[number] / timescale, starts[number + 1] / timescale))
@@ -667,11 +694,14 @@ def write_group_v21(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_f
     """v2.1: each episode of the group as its own data file and, per camera, its own MP4 (the
     Mixtrain file's bytes: one episode per file is what both layouts hold). Returns the episodes'
     lines of episodes.jsonl, each with its `stats` for episodes_stats.jsonl."""
-    rows, episodes, frames, where = _group_frames(plan, rows, dataset)
+    rows, episodes, where = _ordered(plan, rows, dataset)
+    # The videos first: each is counted against its episode's length before any frame is built.
+    videos = {feature.key: [_episode_video(dataset, cell, feature, episode, where)[0]
+                            for cell, episode in zip(rows.column(feature.column).to_pylist(), episodes)] for feature in plan.video_features}
+    frames = _group_frames(plan, rows, episodes, where)
     lengths = rows.column("length").to_pylist()
     stats = _episode_stats(frames, plan.frame_features, lengths)
     records, offset = [], 0
-    cells = {feature.column: rows.column(feature.column).to_pylist() for feature in plan.video_features}
     for number, episode in enumerate(episodes):
         chunk = episode.episode_index // CHUNKS_SIZE
         path = storage.join(out_root, V21_DATA_PATH.format(episode_chunk=chunk, episode_index=episode.episode_index))
@@ -679,10 +709,9 @@ def write_group_v21(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_f
         with out_fs.open(path, "wb") as handle:
             pq.write_table(frames.slice(offset, episode.length), handle, compression="snappy")
         offset += episode.length
-        for feature in plan.video_features:
-            source, _, _ = _episode_video(dataset, cells[feature.column][number], feature, episode, where)
-            _copy_file(dataset.fs, source, out_fs, storage.join(out_root, V21_VIDEO_PATH.format(
-                episode_chunk=chunk, video_key=feature.key, episode_index=episode.episode_index)))
+        for key, sources in videos.items():
+            _copy_file(dataset.fs, sources[number], out_fs, storage.join(out_root, V21_VIDEO_PATH.format(
+                episode_chunk=chunk, video_key=key, episode_index=episode.episode_index)))
         per_feature: dict[str, dict[str, list]] = {}
         for column, value in stats[number].items():
             _, key, name = column.split("/", 1)[0], *column[len("stats/"):].rsplit("/", 1)

@@ -405,8 +405,9 @@ def joinable(table: SampleTable, follows: SampleTable | None = None) -> bool:
         return False
     shown = np.sort(table.pts)
     last = int(np.argmax(table.pts))
-    if np.any(np.diff(shown) <= 0) or int(table.pts[last]) + int(table.durations[last]) > int(table.durations.sum()):
-        return False  # two samples shown at once, or one shown past the file's length: the next file would overlap it
+    if np.any(table.durations <= 0) or np.any(np.diff(shown) <= 0) \
+            or int(table.pts[last]) + int(table.durations[last]) > int(table.durations.sum()):
+        return False  # a sample of no duration, two shown at once, or one shown past the file's end: the next file would overlap it
     if follows is None:
         return True
     return (table.stsd == follows.stsd and table.timescale == follows.timescale and table.shift == follows.shift

@@ -131,8 +131,7 @@ def test_two_workers_write_the_bytes_of_one(tmp_path, multi_file_dataset):
 def test_other_sources_export_and_read_back(source_id, sample_inputs, tmp_path):
     folder, options = sample_inputs[source_id]
     _convert(folder, tmp_path / "m", *options)
-    extra = ["--fps=10"] if source_id == "l5kit" else []
-    code, out, console = _export(tmp_path / "m", tmp_path / "l", *extra)
+    code, out, console = _export(tmp_path / "m", tmp_path / "l")  # L5Kit without cameras: its frame_rate_hz
     assert code == 0 and console == "", console
     dataset, lerobot = open_dataset(str(tmp_path / "m")), LeRobotV3(tmp_path / "l")
     by_source = {entry["source_sequence_id"]: entry["episode_index"] for entry in lerobot.episodes} if source_id != "lerobot_v2" else None
@@ -160,7 +159,7 @@ def _feature_columns(dataset, lerobot: LeRobotV3) -> dict:
     """LeRobot key -> {"column": the Mixtrain column} for the exported numeric features."""
     from formats.exports.lerobot import plan_export
 
-    plan = plan_export(dataset, fps=lerobot.info["fps"])
+    plan = plan_export(dataset)
     return {feature.key: {"column": feature.column} for feature in plan.frame_features
             if feature.dtype not in ("string",) and feature.key in lerobot.info["features"] and feature.column in dataset.schema.names
             and dataset.kind(feature.column) == "trajectory"}
@@ -274,10 +273,11 @@ def test_a_missing_input_is_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
-def test_a_frame_rate_that_contradicts_the_recorded_one_is_refused(converted, tmp_path):
-    code, _, console = _export(converted, tmp_path / "out", "--fps=25")
-    assert code == 1 and console.endswith("records 30 frames a second; --fps=25 would contradict it\n"), console
-    assert not (tmp_path / "out").exists()
+def test_a_frame_rate_for_a_dataset_that_records_one_is_refused(converted, tmp_path):
+    for given in ("25", "30"):  # another rate, or the same one (no effect): refused either way
+        code, _, console = _export(converted, tmp_path / "out", f"--fps={given}")
+        assert code == 1 and console.endswith(f"records 30 frames a second; --fps={given} is for a dataset that records none\n"), console
+        assert not (tmp_path / "out").exists()
 
 
 def test_unknown_options_and_formats_are_refused_by_the_command(converted, tmp_path):
@@ -363,6 +363,24 @@ def test_a_dtype_or_shape_the_data_does_not_have_is_refused(converted, tmp_path)
     assert code == 1 and console == f"error: {target / 'mixtrain.json'}: column 'obs_state': shape [5] recorded for 6 values a step\n"
 
 
+def test_a_task_table_holding_one_text_twice_is_refused(converted, tmp_path):
+    target = _edit_sidecar(converted, tmp_path, lambda sidecar: sidecar["source"].update(
+        tasks={"0": "Pick up the cube.", "1": "Pick up the cube.", "2": "Open the drawer."}))
+    code, _, console = _export(target, tmp_path / "out")
+    assert code == 1 and console == f"error: {target / 'mixtrain.json'}: source.tasks holds one text under two indices\n"
+
+
+def test_an_export_converted_back_exports_again_with_its_source_ids(sample_inputs, tmp_path):
+    folder, options = sample_inputs["rlds"]
+    _convert(folder, tmp_path / "m", *options)
+    assert _export(tmp_path / "m", tmp_path / "l")[0] == 0
+    _convert(tmp_path / "l", tmp_path / "m2")
+    assert _export(tmp_path / "m2", tmp_path / "l2")[0] == 0
+    first, second = LeRobotV3(tmp_path / "l"), LeRobotV3(tmp_path / "l2")
+    assert [entry["source_sequence_id"] for entry in second.episodes] == [entry["source_sequence_id"] for entry in first.episodes]
+    assert second.info["features"] == first.info["features"]
+
+
 def test_tasks_the_task_table_does_not_hold_are_refused(converted, tmp_path):
     target = _edit_sidecar(converted, tmp_path, lambda sidecar: sidecar["source"].update(tasks={"0": "something else"}))
     code, _, console = _export(target, tmp_path / "out")
@@ -411,8 +429,14 @@ def test_a_length_the_steps_do_not_have_is_refused_naming_the_sequence(converted
                                                           pa.array([length + 1 for length in table.column("length").to_pylist()],
                                                                    pa.int64())))
     code, _, console = _export(target, tmp_path / "out")
-    assert code == 1 and console == f"error: file://{target}: sequence episode_000000: column obs_state holds 6 steps for 7 timesteps\n"
+    # the videos are counted first: before any frame is built for a length nothing holds
+    assert code == 1 and console == (f"error: file://{target}: sequence episode_000000: files/video_front/episode_000000.mp4 holds 6 "
+                                     "frames for 7 timesteps\n")
     assert not (tmp_path / "out").exists()
+    _rewrite_shard(target, lambda table: table.set_column(table.column_names.index("length"), "length",
+                                                          pa.array([10**10] * table.num_rows, pa.int64())))
+    code, _, console = _export(target, tmp_path / "out")
+    assert code == 1 and console.endswith(": sequence episode_000000: length 10000000000 is past 1000000000 frames\n"), console
     assert [p.name for p in tmp_path.iterdir()] == ["m"]
 
 
