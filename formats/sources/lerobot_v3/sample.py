@@ -34,6 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from formats import samples, storage
+from formats.errors import VideoError
 from formats.video import encode_frames
 from formats.video.policy import EncodeOptions, padded_size
 
@@ -344,7 +345,17 @@ def encode_camera(spec: SyntheticLeRobot, frames: np.ndarray, depth: bool, *, co
     options = EncodeOptions("ffv1", pix_fmt="gray16le") if depth else _encode_options(spec)
     if continuous and not depth and spec.codec == "hevc":
         options = dataclasses.replace(options, gop=max(options.gop or 0, 12))  # long GOPs: B-frames across episode ends
-    encode_frames(frames, buffer, fps=spec.fps, options=options)
+    try:
+        encode_frames(frames, buffer, fps=spec.fps, options=options)
+    except VideoError as error:
+        # Seen twice in about a dozen suite runs, never alone (1,200 encodes of these frames under load
+        # passed): SVT-AV1's last packets refused by the MP4 muxer ("Invalid argument" at the flush).
+        # This writes test and sample data, whose encoders are deterministic: one more try gives the
+        # bytes the first would have. A conversion's own encodes are not retried.
+        if "Invalid argument" not in str(error):
+            raise
+        buffer = io.BytesIO()
+        encode_frames(frames, buffer, fps=spec.fps, options=options)
     return buffer.getvalue()
 
 
