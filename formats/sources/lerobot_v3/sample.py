@@ -24,6 +24,8 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import os
+import pathlib
 import posixpath
 from collections.abc import Sequence as Seq
 from fractions import Fraction
@@ -322,6 +324,50 @@ def camera_frames(spec: SyntheticLeRobot, episode: int, camera_number: int, dept
     return quantize_depth(millimetres) if spec.depth_codec == "hevc" else millimetres
 
 
+def hevc_depth_mp4(frames: np.ndarray, fps: float, params: str) -> bytes:
+    """lerobot 0.6's depth video: 12-bit codes as HEVC gray12le, x265 with `params`."""
+    buffer = io.BytesIO()
+    output = av.open(buffer, mode="w", format="mp4")
+    stream = output.add_stream("libx265", rate=Fraction(fps).limit_denominator(1001000))
+    stream.width, stream.height, stream.pix_fmt = frames.shape[2], frames.shape[1], "gray12le"
+    stream.options = {"x265-params": params}
+    for index, codes in enumerate(frames):
+        frame = av.VideoFrame.from_ndarray(codes, format="gray12le")
+        frame.pts = index
+        for packet in stream.encode(frame):
+            output.mux(packet)
+    for packet in stream.encode(None):
+        output.mux(packet)
+    output.close()
+    return buffer.getvalue()
+
+
+def _isolated_hevc_depth(frames: np.ndarray, fps: float, params: str) -> bytes:
+    """`hevc_depth_mp4` in a process of its own. libx265 has written out of its buffers on small
+    frames (formats/video/policy.py MIN_HEVC_WIDTH); in the writer of test data that corruption
+    crashed a test process once, and may have been behind later refusals in it. A child that
+    crashes is run once more (x265 lossless with fixed parameters writes the same bytes)."""
+    import subprocess
+    import sys
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="hevc-depth-") as folder:
+        source, target = f"{folder}/frames.npy", f"{folder}/out.mp4"
+        np.save(source, frames)
+        script = ("import sys, numpy, pathlib; from formats.sources.lerobot_v3.sample import hevc_depth_mp4; "
+                  "pathlib.Path(sys.argv[2]).write_bytes(hevc_depth_mp4(numpy.load(sys.argv[1]), float(sys.argv[3]), sys.argv[4]))")
+        root = str(pathlib.Path(__file__).resolve().parents[3])
+        for attempt in range(2):
+            done = subprocess.run([sys.executable, "-c", script, source, target, repr(fps), params], cwd=root, capture_output=True,
+                                  text=True, timeout=300, env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+                                      root, os.environ.get("PYTHONPATH")]))})
+            if done.returncode == 0:
+                return pathlib.Path(target).read_bytes()
+            if done.returncode > 0 or attempt:  # an error, not a crash (or a second crash): said as it is
+                raise VideoError(f"the HEVC depth encode failed: {done.stderr.strip().splitlines()[-1:] or done.returncode}")
+    raise AssertionError("unreachable")
+
+
 def encode_camera(spec: SyntheticLeRobot, frames: np.ndarray, depth: bool, *, continuous: bool) -> bytes:
     """One MP4 of `frames`: RGB with the spec's codec; depth as FFV1 gray16le (synthetic 0.4.4
     layout) or lerobot 0.6's HEVC gray12le lossless (x265's default GOP and B-frames when
@@ -329,19 +375,7 @@ def encode_camera(spec: SyntheticLeRobot, frames: np.ndarray, depth: bool, *, co
     buffer = io.BytesIO()
     if depth and spec.depth_codec == "hevc":
         keyint = "" if continuous else f":keyint={spec.gop or 2}:min-keyint=1"
-        output = av.open(buffer, mode="w", format="mp4")
-        stream = output.add_stream("libx265", rate=spec.fps)
-        stream.width, stream.height, stream.pix_fmt = spec.width, spec.height, "gray12le"
-        stream.options = {"x265-params": f"lossless=1:log-level=error:bframes=3{keyint}"}
-        for index, codes in enumerate(frames):
-            frame = av.VideoFrame.from_ndarray(codes, format="gray12le")
-            frame.pts = index
-            for packet in stream.encode(frame):
-                output.mux(packet)
-        for packet in stream.encode(None):
-            output.mux(packet)
-        output.close()
-        return buffer.getvalue()
+        return _isolated_hevc_depth(frames, spec.fps, f"lossless=1:log-level=error:bframes=3{keyint}")
     options = EncodeOptions("ffv1", pix_fmt="gray16le") if depth else _encode_options(spec)
     if continuous and not depth and spec.codec == "hevc":
         options = dataclasses.replace(options, gop=max(options.gop or 0, 12))  # long GOPs: B-frames across episode ends
