@@ -54,8 +54,9 @@ case "${1:-}" in
     ensure_chromium
     "$VENV/bin/ruff" check .
     # Test files spread over the cores (--dist loadfile: a file's module fixtures are made once);
-    # MIXTRAIN_TEST_PROCESSES=0 runs them in this one process.
-    "$VENV/bin/python" -m pytest -q -n "${MIXTRAIN_TEST_PROCESSES:-auto}" --maxprocesses=4 --dist loadfile "$@"
+    # MIXTRAIN_TEST_PROCESSES=0 runs them in this one process. A test process that dies (a crash in a
+    # native library) ends the run, failed: replaced, pytest-xdist with loadfile was seen to wait for ever.
+    "$VENV/bin/python" -m pytest -q -n "${MIXTRAIN_TEST_PROCESSES:-auto}" --maxprocesses=4 --dist loadfile --max-worker-restart=0 "$@"
     ;;
   bench)
     shift
