@@ -13,6 +13,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -26,6 +27,7 @@ from formats.text import for_terminal
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 FORMATS = ("lerobot_v3", "lerobot_v2.1")
+RUNNERS = ("DirectRunner", "DaskRunner")
 STAGING_MARK = ".mixtrain-export-"
 
 
@@ -44,6 +46,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--output", required=True, help="the folder to write (must not exist, or be empty, unless --overwrite)")
     p.add_argument("--to", required=True, choices=FORMATS,
                    help="the layout to write: lerobot_v3 (as lerobot 0.6 writes it) or lerobot_v2.1 (as lerobot 0.3 writes it)")
+    p.add_argument("--fresh", action="store_true",
+                   help="discard what an interrupted export of this output kept for resumption and write everything anew")
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing output (on a local disk the old one stays until the new one is complete; on an object "
                         "store its files are removed before the new ones are moved in)")
@@ -55,8 +59,16 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--fps", type=float, default=None,
                    help="the frame rate to declare for a dataset that records none (no camera, no source rate); refused for a "
                         "dataset that records one")
-    p.add_argument("--direct_num_workers", type=int, default=1, help="local worker processes (0: one per core; default 1)")
-    p.add_argument("--runner", default="DirectRunner", choices=("DirectRunner",), help="Beam runner (the local runner)")
+    p.add_argument("--direct_num_workers", type=int, default=None,
+                   help="DirectRunner: local worker processes (0: one per core; default 1)")
+    p.add_argument("--runner", default="DirectRunner", choices=RUNNERS,
+                   help="Beam runner: DirectRunner (this machine, the default) or DaskRunner (a Dask cluster, pip install "
+                        "'mixtrain-convert[dask]'; its workers must reach the input and the output: an object store, or a file "
+                        "system they share)")
+    p.add_argument("--dask_client_address", default=None,
+                   help="DaskRunner: the scheduler's address, HOST:PORT or tcp://HOST:PORT (default: a local cluster of this machine)")
+    p.add_argument("--dask_scheduler_file", default=None,
+                   help="DaskRunner: the file `dask scheduler --scheduler-file` wrote, instead of --dask_client_address")
     return p
 
 
@@ -68,46 +80,94 @@ def run(argv: list[str], *, out: TextIO | None = None, console: TextIO | None = 
         print("error: --data_file_mb and --video_file_mb have no effect with --to=lerobot_v2.1 (one file per episode) (see --help)",
               file=console)
         return EXIT_USAGE
-    if any(not value > 0 for value in sizes) or args.direct_num_workers < 0 or (args.fps is not None and not 0 < args.fps < float("inf")):
+    workers = args.direct_num_workers
+    if any(not value > 0 for value in sizes) or (workers is not None and workers < 0) or \
+            (args.fps is not None and not 0 < args.fps < float("inf")):
         print("error: --data_file_mb, --video_file_mb and --fps must be positive, --direct_num_workers at least 0 (see --help)",
               file=console)
         return EXIT_USAGE
+    refusal = _runner_refusal(args)
+    if refusal:
+        print(f"error: {for_terminal(refusal)} (see --help)", file=console)
+        return EXIT_USAGE
+    args.direct_num_workers = 1 if workers is None else workers
     args.data_file_mb = args.data_file_mb or 100.0
     args.video_file_mb = args.video_file_mb or 200.0
     from pipelines.failures import user_message
     from pipelines.session import EXIT_SIGNALS, Interrupted, interrupted_by
 
     started = time.monotonic()
+    run_state = _Run()
     try:
-        info, left_out = _export(args)
-    except (KeyboardInterrupt, Interrupted) as interrupt:  # Ctrl-C or SIGTERM: the staging folder is gone, the output as it was
+        info, left_out = _export(args, run_state, out)
+    except (KeyboardInterrupt, Interrupted) as interrupt:  # Ctrl-C or SIGTERM: the output as it was
         name = str(interrupt) if isinstance(interrupt, Interrupted) else "SIGINT"
-        print(f"error: interrupted ({name}): the output was left as it was", file=console)
+        print(f"error: interrupted ({name}): the output was left as it was{run_state.hint()}", file=console)
         return interrupt.exit_code if isinstance(interrupt, Interrupted) else EXIT_SIGNALS[signal.SIGINT]
     except ConversionError as error:  # ours, perhaps raised inside a Beam step (its "[while running ...]" dropped)
-        print(f"error: {for_terminal(user_message(error) or error)}", file=console)
+        print(f"error: {for_terminal(str(user_message(error) or error) + run_state.hint())}", file=console)
         return EXIT_FAILED
     except Exception as error:  # noqa: BLE001 - Beam's wrapping of our own error, or a fault of ours: one line
         interrupt = interrupted_by(error)  # Beam's in-process runner wraps the Interrupted a step raised
         if interrupt is not None:
-            print(f"error: {interrupt.message()}", file=console)
+            print(f"error: {for_terminal(interrupt.message() + run_state.hint())}", file=console)
             return interrupt.exit_code
         message = user_message(error) or f"{args.output}: export failed: {type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
-        print(f"error: {for_terminal(message)}", file=console)
+        print(f"error: {for_terminal(message + run_state.hint())}", file=console)
         return EXIT_FAILED
     frames, episodes = info["total_frames"], info["total_episodes"]
     cameras = sum(1 for feature in info["features"].values() if feature.get("dtype") == "video")
+    resumed = f"; resumed: {run_state.reused} of {run_state.groups} groups reused from the interrupted export" if run_state.reused else ""
     print(f"exported {episodes} episode{'s' * (episodes != 1)}, {frames} frame{'s' * (frames != 1)}, {cameras} "
           f"camera{'s' * (cameras != 1)} as {args.to} in "
-          f"{time.monotonic() - started:.1f} s -> {for_terminal(args.output)}", file=out)
+          f"{time.monotonic() - started:.1f} s -> {for_terminal(args.output)}{resumed}", file=out)
     for item in left_out:
         print(f"left out: {for_terminal(item)}", file=out)
     return EXIT_OK
 
 
-def _export(args) -> tuple[dict, list[str]]:
-    """Plan, write into the staging folder, publish; info.json and what was left out."""
-    from formats.exports import lerobot
+def _runner_refusal(args) -> str | None:
+    """What the runner options cannot do, in words; None when they can."""
+    import importlib.util
+
+    if args.runner != "DaskRunner":
+        given = [name for name in ("dask_client_address", "dask_scheduler_file") if getattr(args, name)]
+        return f"--{given[0]} has no effect without --runner=DaskRunner" if given else None
+    if args.dask_client_address and args.dask_scheduler_file:
+        return "--dask_client_address and --dask_scheduler_file both name the scheduler: give one"
+    if args.dask_scheduler_file and not os.path.isfile(os.path.expanduser(args.dask_scheduler_file)):
+        return f"--dask_scheduler_file={args.dask_scheduler_file}: no such file (the one `dask scheduler --scheduler-file` writes)"
+    if args.direct_num_workers is not None:
+        return "--direct_num_workers has no effect with --runner=DaskRunner (the cluster's workers write the groups)"
+    if importlib.util.find_spec("dask") is None or importlib.util.find_spec("distributed") is None:
+        return "--runner=DaskRunner needs dask.distributed, which is not installed: pip install 'mixtrain-convert[dask]'"
+    for name in ("input", "output"):
+        if str(getattr(args, name)).startswith("memory://"):
+            return (f"--{name}={getattr(args, name)} is this process's memory, which DaskRunner workers cannot read; use a path on "
+                    "storage the workers share, or an object store URL")
+    address = args.dask_client_address
+    if address is not None and not re.fullmatch(r"(tcp://|tls://)?[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}", address):
+        return f"--dask_client_address={address!r}: expected a scheduler address, HOST:PORT or tcp://HOST:PORT"
+    return None
+
+
+class _Run:
+    """What the launcher knows of its staging folder, for the last line of a stopped export."""
+
+    def __init__(self) -> None:
+        self.kept: str | None = None  # the staging folder kept for a resumption
+        self.reused = self.groups = 0
+
+    def hint(self) -> str:
+        return (f"; the groups it wrote are kept in {self.kept}: run the same command again to resume, or add --fresh to start "
+                "afresh") if self.kept else ""
+
+
+def _export(args, run_state: _Run, out: TextIO) -> tuple[dict, list[str]]:
+    """Plan, write into the staging folder (a new one, or an interrupted export's: resumed),
+    publish; info.json and what was left out."""
+    from formats.exports import journal, lerobot
+    from formats.mixtrain import publish, resume
     from formats.read.reader import open_dataset
 
     dataset = open_dataset(args.input)
@@ -115,29 +175,129 @@ def _export(args) -> tuple[dict, list[str]]:
         raise ConversionError(f"{args.input}: a Lance dataset (--table_format=lance) cannot be exported yet; convert the source to "
                               "the standalone layout, Iceberg or Delta and export that")
     out_fs, out_root = storage.open_root(args.output)
-    _check_output(dataset, out_fs, out_root, args)
+    identity = journal.identity(dataset, args.to, {"data_file_mb": args.data_file_mb, "video_file_mb": args.video_file_mb,
+                                                   "fps": args.fps})
+    _check_output(dataset, out_fs, out_root, args, identity)
     plan = lerobot.plan_export(dataset, data_file_mb=args.data_file_mb, video_file_mb=args.video_file_mb, fps=args.fps)
     writer = lerobot.Writer(plan, dataset.stats() if len(dataset) else {}, args.to)
-    staging = _staging(out_root)
-    out_fs.makedirs(staging, exist_ok=True)
+    staging, recorded = _take_staging(out_fs, out_root, identity, plan.groups, args, out)
+    run_state.groups, run_state.reused = plan.groups, len(recorded)
+    lease = resume.Lease(out_fs, staging).__enter__()
     try:
+        if not recorded:
+            journal.write_header(out_fs, staging, output=out_root, export_identity=identity, groups=plan.groups)
         with _quiet_beam():
-            info = _run_pipeline(args, dataset, writer, storage.url_for(out_fs, staging), plan.groups)
+            info = _run_pipeline(args, dataset, writer, storage.url_for(out_fs, staging), plan.groups, identity, recorded)
         _publish(out_fs, staging, out_root, args.overwrite)
     except BaseException:
-        with contextlib.suppress(OSError):
-            out_fs.rm(staging, recursive=True)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+        lease.__exit__(None, None, None)
+        if _holds_groups(out_fs, staging):
+            run_state.kept = staging  # what it wrote stays, hidden from readers, for the same command to resume
+        else:
+            with contextlib.suppress(OSError):
+                out_fs.rm(staging, recursive=True)
         raise
+    finally:
+        lease.__exit__(None, None, None)
+        publish.release_staging(staging)
     return info, plan.left_out
 
 
-def _check_output(dataset, out_fs, out_root: str, args) -> None:
+def _holds_groups(fs, staging: str) -> bool:
+    from formats.exports import journal
+
+    try:
+        folder = storage.join(staging, journal.GROUPS_DIR)
+        return fs.exists(folder) and bool(fs.ls(folder, detail=False))
+    except OSError:
+        return False
+
+
+def _export_stagings(fs, out_root: str) -> list[str]:
+    """The staging folders exports of this output made (its hidden siblings `.NAME.mixtrain-export-*`)."""
+    parent, _, name = out_root.rstrip("/").rpartition("/")
+    mark = f".{name}{STAGING_MARK}"
+    if storage.is_local(fs):
+        if not os.path.isdir(parent):
+            return []
+        return sorted(f"{parent}/{entry}" for entry in os.listdir(parent)
+                      if entry.startswith(mark) and os.path.isdir(f"{parent}/{entry}")
+                      and not os.path.islink(f"{parent}/{entry}"))
+    fs.invalidate_cache(parent)
+    if not parent or not fs.exists(parent):
+        return []
+    return sorted(entry["name"].rstrip("/") for entry in fs.ls(parent, detail=True)
+                  if entry["name"].rstrip("/").rsplit("/", 1)[-1].startswith(mark) and entry.get("type") == "directory")
+
+
+def _take_staging(fs, out_root: str, identity: str, groups: int, args, out: TextIO) -> tuple[str, frozenset[int]]:
+    """The staging folder this export writes in, claimed (a live owner's lock on a local disk, a
+    lease on an object store), and the groups it already holds: an interrupted export's folder for
+    the same output, input and options is resumed; any other one no live export owns is removed
+    (said on `out`); one a live export owns is a refusal."""
+    from formats.exports import journal
+    from formats.mixtrain import publish, resume
+
+    chosen = None
+    for folder in _export_stagings(fs, out_root):
+        if folder.endswith(".old"):  # a replaced output renamed aside by a publication that was killed before it finished
+            if storage.is_local(fs) and not os.path.lexists(out_root):
+                os.rename(folder, out_root)  # killed between its two renames: the old output back where it was
+            else:
+                shutil.rmtree(folder, ignore_errors=True)
+            continue
+        if publish.has_live_owner(fs, folder):
+            raise ConversionError(f"{args.output}: another export is writing this output (its staging folder {folder}); wait for it "
+                                  "to finish")
+        age = publish.renewal_age(fs, storage.join(folder, resume.LEASE), resume.LEASE_STALE)
+        if age is not None:  # an object store: a live launcher renews its lease; a killed one's lapses
+            raise ConversionError(f"{args.output}: another export is writing this output (its staging folder {folder} holds a lease "
+                                  f"renewed {age:.0f} s ago); wait for it to finish, or, if it was stopped, run again in "
+                                  f"{resume.LEASE_STALE - age:.0f} s, when its lease has lapsed, to resume it")
+        header = journal.read_header(fs, folder)
+        same = (header is not None and header.get("identity") == identity
+                and header.get("output") == resume.output_identity(fs, out_root) and header.get("groups") == groups)
+        if chosen is None and same and not args.fresh:
+            chosen = folder
+            continue
+        if header is not None:
+            why = "--fresh" if args.fresh and same else "it was exporting another input, or with other options"
+            print(f"[mixtrain-export] discarding an interrupted export's folder {for_terminal(folder)} ({why})", file=out)
+        with contextlib.suppress(OSError, FileNotFoundError):
+            fs.rm(folder, recursive=True)
+    if chosen is None:
+        chosen = _staging(out_root)
+        fs.makedirs(chosen, exist_ok=True)
+        publish.claim_staging(fs, chosen)
+        return chosen, frozenset()
+    publish.claim_staging(fs, chosen)
+    recorded = journal.recorded_groups(fs, chosen, identity, groups)
+    print(f"[mixtrain-export] resuming the interrupted export in {for_terminal(chosen)}: {len(recorded)} of {groups} groups reused, "
+          f"{groups - len(recorded)} left to write", file=out)
+    return chosen, frozenset(recorded)
+
+
+def _check_output(dataset, out_fs, out_root: str, args, identity: str) -> None:
     source = os.path.realpath(dataset.root) if storage.is_local(dataset.fs) else dataset.root
     target = os.path.realpath(out_root) if storage.is_local(out_fs) else out_root
     if target == source or target.startswith(source.rstrip("/") + "/") or source.startswith(target.rstrip("/") + "/"):
         raise ConversionError(f"{args.output}: the output must not be the input, inside it, or hold it")
-    if out_fs.exists(out_root) and (not out_fs.isdir(out_root) or out_fs.ls(out_root)) and not args.overwrite:
+    if out_fs.exists(out_root) and (not out_fs.isdir(out_root) or out_fs.ls(out_root)) and not args.overwrite \
+            and not _half_published(out_fs, out_root, identity):
         raise ConversionError(f"{args.output}: exists and is not empty; pass --overwrite to replace it")
+
+
+def _half_published(fs, out_root: str, identity: str) -> bool:
+    """Whether the output's files are those of this same export, killed while it moved them into
+    place (an object store): the same command then finishes the job."""
+    from formats.exports import journal
+
+    for folder in _export_stagings(fs, out_root):
+        header = journal.read_header(fs, folder)
+        if header is not None and header.get("identity") == identity and fs.exists(storage.join(folder, journal.PUBLISHING)):
+            return True
+    return False
 
 
 def _staging(out_root: str) -> str:
@@ -150,9 +310,17 @@ def _staging(out_root: str) -> str:
 
 def _publish(out_fs, staging: str, out_root: str, overwrite: bool) -> None:
     """The staging folder becomes the output. Locally one rename (the old output, if replaced,
-    renamed aside first and removed after); on an object store the files are moved, meta/info.json
-    last, so a reader that finds info.json finds everything it lists."""
+    renamed aside first and removed after; the journal and the claim removed just before); on an
+    object store the files are moved, meta/info.json last, so a reader that finds info.json finds
+    everything it lists, and the journal removed after (a kill while moving: the next run resumes)."""
+    from formats.exports import journal
+    from formats.mixtrain import publish
+
     if storage.is_local(out_fs):
+        shutil.rmtree(f"{staging}/{journal.JOURNAL_DIR}", ignore_errors=True)
+        for name in (publish.LOCK_FILE, publish.OWNER_FILE):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{staging}/{name}")
         aside = None
         if os.path.lexists(out_root):
             aside = f"{staging}.old"
@@ -166,11 +334,17 @@ def _publish(out_fs, staging: str, out_root: str, overwrite: bool) -> None:
         if aside:
             shutil.rmtree(aside, ignore_errors=True)
         return
+    # Marked first: a run killed while moving leaves an output that is part of this one, which the
+    # same command run again replaces (the groups whose files were moved are written again).
+    out_fs.pipe_file(storage.join(staging, journal.PUBLISHING), b"")
     if out_fs.exists(out_root):
         out_fs.rm(out_root, recursive=True)
-    files = sorted(out_fs.find(staging), key=lambda path: path.endswith("meta/info.json"))
+    journal_files = staging.rstrip("/") + f"/{journal.JOURNAL_DIR}/"
+    files = sorted((path for path in out_fs.find(staging) if not path.startswith(journal_files)),
+                   key=lambda path: path.endswith("meta/info.json"))
     for path in files:
         out_fs.mv(path, out_root + path[len(staging):])
+        publish.stop_point("export", "file-moved")
     with contextlib.suppress(OSError, FileNotFoundError):
         out_fs.rm(staging, recursive=True)
 
@@ -188,7 +362,7 @@ def _quiet_beam():
         session.close()
 
 
-def _run_pipeline(args, dataset, writer, staging_url: str, groups: int) -> dict:
+def _run_pipeline(args, dataset, writer, staging_url: str, groups: int, identity: str, recorded: frozenset[int]) -> dict:
     """Run the export's Beam steps into `staging_url`; meta/info.json as write_meta wrote it."""
     out_fs, out_root = storage.open_root(staging_url)
     if not groups:  # no episode: only meta/
@@ -198,12 +372,32 @@ def _run_pipeline(args, dataset, writer, staging_url: str, groups: int) -> dict:
 
     from transforms.export import export
 
-    workers = args.direct_num_workers
-    options = PipelineOptions([f"--runner={args.runner}", f"--direct_num_workers={workers}",
-                               f"--direct_running_mode={'in_memory' if workers == 1 else 'multi_processing'}"])
-    pipeline = beam.Pipeline(options=options)
-    export(pipeline, storage.url_for(dataset.fs, dataset.root), list(dataset.shards), writer, staging_url)
-    pipeline.run().wait_until_finish()
+    if args.runner == "DaskRunner":
+        from pipelines.dask_runner import DaskRunner
+
+        runner = DaskRunner()
+        options = PipelineOptions([f"--dask_client_address={args.dask_client_address}"] if args.dask_client_address else
+                                  [f"--dask_scheduler_file={os.path.expanduser(args.dask_scheduler_file)}"] if args.dask_scheduler_file
+                                  else [])
+    else:  # Beam's FnApiRunner itself: Beam's DirectRunner would first try Prism, which downloads a binary (pipelines/conversion.py)
+        from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+        runner = FnApiRunner()
+        workers = args.direct_num_workers
+        options = PipelineOptions([f"--direct_num_workers={workers}",
+                                   f"--direct_running_mode={'in_memory' if workers == 1 else 'multi_processing'}"])
+    pipeline = beam.Pipeline(runner=runner, options=options)
+    pending = [episode.sequence_id for episode in writer.plan.episodes if episode.group not in recorded]
+    export(pipeline, storage.url_for(dataset.fs, dataset.root), dataset.shards_holding(pending) if pending else [], writer, staging_url,
+           identity=identity, groups=groups, recorded=recorded)
+    result = pipeline.run()
+    try:
+        result.wait_until_finish()
+    except BaseException:
+        if args.runner == "DaskRunner":  # the cluster's remaining tasks stop too
+            with contextlib.suppress(Exception):
+                result.cancel()
+        raise
     path = storage.join(out_root, "meta/info.json")
     if not out_fs.exists(path):
         raise ConversionError(f"{args.output}: the export wrote no meta/info.json")

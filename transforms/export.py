@@ -15,6 +15,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from formats import storage
+from formats.errors import FormatError
+from formats.exports import journal
+from formats.mixtrain import publish
 from formats.read.reader import open_dataset
 
 
@@ -22,16 +25,16 @@ class Writer(Protocol):
     columns: list[str]
     group_of: dict[str, int]
 
-    def write_group(self, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> list[dict]: ...
+    def write_group(self, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> tuple[list[dict], list[str]]: ...
 
     def write_meta(self, records: list[dict], out_fs, out_root: str) -> Any: ...
 
 
 class _ReadRowsFn(beam.DoFn):
-    """A shard's rows (the writer's columns only), one table per output group."""
+    """A shard's rows (the writer's columns only), one table per output group still to write."""
 
-    def __init__(self, url: str, writer: Writer) -> None:
-        self._url, self._writer = url, writer
+    def __init__(self, url: str, writer: Writer, recorded: frozenset[int]) -> None:
+        self._url, self._writer, self._recorded = url, writer, recorded
 
     def setup(self) -> None:
         self._dataset = open_dataset(self._url)
@@ -40,7 +43,7 @@ class _ReadRowsFn(beam.DoFn):
         table = self._dataset.read_shard(shard, self._writer.columns)
         groups = pa.array([self._writer.group_of.get(sequence_id, -1) for sequence_id in table.column("sequence_id").to_pylist()],
                           pa.int64())
-        for group in sorted(set(groups.to_pylist()) - {-1}):
+        for group in sorted(set(groups.to_pylist()) - {-1} - self._recorded):
             yield group, _to_bytes(table.filter(pc.equal(groups, group)))
 
 
@@ -58,8 +61,11 @@ def _from_bytes(blob: bytes) -> pa.Table:
 
 
 class _WriteGroupFn(beam.DoFn):
-    def __init__(self, url: str, writer: Writer, out_url: str) -> None:
-        self._url, self._writer, self._out_url = url, writer, out_url
+    """A group written, then recorded in the staging folder's journal (when `identity` is given)
+    for a resumption to take."""
+
+    def __init__(self, url: str, writer: Writer, out_url: str, identity: str | None) -> None:
+        self._url, self._writer, self._out_url, self._identity = url, writer, out_url, identity
 
     def setup(self) -> None:
         self._dataset = open_dataset(self._url)
@@ -68,8 +74,28 @@ class _WriteGroupFn(beam.DoFn):
     def process(self, item):
         group, tables = item
         rows = pa.concat_tables([_from_bytes(blob) for blob in tables])
+        records, files = self._writer.write_group(group, rows, self._dataset, self._out_fs, self._out_root)
+        if self._identity is not None:
+            journal.record_group(self._out_fs, self._out_root, self._identity, group, records, files)
+            publish.stop_point("export", "group-recorded")
         # The group's episode records as one pickled element, for the same reason as _to_bytes.
-        yield pickle.dumps(self._writer.write_group(group, rows, self._dataset, self._out_fs, self._out_root))
+        yield pickle.dumps(records)
+
+
+class _TakeRecordedFn(beam.DoFn):
+    """A group an interrupted export wrote: its files' digests checked, its records taken."""
+
+    def __init__(self, out_url: str, identity: str, groups: int) -> None:
+        self._out_url, self._identity, self._groups = out_url, identity, groups
+
+    def process(self, group: int):
+        out_fs, out_root = storage.open_root(self._out_url)
+        entry = journal.recorded_group(out_fs, out_root, self._identity, self._groups, group)
+        if entry is None:
+            raise FormatError(f"{storage.join(out_root, journal.GROUPS_DIR)}: the record of group {group} changed while this export "
+                              "ran; run the same command again")
+        journal.check_group(out_fs, out_root, entry)
+        yield pickle.dumps(journal.records_of(entry))
 
 
 class _WriteMetaFn(beam.DoFn):
@@ -81,12 +107,21 @@ class _WriteMetaFn(beam.DoFn):
         yield self._writer.write_meta([record for blob in groups for record in pickle.loads(blob)], out_fs, out_root)
 
 
-def export(pipeline: beam.Pipeline, url: str, shards: list[str], writer: Writer, out_url: str) -> beam.PCollection:
-    """The export's steps; the result holds what `write_meta` returned, once."""
-    return (pipeline
-            | "Shards" >> beam.Create(shards)
-            | "ReadRows" >> beam.ParDo(_ReadRowsFn(url, writer))
-            | "ByGroup" >> beam.GroupByKey()
-            | "WriteGroups" >> beam.ParDo(_WriteGroupFn(url, writer, out_url))
+def export(pipeline: beam.Pipeline, url: str, shards: list[str], writer: Writer, out_url: str, *, identity: str | None = None,
+           groups: int = 0, recorded: frozenset[int] = frozenset()) -> beam.PCollection:
+    """The export's steps; the result holds what `write_meta` returned, once. With `identity`,
+    each group written is recorded in `out_url`'s journal (formats/exports/journal.py), and the
+    `recorded` groups of an interrupted export are taken from it (their files checked), not written."""
+    written = (pipeline
+               | "Shards" >> beam.Create(shards)
+               | "ReadRows" >> beam.ParDo(_ReadRowsFn(url, writer, recorded))
+               | "ByGroup" >> beam.GroupByKey()
+               | "WriteGroups" >> beam.ParDo(_WriteGroupFn(url, writer, out_url, identity)))
+    if recorded:
+        taken = (pipeline
+                 | "Recorded" >> beam.Create(sorted(recorded))
+                 | "TakeRecorded" >> beam.ParDo(_TakeRecordedFn(out_url, identity, groups)))
+        written = (written, taken) | "Episodes" >> beam.Flatten()
+    return (written
             | "AllEpisodes" >> beam.combiners.ToList()
             | "WriteMeta" >> beam.ParDo(_WriteMetaFn(writer, out_url)))

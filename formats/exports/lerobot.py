@@ -528,16 +528,19 @@ def _episode_stats(frames: pa.Table, features: list[Feature], lengths: list[int]
     return out
 
 
-def write_group(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> list[dict]:
+def write_group(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> tuple[list[dict], list[str]]:
     """Write group `group`'s data file and videos under `out_root`; returns its episodes' rows of
-    meta/episodes (without the dataset-wide columns write_meta adds)."""
+    meta/episodes (without the dataset-wide columns write_meta adds) and the files written
+    (relative to `out_root`)."""
     rows, episodes, where = _ordered(plan, rows, dataset)
+    files: list[str] = []
     # The videos first: each is counted against its episode's length before any frame is built.
     placed = {feature.key: _write_camera(plan, feature, group, rows.column(feature.column).to_pylist(), episodes, dataset, out_fs,
-                                         out_root, where) for feature in plan.video_features}
+                                         out_root, where, files) for feature in plan.video_features}
     frames = _group_frames(plan, rows, episodes, where)
     lengths = rows.column("length").to_pylist()
-    data_path = storage.join(out_root, DATA_PATH.format(chunk_index=group, file_index=0))
+    files.append(DATA_PATH.format(chunk_index=group, file_index=0))
+    data_path = storage.join(out_root, files[-1])
     out_fs.makedirs(data_path.rsplit("/", 1)[0], exist_ok=True)
     with out_fs.open(data_path, "wb") as handle:
         pq.write_table(frames, handle, compression="snappy")
@@ -554,7 +557,7 @@ def write_group(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, o
             record.update({f"videos/{key}/chunk_index": group, f"videos/{key}/file_index": file_index,
                            f"videos/{key}/from_timestamp": start, f"videos/{key}/to_timestamp": end})
         records.append(record)
-    return records
+    return records, files
 
 
 def _ordered(plan: ExportPlan, rows: pa.Table, dataset) -> tuple[pa.Table, list[Episode], str]:
@@ -647,17 +650,18 @@ def _demuxed(handle, where: str) -> tuple[int, float]:
 
 
 def _write_camera(plan: ExportPlan, feature: Feature, group: int, cells: list[str | None], episodes: list[Episode], dataset,
-                  out_fs, out_root: str, where: str) -> list[tuple[int, float, float]]:
+                  out_fs, out_root: str, where: str, files: list[str]) -> list[tuple[int, float, float]]:
     """The camera's episodes joined into as few files as the samples allow (a file whose codec
     configuration or time base differs from the one before starts the next file; a file whose
     sample table is not the plain case is copied whole as a file of its own). Returns each
-    episode's (file_index, from_timestamp, to_timestamp)."""
+    episode's (file_index, from_timestamp, to_timestamp); the files written are added to `files`."""
     placed: list[tuple[int, int, float, float]] = []  # (position, file_index, from, to)
     pending: list[tuple[int, mp4.SampleTable, str]] = []
     file_index = 0
 
     def target(number: int) -> str:
-        return storage.join(out_root, VIDEO_PATH.format(video_key=feature.key, chunk_index=group, file_index=number))
+        files.append(VIDEO_PATH.format(video_key=feature.key, chunk_index=group, file_index=number))
+        return storage.join(out_root, files[-1])
 
     def flush() -> None:
         nonlocal file_index, pending
@@ -690,10 +694,10 @@ def _write_camera(plan: ExportPlan, feature: Feature, group: int, cells: list[st
     return [(file_index_, start, end) for _, file_index_, start, end in sorted(placed)]
 
 
-def write_group_v21(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> list[dict]:
+def write_group_v21(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> tuple[list[dict], list[str]]:
     """v2.1: each episode of the group as its own data file and, per camera, its own MP4 (the
     Mixtrain file's bytes: one episode per file is what both layouts hold). Returns the episodes'
-    lines of episodes.jsonl, each with its `stats` for episodes_stats.jsonl."""
+    lines of episodes.jsonl, each with its `stats` for episodes_stats.jsonl, and the files written."""
     rows, episodes, where = _ordered(plan, rows, dataset)
     # The videos first: each is counted against its episode's length before any frame is built.
     videos = {feature.key: [_episode_video(dataset, cell, feature, episode, where)[0]
@@ -701,17 +705,18 @@ def write_group_v21(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_f
     frames = _group_frames(plan, rows, episodes, where)
     lengths = rows.column("length").to_pylist()
     stats = _episode_stats(frames, plan.frame_features, lengths)
-    records, offset = [], 0
+    records, files, offset = [], [], 0
     for number, episode in enumerate(episodes):
         chunk = episode.episode_index // CHUNKS_SIZE
-        path = storage.join(out_root, V21_DATA_PATH.format(episode_chunk=chunk, episode_index=episode.episode_index))
+        files.append(V21_DATA_PATH.format(episode_chunk=chunk, episode_index=episode.episode_index))
+        path = storage.join(out_root, files[-1])
         out_fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         with out_fs.open(path, "wb") as handle:
             pq.write_table(frames.slice(offset, episode.length), handle, compression="snappy")
         offset += episode.length
         for key, sources in videos.items():
-            _copy_file(dataset.fs, sources[number], out_fs, storage.join(out_root, V21_VIDEO_PATH.format(
-                episode_chunk=chunk, video_key=key, episode_index=episode.episode_index)))
+            files.append(V21_VIDEO_PATH.format(episode_chunk=chunk, video_key=key, episode_index=episode.episode_index))
+            _copy_file(dataset.fs, sources[number], out_fs, storage.join(out_root, files[-1]))
         per_feature: dict[str, dict[str, list]] = {}
         for column, value in stats[number].items():
             _, key, name = column.split("/", 1)[0], *column[len("stats/"):].rsplit("/", 1)
@@ -719,7 +724,7 @@ def write_group_v21(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_f
                 per_feature.setdefault(key, {})[name] = value
         records.append({"episode_index": episode.episode_index, **_episode_fields(plan, rows, number, episode),
                         "length": episode.length, "stats": per_feature})
-    return records
+    return records, files
 
 
 def write_meta_v21(plan: ExportPlan, records: Iterable[dict], stats: dict, out_fs, out_root: str) -> dict:
@@ -853,7 +858,7 @@ class Writer:
         self.columns = plan.columns
         self.group_of = {episode.sequence_id: episode.group for episode in plan.episodes}
 
-    def write_group(self, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> list[dict]:
+    def write_group(self, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> tuple[list[dict], list[str]]:
         return LAYOUTS[self.layout][0](self.plan, group, rows, dataset, out_fs, out_root)
 
     def write_meta(self, records: list[dict], out_fs, out_root: str) -> dict:

@@ -84,9 +84,9 @@ STEPS = {
     "delta": ("run-metadata-written", "committed"),
     "lance": ("fragments-written", "fragments-moved", "files-placed", "committed", "standalone-retired", "files-pruned"),
 }
-# Where a test may stop a conversion before its publication (tests/pipelines/test_resume.py): the
-# next run with the same command resumes it.
-RUN_STEPS = {"conversion": ("rows-spilled", "shard-written")}
+# Where a test may stop a conversion or an export before its publication (tests/pipelines/test_resume.py,
+# tests/pipelines/test_export.py): the next run with the same command resumes it.
+RUN_STEPS = {"conversion": ("rows-spilled", "shard-written"), "export": ("group-recorded", "file-moved")}
 STOP_AT = "MIXTRAIN_TEST_STOP_AT"  # <publisher>:<step>: the conversion is SIGKILLed there
 STEP_LOG = "MIXTRAIN_TEST_STEP_LOG"  # a file each step reached is appended to (tests check STEPS is complete)
 

@@ -210,6 +210,14 @@ class Dataset:
             return [self.shards[mixtrain.shard_of(sequence_id, len(self.shards))]]
         return self.shards
 
+    def shards_holding(self, sequence_ids: Iterable[str]) -> list[str]:
+        """The shards that may hold these sequences, in the dataset's order (every shard where rows
+        are not placed by their id's hash)."""
+        if not self._by_hash:
+            return list(self.shards)
+        wanted = {shard for sequence_id in sequence_ids for shard in self._shards_of(sequence_id)}
+        return [shard for shard in self.shards if shard in wanted]
+
     def sequence(self, sequence_id: str, columns: Sequence[str] | None = None) -> dict[str, Any]:
         """One sequence: trajectories as [T, D] numpy arrays in their stored dtype, timestamps and
         numeric per-step columns as [T] arrays (other per-step values as lists), scalars as Python

@@ -10,10 +10,8 @@ import io
 import json
 import pathlib
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -288,29 +286,9 @@ def test_unknown_options_and_formats_are_refused_by_the_command(converted, tmp_p
         done = subprocess.run([sys.executable, "-m", "pipelines.export", *argv], cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert (done.returncode, done.stdout, done.stderr.replace("'", "").replace("lerobot_v2.0 (", "'lerobot_v2.0' (")) == (2, "", expected)
     done = subprocess.run([sys.executable, "-m", "pipelines.export", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    for option in ("--input", "--output", "--to", "--overwrite", "--data_file_mb", "--video_file_mb", "--fps", "--direct_num_workers",
-                   "--runner"):
+    for option in ("--input", "--output", "--to", "--overwrite", "--fresh", "--data_file_mb", "--video_file_mb", "--fps",
+                   "--direct_num_workers", "--runner", "--dask_client_address"):
         assert option in done.stdout
-
-
-@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_an_interrupted_export_ends_at_once_in_one_line_and_leaves_nothing(tmp_path, signum, code):
-    source = tmp_path / "src"
-    write_dataset(str(source), SyntheticLeRobot(lengths=(40,) * 120, episodes_per_video_file=20, episodes_per_data_file=40))
-    _convert(source, tmp_path / "m")
-    process = subprocess.Popen([sys.executable, "-m", "pipelines.export", f"--input={tmp_path / 'm'}", f"--output={tmp_path / 'out'}",
-                                "--to=lerobot_v3", "--data_file_mb=0.01"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not list(tmp_path.glob(".out.mixtrain-export-*/data")):  # the groups are being written
-        assert process.poll() is None and time.monotonic() < deadline, process.communicate()
-        time.sleep(0.01)
-    process.send_signal(signum)
-    sent = time.monotonic()
-    out, err = process.communicate(timeout=60)
-    assert time.monotonic() - sent < 5
-    assert (process.returncode, out, err) == (code, "", f"error: interrupted ({signal.Signals(signum).name}): the output was left as it "
-                                                         "was\n")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m", "src"]  # no output, no staging folder
 
 
 # --- what a received dataset may claim ---------------------------------------------------------
