@@ -116,7 +116,7 @@ def run(argv: list[str], *, out: TextIO | None = None, console: TextIO | None = 
         print(f"error: {for_terminal(message + run_state.hint())}", file=console)
         return EXIT_FAILED
     frames, episodes = info["total_frames"], info["total_episodes"]
-    cameras = sum(1 for feature in info["features"].values() if feature.get("dtype") == "video")
+    cameras = sum(1 for feature in info["features"].values() if feature.get("dtype") in ("video", "image"))
     resumed = f"; resumed: {run_state.reused} of {run_state.groups} groups reused from the interrupted export" if run_state.reused else ""
     print(f"exported {episodes} episode{'s' * (episodes != 1)}, {frames} frame{'s' * (frames != 1)}, {cameras} "
           f"camera{'s' * (cameras != 1)} as {args.to} in "

@@ -4,6 +4,7 @@ pyarrow and PyAV only: nothing of the converter's own reading code."""
 
 from __future__ import annotations
 
+import io
 import json
 import pathlib
 
@@ -84,6 +85,21 @@ class LeRobotV21:
     def video(self, episode: int, key: str) -> list[np.ndarray]:
         with av.open(str(self.video_path(episode, key))) as container:
             return [frame.to_ndarray(format=_plain_format(frame.format.name)) for frame in container.decode(video=0)]
+
+
+def image_keys(info: dict) -> list[str]:
+    return [key for key, feature in info["features"].items() if feature["dtype"] == "image"]
+
+
+def images(table: pa.Table, key: str) -> list[np.ndarray]:
+    """An image feature's frames from a data file's rows (Hugging Face Image storage: bytes, path),
+    decoded: [H, W] for gray, [H, W, 3] RGB."""
+    out = []
+    for cell in table.column(key).to_pylist():
+        with av.open(io.BytesIO(cell["bytes"])) as container:
+            frame = next(container.decode(video=0))
+            out.append(frame.to_ndarray() if frame.format.name.startswith("gray") else frame.to_ndarray(format="rgb24"))
+    return out
 
 
 def _json_lines(path: pathlib.Path) -> list[dict]:

@@ -27,8 +27,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from formats import storage
+from formats import storage, video
 from formats.errors import FormatError
+from formats.sequence import FROM_IMAGES
 from formats.video import mp4
 
 __all__ = ["Feature", "Episode", "ExportPlan", "Writer", "plan_export", "write_group", "write_meta", "write_group_v21", "write_meta_v21",
@@ -72,6 +73,12 @@ class Feature:
     @property
     def is_video(self) -> bool:
         return self.dtype == "video"
+
+    @property
+    def is_image(self) -> bool:
+        """A LeRobot source's `image` feature, which the conversion encoded to video: written back
+        as one image per frame (PNG; 16-bit depth as TIFF, as lerobot 0.6 writes it)."""
+        return self.dtype == "image"
 
     def info_json(self) -> dict:
         if self.entry is not None:
@@ -272,6 +279,12 @@ def _rate(value: Any, what: str, where: str) -> float | None:
 
 
 def _video_feature(column: str, key: str, entry: dict, original: dict | None) -> Feature:
+    if original and original.get("dtype") == "image" and entry.get("encoded_from") == FROM_IMAGES:
+        shape = original.get("shape")
+        if not isinstance(shape, list) or len(shape) != 3 or shape[2] not in (1, 3) \
+                or not all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in shape):
+            raise FormatError(f"column {column!r}: source.features gives image {key} the shape {shape!r}, not [height, width, 1 or 3]")
+        return Feature(column, key, "image", tuple(shape), original.get("names"), entry=original)
     width, height = (entry.get("resolution") or {}).get("width"), (entry.get("resolution") or {}).get("height")
     depth = bool(entry.get("is_depth_map"))
     channels = 1 if depth else 3
@@ -369,8 +382,15 @@ def _splits(table: pa.Table) -> dict[str, str] | None:
 
 
 def _frame_bytes(features: list[Feature]) -> int:
+    """A data file's bytes a frame, about (images counted raw: 16-bit for depth)."""
     sizes = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "int16": 2, "uint16": 2, "int8": 1, "uint8": 1, "bool": 1}
-    return sum(sizes.get(feature.dtype, 8) * math.prod(feature.shape) for feature in features if not feature.is_video)
+    total = 0
+    for feature in features:
+        if feature.is_image:
+            total += math.prod(feature.shape) * (2 if ((feature.entry or {}).get("info") or {}).get("is_depth_map") else 1)
+        elif not feature.is_video:
+            total += sizes.get(feature.dtype, 8) * math.prod(feature.shape)
+    return total
 
 
 def _group(dataset, table: pa.Table, features: list[Feature], data_file_mb: float, video_file_mb: float) -> tuple[list[Episode], int]:
@@ -435,11 +455,13 @@ def _steps(column: pa.ChunkedArray, lengths: list[int]) -> pa.Array:
     return pa.concat_arrays(parts) if parts else array.flatten()
 
 
-def _frames(plan: ExportPlan, rows: pa.Table, episodes: list[Episode], task_of: dict[str, int], where: str) -> pa.Table:
-    """The data file's rows: one per frame, the episodes one after another."""
+def _frames(plan: ExportPlan, rows: pa.Table, episodes: list[Episode], task_of: dict[str, int], where: str,
+            images: dict[str, pa.Array]) -> pa.Table:
+    """The data file's rows: one per frame, the episodes one after another (`images`: each image
+    feature's cells, made by `_image_cells`)."""
     lengths = rows.column("length").to_pylist()
     ids = rows.column("sequence_id").to_pylist()
-    per_step = [feature.column for feature in plan.frame_features if feature.key not in INDEX_FEATURES]
+    per_step = [feature.column for feature in plan.frame_features if feature.key not in INDEX_FEATURES and not feature.is_image]
     for column in [*per_step, *(name for name in ("timestamp", "task_index") if name in rows.column_names)]:
         counts = pc.list_value_length(rows.column(column)).to_pylist()
         for sequence_id, length, count in zip(ids, lengths, counts):
@@ -450,6 +472,10 @@ def _frames(plan: ExportPlan, rows: pa.Table, episodes: list[Episode], task_of: 
     columns, names = [], []
     for feature in plan.frame_features:
         if feature.key in INDEX_FEATURES:
+            continue
+        if feature.is_image:
+            columns.append(images[feature.key])
+            names.append(feature.key)
             continue
         values = _steps(rows.column(feature.column), lengths)
         if feature.shape == (1,) and pa.types.is_fixed_size_list(values.type):
@@ -537,7 +563,7 @@ def write_group(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, o
     # The videos first: each is counted against its episode's length before any frame is built.
     placed = {feature.key: _write_camera(plan, feature, group, rows.column(feature.column).to_pylist(), episodes, dataset, out_fs,
                                          out_root, where, files) for feature in plan.video_features}
-    frames = _group_frames(plan, rows, episodes, where)
+    frames = _group_frames(plan, rows, episodes, dataset, where)
     lengths = rows.column("length").to_pylist()
     files.append(DATA_PATH.format(chunk_index=group, file_index=0))
     data_path = storage.join(out_root, files[-1])
@@ -568,9 +594,37 @@ def _ordered(plan: ExportPlan, rows: pa.Table, dataset) -> tuple[pa.Table, list[
     return rows, [by_id[sequence_id] for sequence_id in rows.column("sequence_id").to_pylist()], storage.url_for(dataset.fs, dataset.root)
 
 
-def _group_frames(plan: ExportPlan, rows: pa.Table, episodes: list[Episode], where: str) -> pa.Table:
+def _group_frames(plan: ExportPlan, rows: pa.Table, episodes: list[Episode], dataset, where: str) -> pa.Table:
     """The frames of the group's data file(s): its episodes one after another."""
-    return _frames(plan, rows, episodes, {text: number for number, text in enumerate(plan.tasks)}, where)
+    images = {feature.key: _image_cells(dataset, rows.column(feature.column).to_pylist(), feature, episodes, where)
+              for feature in plan.frame_features if feature.is_image}
+    return _frames(plan, rows, episodes, {text: number for number, text in enumerate(plan.tasks)}, where, images)
+
+
+IMAGE_CELL = pa.struct([("bytes", pa.binary()), ("path", pa.string())])  # Hugging Face Image storage, as lerobot writes it
+
+
+def _image_cells(dataset, cells: list[str | None], feature: Feature, episodes: list[Episode], where: str) -> pa.Array:
+    """An image feature's cells for the group's frames: each episode's video decoded a frame at a
+    time and each frame written as the image file lerobot keeps in its data files (`bytes`, and
+    `path` the name lerobot gives it: frame-NNNNNN.png, .tiff for 16-bit depth)."""
+    blobs: list[bytes] = []
+    paths: list[str] = []
+    for cell, episode in zip(cells, episodes):
+        _video_cell(dataset, cell, feature, episode, where)
+        count = 0
+        for frame in dataset.iter_decoded(cell, feature.column, length=episode.length):
+            if frame.shape[:2] != feature.shape[:2] or frame.shape[2] != feature.shape[2]:
+                raise FormatError(f"{where}: sequence {episode.sequence_id}: {cell} holds {frame.shape[1]}x{frame.shape[0]}x"
+                                  f"{frame.shape[2]} frames, source.features gives {feature.key} the shape {list(feature.shape)}")
+            if frame.dtype == np.uint16:
+                image_format, suffix = "tiff16", "tiff"
+            else:
+                image_format, suffix = ("png", "png") if frame.shape[2] == 3 else ("png_gray", "png")
+            blobs.append(video.encode_image(frame if frame.shape[2] == 3 else frame[..., 0], image_format))
+            paths.append(f"frame-{count:06d}.{suffix}")
+            count += 1
+    return pa.StructArray.from_arrays([pa.array(blobs, pa.binary()), pa.array(paths, pa.string())], fields=list(IMAGE_CELL))
 
 
 def _episode_fields(plan: ExportPlan, rows: pa.Table, number: int, episode: Episode) -> dict[str, Any]:
@@ -595,11 +649,7 @@ def _episode_video(dataset, cell: str | None, feature: Feature, episode: Episode
     path outside is refused: the export would copy it into its output), and only a video of
     exactly `length` frames."""
     sequence = f"{where}: sequence {episode.sequence_id}"
-    if cell is None:
-        raise FormatError(f"{sequence}: no video in {feature.column}: a LeRobot episode has every camera")
-    if "://" in cell:
-        raise FormatError(f"{sequence}: {feature.column} names {cell!r}: the export copies only video files inside the dataset")
-    path = storage.resolve_inside(dataset.root, cell, what="video file", fs=dataset.fs)
+    path = _video_cell(dataset, cell, feature, episode, where)
     try:
         with dataset.fs.open(path, "rb") as handle:
             table = mp4.read_sample_table(handle)
@@ -613,6 +663,17 @@ def _episode_video(dataset, cell: str | None, feature: Feature, episode: Episode
     if frames != episode.length:
         raise FormatError(f"{sequence}: {cell} holds {frames} frames for {episode.length} timesteps")
     return path, table, start
+
+
+def _video_cell(dataset, cell: str | None, feature: Feature, episode: Episode, where: str) -> str:
+    """A camera's cell, checked: present, and a file inside the dataset (a URL or a path outside
+    is refused: the export would copy it into its output). Returns its path."""
+    sequence = f"{where}: sequence {episode.sequence_id}"
+    if cell is None:
+        raise FormatError(f"{sequence}: no video in {feature.column}: a LeRobot episode has every camera")
+    if "://" in cell:
+        raise FormatError(f"{sequence}: {feature.column} names {cell!r}: the export copies only video files inside the dataset")
+    return storage.resolve_inside(dataset.root, cell, what="video file", fs=dataset.fs)
 
 
 def _opened(fs, paths: list[str]):
@@ -702,7 +763,7 @@ def write_group_v21(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_f
     # The videos first: each is counted against its episode's length before any frame is built.
     videos = {feature.key: [_episode_video(dataset, cell, feature, episode, where)[0]
                             for cell, episode in zip(rows.column(feature.column).to_pylist(), episodes)] for feature in plan.video_features}
-    frames = _group_frames(plan, rows, episodes, where)
+    frames = _group_frames(plan, rows, episodes, dataset, where)
     lengths = rows.column("length").to_pylist()
     stats = _episode_stats(frames, plan.frame_features, lengths)
     records, files, offset = [], [], 0

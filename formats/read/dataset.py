@@ -340,6 +340,13 @@ class Dataset:
     def decode(self, relative: str, column: str, start: int = 0, stop: int | None = None, *, length: int | None = None) -> np.ndarray:
         """Frames [start, stop) of the video file at `relative` (a cell of `column`); with no
         `stop`, a file that does not hold `length` frames (when given) is a FormatError."""
+        out = list(self.iter_decoded(relative, column, start, stop, length=length))
+        return np.stack(out) if out else np.zeros((0, 0, 0, 3), np.uint8)
+
+    def iter_decoded(self, relative: str, column: str, start: int = 0, stop: int | None = None, *,
+                     length: int | None = None) -> Iterator[np.ndarray]:
+        """`decode`, one frame at a time (a long episode is never held whole); the frame count is
+        checked when the file ends."""
         entry = self.column_types.get(column) or {}
         if not entry.get("fps"):
             raise FormatError(f"{storage.join(self.root, mixtrain.SIDECAR)}: column {column!r} is not a video column with an fps")
@@ -350,7 +357,7 @@ class Dataset:
         crop = entry.get("source_resolution")  # an encode padded odd sizes: give back the source's
         where = relative
         source: Any = None
-        out = []
+        count = 0
         try:
             source, where = self._video_source(relative, column)
             for frame in video.iter_frames(source, start=start / fps if start else None,
@@ -360,7 +367,10 @@ class Dataset:
                     array = array[..., None]
                 if crop:
                     array = array[: int(crop["height"]), : int(crop["width"])]
-                out.append(array)
+                count += 1
+                if stop is not None and count > stop - start:
+                    break
+                yield array
         except FileNotFoundError:
             raise FormatError(f"{where}: video file not found") from None
         except (video.VideoError, av.FFmpegError, OSError) as error:
@@ -368,11 +378,10 @@ class Dataset:
         finally:
             if source is not None and not isinstance(source, str):
                 source.close()
-        if stop is not None and len(out) != stop - start:
-            raise FormatError(f"{where}: timesteps [{start}, {stop}) asked, {len(out)} frames decoded")
-        if stop is None and length is not None and len(out) != max(0, length - start):
-            raise FormatError(f"{where}: {len(out)} frames decoded from timestep {start}, but the sequence has {length} timesteps")
-        return np.stack(out) if out else np.zeros((0, 0, 0, 3), np.uint8)
+        if stop is not None and count != stop - start:
+            raise FormatError(f"{where}: timesteps [{start}, {stop}) asked, {count} frames decoded")
+        if stop is None and length is not None and count != max(0, length - start):
+            raise FormatError(f"{where}: {count} frames decoded from timestep {start}, but the sequence has {length} timesteps")
 
     def _video_source(self, relative: str, column: str) -> tuple[str | BinaryIO, str]:
         """A video cell's file for decoding (a local path, or an open file to close) and its URL for messages."""

@@ -719,3 +719,25 @@ def image_array(frame: av.VideoFrame) -> np.ndarray:
     if frame.format.name in ("gray", "gray10le", "gray12le", "gray14le", "gray16le"):
         return frame.to_ndarray()
     return frame.to_ndarray(format=array_format_of(frame.format.name))
+
+
+# image format -> (FFmpeg encoder, its pixel format, the pixel format of the [H, W(, C)] array given)
+IMAGE_FORMATS = {"png": ("png", "rgb24", "rgb24"), "png_gray": ("png", "gray", "gray"), "png16": ("png", "gray16be", "gray16le"),
+                 "jpeg": ("mjpeg", "yuvj420p", "rgb24"), "tiff16": ("tiff", "gray16le", "gray16le")}
+
+
+def encode_image(frame: np.ndarray, image_format: str = "png") -> bytes:
+    """One frame as an image file's bytes, through FFmpeg's image encoders: png ([H, W, 3] uint8
+    RGB), png_gray ([H, W] uint8), png16 and tiff16 ([H, W] uint16, 16-bit gray), jpeg (RGB, quality 2).
+    PNG and TIFF are lossless: decoded, they give the array back."""
+    codec, pix_fmt, given = IMAGE_FORMATS[image_format]
+    context = av.CodecContext.create(codec, "w")
+    context.width, context.height = frame.shape[1], frame.shape[0]
+    context.pix_fmt = pix_fmt
+    context.time_base = Fraction(1, 30)
+    if codec == "mjpeg":
+        context.options = {"qscale": "2"}
+    source = av.VideoFrame.from_ndarray(np.ascontiguousarray(frame), format=given)
+    packets = context.encode(source) + context.encode(None)
+    return b"".join(bytes(packet) for packet in packets)
+

@@ -22,7 +22,7 @@ from formats.read.reader import open_dataset
 from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
 from pipelines import conversion, export
 from tests.conftest import MULTI_FILE_SPEC, shared_lerobot
-from tests.lerobot_layout import LeRobotV3, LeRobotV21
+from tests.lerobot_layout import LeRobotV3, LeRobotV21, image_keys, images
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 VIDEO_FIXTURES = ("so100_tiny", "multi_lerobot061", "stream_lerobot061")
@@ -92,6 +92,43 @@ def test_many_files_b_frames_multi_task_episodes_and_splits_come_back_exactly(mu
             for name, value in expected.items():
                 assert np.allclose(entry[f"stats/{key}/{name}"], value, rtol=1e-12, atol=0), (entry["episode_index"], key, name)
             assert entry[f"stats/{key}/count"] == [entry["length"]]
+
+
+@pytest.mark.parametrize("to", ["lerobot_v3", "lerobot_v2.1"])
+def test_image_features_come_back_as_images(to, tmp_path):
+    """lerobot 0.6's image features (PNG RGB, 16-bit TIFF depth), which the conversion encodes to
+    video, come back as images in the data files: features as the source declared them, the cells
+    struct<bytes, path> named as lerobot names them, depth values bit for bit (the conversion's
+    depth encode is lossless), RGB pixels those of the Mixtrain video (its encode is lossy)."""
+    source = LeRobotV3(shared_lerobot("images_lerobot061"))
+    _convert(source.root, tmp_path / "m")
+    code, out, console = _export(tmp_path / "m", tmp_path / "l", to=to)
+    assert code == 0 and console == "" and out.startswith("exported 4 episodes, 42 frames, 2 cameras as "), console
+    exported = (LeRobotV3 if to == "lerobot_v3" else LeRobotV21)(tmp_path / "l")
+    assert exported.info["features"] == source.info["features"] and image_keys(source.info) == ["observation.images.front",
+                                                                                                  "observation.images.front_depth"]
+    assert exported.video_keys == [] and not (tmp_path / "l" / "videos").exists()
+    mixtrain = open_dataset(str(tmp_path / "m"))
+    for episode in range(source.info["total_episodes"]):
+        theirs, ours = source.frames(episode), exported.frames(episode)
+        assert ours.schema.types == theirs.schema.types
+        for name in theirs.column_names:
+            if name not in image_keys(source.info):
+                assert ours.column(name).equals(theirs.column(name)), (episode, name)
+        for key, column in (("observation.images.front", "video_front"), ("observation.images.front_depth", "video_front_depth")):
+            paths = ours.column(key).combine_chunks().field("path").to_pylist()
+            assert paths == theirs.column(key).combine_chunks().field("path").to_pylist()  # frame-000000.png / .tiff
+            got = images(ours, key)
+            decoded = mixtrain.frames(f"episode_{episode:06d}", column)
+            assert len(got) == len(decoded) == theirs.num_rows
+            assert all(np.array_equal(a.reshape(b.shape), b) for a, b in zip(got, decoded)), (episode, key)  # the Mixtrain pixels
+            if key.endswith("depth"):
+                want = images(theirs, key)
+                assert got[0].dtype == np.uint16 and all(np.array_equal(a, b) for a, b in zip(got, want)), episode  # the source's values
+    _convert(tmp_path / "l", tmp_path / "again")
+    again = open_dataset(str(tmp_path / "again"))
+    for sequence_id in mixtrain.sequence_ids():
+        assert np.array_equal(again.frames(sequence_id, "video_front_depth"), mixtrain.frames(sequence_id, "video_front_depth"))
 
 
 def test_the_second_conversion_equals_the_first(tmp_path):

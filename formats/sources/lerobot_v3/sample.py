@@ -35,12 +35,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from formats import samples, storage
+from formats import samples, storage, video
 from formats.errors import VideoError
 from formats.video import encode_frames
 from formats.video.policy import EncodeOptions, padded_size
 
 __all__ = ["SyntheticLeRobot", "write_dataset", "synthetic_frames", "encode_image"]
+
+encode_image = video.encode_image  # the samples' images are encoded where the export's are
 
 DATA_TEMPLATE = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_TEMPLATE = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
@@ -98,21 +100,6 @@ def synthetic_frames(episode: int, camera: int, length: int, height: int, width:
         frames[t, ..., 1] = (y * 5 + camera * 90 + t) % 256
         frames[t, ..., 2] = ((x + y) * 2 + episode * 17 + camera * 50) % 256
     return frames
-
-
-def encode_image(frame: np.ndarray, image_format: str = "png") -> bytes:
-    """One [H, W, 3] uint8 frame as PNG or JPEG bytes (png16: one [H, W] uint16 depth frame as a
-    16-bit gray PNG), through FFmpeg's image encoders."""
-    codec = {"png": "png", "png16": "png", "jpeg": "mjpeg", "tiff16": "tiff"}[image_format]
-    context = av.CodecContext.create(codec, "w")
-    context.width, context.height = frame.shape[1], frame.shape[0]
-    context.pix_fmt = {"png": "rgb24", "png16": "gray16be", "jpeg": "yuvj420p", "tiff16": "gray16le"}[image_format]
-    context.time_base = Fraction(1, 30)
-    if codec == "mjpeg":
-        context.options = {"qscale": "2"}
-    source = av.VideoFrame.from_ndarray(frame, format="gray16le" if image_format in ("png16", "tiff16") else "rgb24")
-    packets = context.encode(source) + context.encode(None)
-    return b"".join(bytes(packet) for packet in packets)
 
 
 def write_dataset(url: str, spec: SyntheticLeRobot | None = None) -> dict:
