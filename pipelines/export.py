@@ -40,7 +40,7 @@ class _Parser(argparse.ArgumentParser):
 def parser() -> argparse.ArgumentParser:
     installed = os.path.basename(sys.argv[0]) == "mixtrain-export"  # the console script, else python -m
     p = _Parser(prog="mixtrain-export" if installed else "python -m pipelines.export", allow_abbrev=False,
-                description="Write a Mixtrain dataset (standalone, Iceberg or Delta, as this converter wrote it) as a LeRobot "
+                description="Write a Mixtrain dataset (standalone, Iceberg, Delta or Lance, as this converter wrote it) as a LeRobot "
                             "dataset. The output appears only when complete.")
     p.add_argument("--input", required=True, help="the Mixtrain dataset: a local path, gs://, s3:// or another fsspec URL")
     p.add_argument("--output", required=True, help="the folder to write (must not exist, or be empty, unless --overwrite)")
@@ -171,9 +171,6 @@ def _export(args, run_state: _Run, out: TextIO) -> tuple[dict, list[str]]:
     from formats.read.reader import open_dataset
 
     dataset = open_dataset(args.input)
-    if hasattr(dataset, "lance"):  # formats/read/lance_rows.py: one pseudo-shard, videos as blobs
-        raise ConversionError(f"{args.input}: a Lance dataset (--table_format=lance) cannot be exported yet; convert the source to "
-                              "the standalone layout, Iceberg or Delta and export that")
     out_fs, out_root = storage.open_root(args.output)
     identity = journal.identity(dataset, args.to, {"data_file_mb": args.data_file_mb, "video_file_mb": args.video_file_mb,
                                                    "fps": args.fps})

@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 
 from formats import storage, video
 from formats.errors import FormatError
+from formats.read.lance_rows import BLOB_CELL
 from formats.sequence import FROM_IMAGES
 from formats.video import mp4
 
@@ -400,7 +401,7 @@ def _group(dataset, table: pa.Table, features: list[Feature], data_file_mb: floa
     ids = table.column("sequence_id").to_pylist()
     per_frame = _frame_bytes(features)
     cameras = [feature.column for feature in features if feature.is_video]
-    video_sizes = {column: _video_sizes(dataset, column) for column in cameras}
+    video_sizes = {column: dataset.video_sizes(column) for column in cameras}
     episodes, group, data_bytes, video_bytes, index = [], 0, 0, dict.fromkeys(cameras, 0), 0
     for position, (sequence_id, length) in enumerate(zip(ids, lengths)):
         if length is None or length < 0:
@@ -419,21 +420,6 @@ def _group(dataset, table: pa.Table, features: list[Feature], data_file_mb: floa
         episodes.append(Episode(sequence_id, position, int(length), index, group))
         index += int(length)
     return episodes, (group + 1 if episodes else 0)
-
-
-def _video_sizes(dataset, column: str) -> dict[str, int]:
-    """Each sequence's file size in a camera column, from one listing of its folder."""
-    folder = storage.join(dataset.root, "files", column)
-    try:
-        listing = dataset.fs.find(folder, detail=True)
-    except (FileNotFoundError, OSError):
-        return {}
-    sizes = {}
-    for path, info in listing.items():
-        name = path.rsplit("/", 1)[-1]
-        if name.endswith(".mp4"):
-            sizes[name[:-4]] = int(info.get("size") or 0)
-    return sizes
 
 
 # --- one group: a data file and each camera's joined video -----------------------------------
@@ -487,7 +473,7 @@ def _frames(plan: ExportPlan, rows: pa.Table, episodes: list[Episode], task_of: 
             for size in reversed(feature.shape):
                 nested = pa.FixedSizeListArray.from_arrays(nested, size)
             values = nested
-        columns.append(values)
+        columns.append(_named_as_lerobot(values))
         names.append(feature.key)
     total = sum(lengths)
     if "timestamp" in rows.column_names:
@@ -502,6 +488,21 @@ def _frames(plan: ExportPlan, rows: pa.Table, episodes: list[Episode], task_of: 
                 pa.array(_task_indices(rows, lengths, task_of, where), pa.int64())]
     names += list(INDEX_FEATURES)
     return pa.table(columns, names=names)
+
+
+def _lerobot_type(kind: pa.DataType) -> pa.DataType:
+    """`kind` with every list's value field named `element`, as lerobot (Hugging Face datasets)
+    writes it; a Lance table reads its lists back with `item`."""
+    if pa.types.is_fixed_size_list(kind):
+        return pa.list_(pa.field("element", _lerobot_type(kind.value_type), kind.value_field.nullable), kind.list_size)
+    if pa.types.is_list(kind):
+        return pa.list_(pa.field("element", _lerobot_type(kind.value_type), kind.value_field.nullable))
+    return kind
+
+
+def _named_as_lerobot(values: pa.Array) -> pa.Array:
+    kind = _lerobot_type(values.type)
+    return values if str(kind) == str(values.type) else values.cast(kind)  # DataType equality ignores field names
 
 
 def _task_indices(rows: pa.Table, lengths: list[int], task_of: dict[str, int], where: str) -> np.ndarray:
@@ -649,9 +650,9 @@ def _episode_video(dataset, cell: str | None, feature: Feature, episode: Episode
     path outside is refused: the export would copy it into its output), and only a video of
     exactly `length` frames."""
     sequence = f"{where}: sequence {episode.sequence_id}"
-    path = _video_cell(dataset, cell, feature, episode, where)
+    cell = _video_cell(dataset, cell, feature, episode, where)
     try:
-        with dataset.fs.open(path, "rb") as handle:
+        with dataset.open_video(cell, feature.column) as handle:
             table = mp4.read_sample_table(handle)
             if table is not None:
                 frames, start = len(table.pts), (float(table.pts.min()) / table.timescale if len(table.pts) else 0.0)
@@ -662,30 +663,34 @@ def _episode_video(dataset, cell: str | None, feature: Feature, episode: Episode
         raise FormatError(f"{sequence}: {cell}: video file not found") from None
     if frames != episode.length:
         raise FormatError(f"{sequence}: {cell} holds {frames} frames for {episode.length} timesteps")
-    return path, table, start
+    return cell, table, start
 
 
 def _video_cell(dataset, cell: str | None, feature: Feature, episode: Episode, where: str) -> str:
-    """A camera's cell, checked: present, and a file inside the dataset (a URL or a path outside
-    is refused: the export would copy it into its output). Returns its path."""
+    """A camera's cell, checked: present, and a file inside the dataset or (a Lance dataset) a
+    blob of its table; a URL or a path outside is refused (the export would copy it into its
+    output). Returns the cell, for `dataset.open_video`."""
     sequence = f"{where}: sequence {episode.sequence_id}"
     if cell is None:
         raise FormatError(f"{sequence}: no video in {feature.column}: a LeRobot episode has every camera")
+    if cell.startswith(BLOB_CELL) and getattr(dataset, "lance", None) is not None:
+        return cell  # made by the Lance reader itself from the row's blob (formats/read/lance_rows.py)
     if "://" in cell:
         raise FormatError(f"{sequence}: {feature.column} names {cell!r}: the export copies only video files inside the dataset")
-    return storage.resolve_inside(dataset.root, cell, what="video file", fs=dataset.fs)
+    storage.resolve_inside(dataset.root, cell, what="video file", fs=dataset.fs)
+    return cell
 
 
-def _opened(fs, paths: list[str]):
-    """The files one after another, each closed once the next is wanted (write_joined streams them)."""
-    for path in paths:
-        with fs.open(path, "rb") as handle:
+def _opened(dataset, cells: list[str], column: str):
+    """The videos one after another, each closed once the next is wanted (write_joined streams them)."""
+    for cell in cells:
+        with dataset.open_video(cell, column) as handle:
             yield handle
 
 
-def _copy_file(fs, path: str, out_fs, target: str) -> None:
+def _copy_file(dataset, cell: str, column: str, out_fs, target: str) -> None:
     out_fs.makedirs(target.rsplit("/", 1)[0], exist_ok=True)
-    with fs.open(path, "rb") as source, out_fs.open(target, "wb") as destination:
+    with dataset.open_video(cell, column) as source, out_fs.open(target, "wb") as destination:
         shutil.copyfileobj(source, destination, 8 << 20)
 
 
@@ -732,7 +737,7 @@ def _write_camera(plan: ExportPlan, feature: Feature, group: int, cells: list[st
         path = target(file_index)
         out_fs.makedirs(path.rsplit("/", 1)[0], exist_ok=True)
         with out_fs.open(path, "wb") as destination:
-            with contextlib.closing(_opened(dataset.fs, [source for _, _, source in pending])) as sources:
+            with contextlib.closing(_opened(dataset, [source for _, _, source in pending], feature.column)) as sources:
                 starts = mp4.write_joined(tables, sources, destination)
         timescale = tables[0].timescale
         for number, (position, _, _) in enumerate(pending):
@@ -744,7 +749,7 @@ def _write_camera(plan: ExportPlan, feature: Feature, group: int, cells: list[st
         source, table, start = _episode_video(dataset, cell, feature, episode, where)
         if table is None or not mp4.joinable(table):
             flush()
-            _copy_file(dataset.fs, source, out_fs, target(file_index))
+            _copy_file(dataset, source, feature.column, out_fs, target(file_index))
             placed.append((position, file_index, start, start + episode.length / float(plan.fps)))
             file_index += 1
             continue
@@ -761,6 +766,7 @@ def write_group_v21(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_f
     lines of episodes.jsonl, each with its `stats` for episodes_stats.jsonl, and the files written."""
     rows, episodes, where = _ordered(plan, rows, dataset)
     # The videos first: each is counted against its episode's length before any frame is built.
+    key_column = {feature.key: feature.column for feature in plan.video_features}
     videos = {feature.key: [_episode_video(dataset, cell, feature, episode, where)[0]
                             for cell, episode in zip(rows.column(feature.column).to_pylist(), episodes)] for feature in plan.video_features}
     frames = _group_frames(plan, rows, episodes, dataset, where)
@@ -777,7 +783,7 @@ def write_group_v21(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_f
         offset += episode.length
         for key, sources in videos.items():
             files.append(V21_VIDEO_PATH.format(episode_chunk=chunk, video_key=key, episode_index=episode.episode_index))
-            _copy_file(dataset.fs, sources[number], out_fs, storage.join(out_root, files[-1]))
+            _copy_file(dataset, sources[number], key_column[key], out_fs, storage.join(out_root, files[-1]))
         per_feature: dict[str, dict[str, list]] = {}
         for column, value in stats[number].items():
             _, key, name = column.split("/", 1)[0], *column[len("stats/"):].rsplit("/", 1)

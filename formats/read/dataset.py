@@ -297,8 +297,28 @@ class Dataset:
         relative = self._video_cell(sequence_id, column)
         if relative is None:
             raise KeyError(f"sequence {sequence_id!r} has no video in column {column!r}")
-        source, _ = self._video_source(relative, column)
+        return self.open_video(relative, column)
+
+    def open_video(self, cell: str, column: str) -> BinaryIO:
+        """The video a cell of `column` names, opened read-only (seekable): a file of the dataset,
+        or, in a Lance dataset, a blob of its table. Close it after use."""
+        source, _ = self._video_source(cell, column)
         return open(source, "rb") if isinstance(source, str) else source
+
+    def video_sizes(self, column: str) -> dict[str, int]:
+        """Each sequence's video size in bytes in a camera column, where the layout tells it without
+        reading the videos (the standalone layout's `files/<column>/<sequence_id>.mp4`: one listing)."""
+        folder = storage.join(self.root, "files", column)
+        try:
+            listing = self.fs.find(folder, detail=True)
+        except (FileNotFoundError, OSError):
+            return {}
+        sizes = {}
+        for path, info in listing.items():
+            name = path.rsplit("/", 1)[-1]
+            if name.endswith(".mp4"):
+                sizes[name[:-4]] = int(info.get("size") or 0)
+        return sizes
 
     def rows(self, columns: Sequence[str] | None = None, where: Filter | None = None) -> Iterator[dict[str, Any]]:
         """Every matching sequence as `sequence()` gives it, one shard read at a time."""

@@ -85,6 +85,17 @@ def open_rows(fs, root: str, version: int | None = None):
                 table = table.drop_columns(["_rowaddr"])
             return table.select(columns)
 
+        def video_sizes(self, column: str) -> dict[str, int]:
+            if column not in self._blobs:
+                return super().video_sizes(column)
+            try:  # the blob descriptors (position, size), not the videos
+                table = dataset.to_table(columns=["sequence_id", column])
+            except (ValueError, OSError, pa.ArrowException) as error:
+                raise FormatError(f"{storage.url_for(fs, root)}: {str(error).splitlines()[0]}") from error
+            sizes = table.column(column).combine_chunks().field("size").to_pylist()
+            return {sequence_id: int(size) for sequence_id, size in zip(table.column("sequence_id").to_pylist(), sizes)
+                    if size is not None}
+
         def _video_source(self, relative: str, column: str):
             if not relative.startswith(BLOB_CELL):
                 return super()._video_source(relative, column)

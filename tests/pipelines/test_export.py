@@ -424,12 +424,21 @@ def test_a_lake_table_exports_as_the_standalone_dataset_does(converted, tmp_path
     assert lake == standalone
 
 
-def test_a_lance_dataset_is_refused_saying_what_to_do(converted, tmp_path):
+@pytest.mark.parametrize("to", ["lerobot_v3", "lerobot_v2.1"])
+def test_a_lance_dataset_exports_as_the_standalone_dataset_does(converted, tmp_path, to):
+    """Videos stored as blobs inside the Lance table are read from it (and their sizes, which roll
+    video files over, from its blob descriptors): the bytes of the standalone dataset's export."""
     _convert(converted.parent / "src", tmp_path / "lance", "--table_format=lance")
-    code, _, console = _export(tmp_path / "lance", tmp_path / "out")
-    assert code == 1 and console == (f"error: {tmp_path / 'lance'}: a Lance dataset (--table_format=lance) cannot be exported yet; "
-                                     "convert the source to the standalone layout, Iceberg or Delta and export that\n")
-    assert not (tmp_path / "out").exists()
+    extra = ("--video_file_mb=0.000001",) if to == "lerobot_v3" else ()  # each episode past the size: a file each
+    code, out, console = _export(tmp_path / "lance", tmp_path / "from_lance", *extra, to=to)
+    assert code == 0 and console == "", console
+    assert _export(converted, tmp_path / "from_standalone", *extra, to=to)[0] == 0
+    lance = {p.relative_to(tmp_path / "from_lance"): p.read_bytes() for p in (tmp_path / "from_lance").rglob("*") if p.is_file()}
+    standalone = {p.relative_to(tmp_path / "from_standalone"): p.read_bytes() for p in (tmp_path / "from_standalone").rglob("*")
+                  if p.is_file()}
+    assert lance == standalone and any(path.suffix == ".mp4" for path in lance)
+    if to == "lerobot_v3":
+        assert len([path for path in lance if path.parts[0] == "videos"]) > 2  # the blob sizes rolled the video files over
 
 
 def _rewrite_shard(target, change) -> None:
