@@ -7,7 +7,6 @@ moves rows to it, so it names no format.
 
 from __future__ import annotations
 
-import pickle
 from typing import Any, Protocol
 
 import apache_beam as beam
@@ -25,9 +24,9 @@ class Writer(Protocol):
     columns: list[str]
     group_of: dict[str, int]
 
-    def write_group(self, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> tuple[list[dict], list[str]]: ...
+    def write_group(self, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> tuple[pa.Table, list[str]]: ...
 
-    def write_meta(self, records: list[dict], out_fs, out_root: str) -> Any: ...
+    def write_meta(self, records: list[pa.Table], out_fs, out_root: str) -> Any: ...
 
 
 class _ReadRowsFn(beam.DoFn):
@@ -78,8 +77,7 @@ class _WriteGroupFn(beam.DoFn):
         if self._identity is not None:
             journal.record_group(self._out_fs, self._out_root, self._identity, group, records, files)
             publish.stop_point("export", "group-recorded")
-        # The group's episode records as one pickled element, for the same reason as _to_bytes.
-        yield pickle.dumps(records)
+        yield _to_bytes(records)  # the group's episode records, as Arrow IPC bytes
 
 
 class _TakeRecordedFn(beam.DoFn):
@@ -95,7 +93,7 @@ class _TakeRecordedFn(beam.DoFn):
             raise FormatError(f"{storage.join(out_root, journal.GROUPS_DIR)}: the record of group {group} changed while this export "
                               "ran; run the same command again")
         journal.check_group(out_fs, out_root, entry)
-        yield pickle.dumps(journal.records_of(entry))
+        yield journal.records_bytes(entry)
 
 
 class _WriteMetaFn(beam.DoFn):
@@ -104,7 +102,7 @@ class _WriteMetaFn(beam.DoFn):
 
     def process(self, groups: list[bytes]):
         out_fs, out_root = storage.open_root(self._out_url)
-        yield self._writer.write_meta([record for blob in groups for record in pickle.loads(blob)], out_fs, out_root)
+        yield self._writer.write_meta([_from_bytes(blob) for blob in groups], out_fs, out_root)
 
 
 def export(pipeline: beam.Pipeline, url: str, shards: list[str], writer: Writer, out_url: str, *, identity: str | None = None,

@@ -9,8 +9,8 @@ the LeRobot files, it keeps a journal under `_resume/` (removed before publicati
   the input's metadata and the signature (size and mtime, or generation/etag) of every file of
   the input. Any change to any of them makes every recorded group useless.
 - `groups/GGGGGG.json`, one per group, written by the worker right after the group's files: each
-  file's staging-relative path, size and SHA-256, and the group's episode records (what the
-  dataset-wide `meta/` files are built from) as Arrow IPC bytes, so their types come back exactly.
+  file's staging-relative path, size and SHA-256, and the group's episode records (a table: what
+  the dataset-wide `meta/` files are built from) as Arrow IPC bytes, so their types come back exactly.
 
 Both are sealed (the SHA-256 of their own canonical JSON). The next run takes a group when its
 entry is whole, names this identity, and every file it lists is there at its size; a worker checks
@@ -34,7 +34,7 @@ from formats.errors import FormatError
 from formats.mixtrain import fingerprint, resume
 
 __all__ = ["JOURNAL_DIR", "HEADER", "GROUPS_DIR", "identity", "write_header", "read_header", "record_group", "recorded_groups", "recorded_group",
-           "check_group", "records_of"]
+           "check_group", "records_of", "records_bytes"]
 
 JOURNAL_DIR = resume.RESUME_DIR  # the same name as a conversion's: resume.Lease renews `_resume/alive` in it
 HEADER = f"{JOURNAL_DIR}/export.json"
@@ -84,40 +84,36 @@ def read_header(fs, staging: str) -> dict | None:
         return None
 
 
-def _records_bytes(records: list[dict]) -> bytes | None:
-    """The records as one Arrow IPC stream (the types they will be written with come back), or
-    None for values Arrow cannot hold as a table (the group is then not recorded: written again)."""
-    try:
-        table = pa.Table.from_pylist(records)
-    except (pa.ArrowException, TypeError, ValueError, OverflowError):
-        return None
+def _table_bytes(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
     return sink.getvalue().to_pybytes()
 
 
-def records_of(entry: dict) -> list[dict]:
+def records_bytes(entry: dict) -> bytes:
+    """A group entry's episode records as the Arrow IPC stream they were recorded as."""
+    return base64.b64decode(entry["records"], validate=True)
+
+
+def records_of(entry: dict) -> pa.Table:
     """The episode records a group entry holds (Arrow IPC, read; never unpickled)."""
-    table = pa.ipc.open_stream(base64.b64decode(entry["records"], validate=True)).read_all()
-    rows = table.to_pylist()
-    if len(rows) != len(entry["keys"]):
-        raise ValueError("the records do not match their keys")
-    return [{key: record[key] for key in keys} for record, keys in zip(rows, entry["keys"])]
+    table = pa.ipc.open_stream(records_bytes(entry)).read_all()
+    if "episode_index" not in table.column_names or table.column("episode_index").type != pa.int64():
+        raise ValueError("not the export's episode records")
+    return table
 
 
-def record_group(fs, staging: str, export_identity: str, group: int, records: list[dict], files: list[str]) -> None:
+def record_group(fs, staging: str, export_identity: str, group: int, records: pa.Table, files: list[str]) -> None:
     """Group `group` is written: its files' sizes and digests and its records, sealed, in one
     entry written whole (a kill leaves no half entry). `files`: staging-relative paths."""
-    blob = _records_bytes(records)
-    if blob is None:
-        return
+    blob = _table_bytes(records)
     listed = []
     for relative in files:
         size, sha = resume.digest(fs, storage.join(staging, relative))
         listed.append([relative, size, sha])
     value = {"journal": VERSION, "kind": KIND, "identity": export_identity, "group": int(group), "files": listed,
-             "records": base64.b64encode(blob).decode(), "keys": [list(record) for record in records]}
+             "records": base64.b64encode(blob).decode()}
     resume._put(fs, storage.join(staging, GROUPS_DIR, f"{group:06d}.json"), json.dumps(_sealed(value), sort_keys=True).encode())
 
 
@@ -128,12 +124,11 @@ def _relative_ok(relative: Any) -> bool:
 
 def _entry_ok(value: dict, export_identity: str, groups: int) -> bool:
     try:
-        group, files, keys = value["group"], value["files"], value["keys"]
+        group, files = value["group"], value["files"]
         return (value["identity"] == export_identity and resume._int(group) and group < groups and isinstance(files, list)
                 and all(isinstance(f, list) and len(f) == 3 and _relative_ok(f[0]) and resume._int(f[1]) and resume._hex(f[2])
                         for f in files)
-                and isinstance(value["records"], str) and isinstance(keys, list)
-                and all(isinstance(k, list) and all(isinstance(name, str) for name in k) for k in keys))
+                and isinstance(value["records"], str))
     except (KeyError, TypeError):
         return False
 

@@ -524,10 +524,17 @@ def _task_indices(rows: pa.Table, lengths: list[int], task_of: dict[str, int], w
     return np.concatenate(out) if out else np.zeros(0, np.int64)
 
 
-def _episode_stats(frames: pa.Table, features: list[Feature], lengths: list[int]) -> list[dict[str, list]]:
-    """Per episode and numeric feature: min, max, mean, std, count and lerobot 0.6's quantiles."""
-    out: list[dict[str, list]] = [{} for _ in lengths]
-    starts = np.concatenate([[0], np.cumsum(lengths)])
+def _episode_stats(frames: pa.Table, features: list[Feature], lengths: list[int]) -> dict[str, pa.Array]:
+    """Per numeric feature, one column per statistic, a row per episode (`stats/<key>/<name>`:
+    min, max, mean, std, lerobot 0.6's quantiles, count); null for an episode of no frames."""
+    out: dict[str, pa.Array] = {}
+    episodes = len(lengths)
+    starts = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    by_length: dict[int, list[int]] = {}
+    for number, length in enumerate(lengths):
+        if length:
+            by_length.setdefault(int(length), []).append(number)
+    valid = np.array([bool(length) for length in lengths], bool)
     for feature in features:
         if feature.dtype in ("string", "video", "image") or feature.key not in frames.column_names:
             continue
@@ -539,26 +546,61 @@ def _episode_stats(frames: pa.Table, features: list[Feature], lengths: list[int]
             matrix = values.to_numpy(zero_copy_only=False).astype(np.float64).reshape(len(column), -1)
         except (pa.ArrowInvalid, ValueError, TypeError):
             continue
-        by_length: dict[int, list[int]] = {}
-        for number, length in enumerate(lengths):
-            if length:
-                by_length.setdefault(int(length), []).append(number)
+        names = ["min", "max", "mean", "std", *(name for name, _ in QUANTILES)]
+        table = {name: np.zeros((episodes, matrix.shape[1]), np.float64) for name in names}
         for length, numbers in by_length.items():  # episodes of one length: one array, each statistic computed once for all
             stacked = matrix[(starts[numbers][:, None] + np.arange(length)[None, :])]  # [episodes, frames, values]
-            stats = {"min": stacked.min(1), "max": stacked.max(1), "mean": stacked.mean(1), "std": stacked.std(1)}
+            table["min"][numbers], table["max"][numbers] = stacked.min(1), stacked.max(1)
+            table["mean"][numbers], table["std"][numbers] = stacked.mean(1), stacked.std(1)
             quantiles = np.quantile(stacked, [q for _, q in QUANTILES], axis=1)
-            stats.update({name: quantiles[i] for i, (name, _) in enumerate(QUANTILES)})
-            for row, number in enumerate(numbers):
-                for name, value in stats.items():
-                    out[number][f"stats/{feature.key}/{name}"] = value[row].tolist()
-                out[number][f"stats/{feature.key}/count"] = [length]
+            for i, (name, _) in enumerate(QUANTILES):
+                table[name][numbers] = quantiles[i]
+        for name in names:
+            out[f"stats/{feature.key}/{name}"] = _list_column(table[name], valid)
+        out[f"stats/{feature.key}/count"] = _list_column(np.array(lengths, np.int64)[:, None], valid)
     return out
 
 
-def write_group(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> tuple[list[dict], list[str]]:
-    """Write group `group`'s data file and videos under `out_root`; returns its episodes' rows of
-    meta/episodes (without the dataset-wide columns write_meta adds) and the files written
-    (relative to `out_root`)."""
+def _list_column(matrix: np.ndarray, valid: np.ndarray) -> pa.Array:
+    """[rows, values] -> list<values' type>, a row where `valid` is False null."""
+    rows, width = matrix.shape
+    offsets = pa.array(np.arange(0, rows * width + 1, width, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array(matrix.reshape(-1)), mask=pa.array(~valid))
+
+
+def _records(plan: ExportPlan, rows: pa.Table, episodes: list[Episode], group: int, stats: dict[str, pa.Array],
+             placed: dict[str, list[tuple[int, float, float]]] | None = None) -> pa.Table:
+    """The group's episodes as the episode records both layouts' metadata are built from: a row per
+    episode, LeRobot's episodes columns (v3.0 names; `placed`: each camera's file and times)."""
+    indices = np.array([episode.episode_index for episode in episodes], np.int64)
+    lengths = np.array([episode.length for episode in episodes], np.int64)
+    starts = np.array([episode.index_from for episode in episodes], np.int64)
+    tasks_rows = rows.column("tasks").to_pylist() if "tasks" in rows.column_names else [None] * rows.num_rows
+    task_rows = rows.column("task").to_pylist() if "task" in rows.column_names else [None] * rows.num_rows
+    columns: dict[str, pa.Array] = {
+        "episode_index": pa.array(indices), "length": pa.array(lengths),
+        "data/chunk_index": pa.array(np.full(len(episodes), group, np.int64)), "data/file_index": pa.array(np.zeros(len(episodes), np.int64)),
+        "dataset_from_index": pa.array(starts), "dataset_to_index": pa.array(starts + lengths),
+        "tasks": pa.array([_row_tasks(many, one) for many, one in zip(tasks_rows, task_rows)], pa.list_(pa.string()))}
+    for name in plan.episode_columns:  # in their own Arrow types here; typed as lerobot's when written (write_meta)
+        if name == SOURCE_ID and name in plan.computed:
+            columns[name] = pa.array([episode.sequence_id for episode in episodes], pa.string())
+        elif name == SOURCE_INDEX and name in plan.computed:
+            columns[name] = rows.column("episode_index").combine_chunks()
+        else:
+            columns[name] = rows.column(name).combine_chunks()
+    columns.update(stats)
+    for key, where in (placed or {}).items():
+        columns[f"videos/{key}/chunk_index"] = pa.array(np.full(len(episodes), group, np.int64))
+        columns[f"videos/{key}/file_index"] = pa.array([file_index for file_index, _, _ in where], pa.int64())
+        columns[f"videos/{key}/from_timestamp"] = pa.array([float(start) for _, start, _ in where], pa.float64())
+        columns[f"videos/{key}/to_timestamp"] = pa.array([float(end) for _, _, end in where], pa.float64())
+    return pa.table(columns)
+
+
+def write_group(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> tuple[pa.Table, list[str]]:
+    """Write group `group`'s data file and videos under `out_root`; returns its episode records
+    (`_records`) and the files written (relative to `out_root`)."""
     rows, episodes, where = _ordered(plan, rows, dataset)
     files: list[str] = []
     # The videos first: each is counted against its episode's length before any frame is built.
@@ -571,20 +613,7 @@ def write_group(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, o
     out_fs.makedirs(data_path.rsplit("/", 1)[0], exist_ok=True)
     with out_fs.open(data_path, "wb") as handle:
         pq.write_table(frames, handle, compression="snappy")
-    records = []
-    stats = _episode_stats(frames, plan.frame_features, lengths)
-    for number, episode in enumerate(episodes):
-        record: dict[str, Any] = {"episode_index": episode.episode_index, "length": episode.length,
-                                  "data/chunk_index": group, "data/file_index": 0,
-                                  "dataset_from_index": episode.index_from,
-                                  "dataset_to_index": episode.index_from + episode.length}
-        record.update(_episode_fields(plan, rows, number, episode))
-        record.update(stats[number])
-        for key, (file_index, start, end) in ((key, where_[number]) for key, where_ in placed.items()):
-            record.update({f"videos/{key}/chunk_index": group, f"videos/{key}/file_index": file_index,
-                           f"videos/{key}/from_timestamp": start, f"videos/{key}/to_timestamp": end})
-        records.append(record)
-    return records, files
+    return _records(plan, rows, episodes, group, _episode_stats(frames, plan.frame_features, lengths), placed), files
 
 
 def _ordered(plan: ExportPlan, rows: pa.Table, dataset) -> tuple[pa.Table, list[Episode], str]:
@@ -626,21 +655,6 @@ def _image_cells(dataset, cells: list[str | None], feature: Feature, episodes: l
             paths.append(f"frame-{count:06d}.{suffix}")
             count += 1
     return pa.StructArray.from_arrays([pa.array(blobs, pa.binary()), pa.array(paths, pa.string())], fields=list(IMAGE_CELL))
-
-
-def _episode_fields(plan: ExportPlan, rows: pa.Table, number: int, episode: Episode) -> dict[str, Any]:
-    """An episode's tasks and custom metadata, as both layouts' episode tables hold them."""
-    tasks_row = rows.column("tasks")[number].as_py() if "tasks" in rows.column_names else None
-    task_row = rows.column("task")[number].as_py() if "task" in rows.column_names else None
-    fields: dict[str, Any] = {"tasks": _row_tasks(tasks_row, task_row)}
-    for name in plan.episode_columns:
-        if name == SOURCE_ID and name in plan.computed:
-            fields[name] = episode.sequence_id
-        elif name == SOURCE_INDEX and name in plan.computed:
-            fields[name] = rows.column("episode_index")[number].as_py()
-        else:
-            fields[name] = rows.column(name)[number].as_py()
-    return fields
 
 
 def _episode_video(dataset, cell: str | None, feature: Feature, episode: Episode, where: str) -> tuple[str, mp4.SampleTable | None, float]:
@@ -760,10 +774,10 @@ def _write_camera(plan: ExportPlan, feature: Feature, group: int, cells: list[st
     return [(file_index_, start, end) for _, file_index_, start, end in sorted(placed)]
 
 
-def write_group_v21(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> tuple[list[dict], list[str]]:
+def write_group_v21(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> tuple[pa.Table, list[str]]:
     """v2.1: each episode of the group as its own data file and, per camera, its own MP4 (the
-    Mixtrain file's bytes: one episode per file is what both layouts hold). Returns the episodes'
-    lines of episodes.jsonl, each with its `stats` for episodes_stats.jsonl, and the files written."""
+    Mixtrain file's bytes: one episode per file is what both layouts hold). Returns the episode
+    records (`_records`, from which write_meta_v21 makes its lines) and the files written."""
     rows, episodes, where = _ordered(plan, rows, dataset)
     # The videos first: each is counted against its episode's length before any frame is built.
     key_column = {feature.key: feature.column for feature in plan.video_features}
@@ -771,8 +785,7 @@ def write_group_v21(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_f
                             for cell, episode in zip(rows.column(feature.column).to_pylist(), episodes)] for feature in plan.video_features}
     frames = _group_frames(plan, rows, episodes, dataset, where)
     lengths = rows.column("length").to_pylist()
-    stats = _episode_stats(frames, plan.frame_features, lengths)
-    records, files, offset = [], [], 0
+    files, offset = [], 0
     for number, episode in enumerate(episodes):
         chunk = episode.episode_index // CHUNKS_SIZE
         files.append(V21_DATA_PATH.format(episode_chunk=chunk, episode_index=episode.episode_index))
@@ -784,28 +797,33 @@ def write_group_v21(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_f
         for key, sources in videos.items():
             files.append(V21_VIDEO_PATH.format(episode_chunk=chunk, video_key=key, episode_index=episode.episode_index))
             _copy_file(dataset, sources[number], key_column[key], out_fs, storage.join(out_root, files[-1]))
-        per_feature: dict[str, dict[str, list]] = {}
-        for column, value in stats[number].items():
-            _, key, name = column.split("/", 1)[0], *column[len("stats/"):].rsplit("/", 1)
-            if name in V21_STATS:
-                per_feature.setdefault(key, {})[name] = value
-        records.append({"episode_index": episode.episode_index, **_episode_fields(plan, rows, number, episode),
-                        "length": episode.length, "stats": per_feature})
-    return records, files
+    return _records(plan, rows, episodes, group, _episode_stats(frames, plan.frame_features, lengths)), files
 
 
-def write_meta_v21(plan: ExportPlan, records: Iterable[dict], stats: dict, out_fs, out_root: str) -> dict:
+def write_meta_v21(plan: ExportPlan, records: Iterable[pa.Table], stats: dict, out_fs, out_root: str) -> dict:
     """meta/info.json, episodes.jsonl, tasks.jsonl, episodes_stats.jsonl and stats.json (v2.1)."""
     ordered = _in_order(plan, records)
+    custom = {name: _as_lerobot_writes(ordered.column(name)).to_pylist() for name in plan.episode_columns}
+    indices, lengths, tasks = (ordered.column(name).to_pylist() for name in ("episode_index", "length", "tasks"))
+    stat_columns = [(name, *name[len("stats/"):].rsplit("/", 1)) for name in ordered.column_names if name.startswith("stats/")]
+    stat_values = {name: ordered.column(name).to_pylist() for name, _, stat in stat_columns if stat in V21_STATS}
 
     def lines(values: Iterable[dict]) -> bytes:
         return "".join(json.dumps(value, default=str) + "\n" for value in values).encode()
 
+    def episode_stats(row: int) -> dict[str, dict[str, list]]:
+        per_feature: dict[str, dict[str, list]] = {}
+        for name, key, stat in stat_columns:
+            if stat in V21_STATS and stat_values[name][row] is not None:
+                per_feature.setdefault(key, {})[stat] = stat_values[name][row]
+        return per_feature
+
     out_fs.makedirs(storage.join(out_root, "meta"), exist_ok=True)
     out_fs.pipe_file(storage.join(out_root, "meta/episodes.jsonl"),
-                     lines({key: value for key, value in record.items() if key != "stats"} for record in ordered))
+                     lines({"episode_index": indices[row], "tasks": tasks[row], **{name: custom[name][row] for name in custom},
+                            "length": lengths[row]} for row in range(ordered.num_rows)))
     out_fs.pipe_file(storage.join(out_root, "meta/episodes_stats.jsonl"),
-                     lines({"episode_index": record["episode_index"], "stats": record["stats"]} for record in ordered))
+                     lines({"episode_index": indices[row], "stats": episode_stats(row)} for row in range(ordered.num_rows)))
     out_fs.pipe_file(storage.join(out_root, "meta/tasks.jsonl"),
                      lines({"task_index": number, "task": text} for number, text in enumerate(plan.tasks)))
     episodes = len(plan.episodes)
@@ -821,32 +839,20 @@ def write_meta_v21(plan: ExportPlan, records: Iterable[dict], stats: dict, out_f
 # --- meta/ -----------------------------------------------------------------------------------
 
 
-def write_meta(plan: ExportPlan, records: Iterable[dict], stats: dict, out_fs, out_root: str) -> dict:
+def write_meta(plan: ExportPlan, records: Iterable[pa.Table], stats: dict, out_fs, out_root: str) -> dict:
     """meta/info.json, tasks.parquet, stats.json and the episodes table; returns info.json."""
     ordered = _in_order(plan, records)
     keys = ["episode_index", "tasks", "length", "data/chunk_index", "data/file_index", "dataset_from_index", "dataset_to_index"]
     for feature in plan.video_features:
         keys += [f"videos/{feature.key}/{name}" for name in ("chunk_index", "file_index", "from_timestamp", "to_timestamp")]
     keys += plan.episode_columns
-    keys += sorted({key for record in ordered for key in record if key.startswith("stats/")}, key=_stats_order(plan))
-    for record in ordered:
-        record["meta/episodes/chunk_index"], record["meta/episodes/file_index"] = 0, 0
-    keys += ["meta/episodes/chunk_index", "meta/episodes/file_index"]
+    keys += sorted((name for name in ordered.column_names if name.startswith("stats/") and ordered.column(name).null_count < len(ordered)),
+                   key=_stats_order(plan))
     columns = {}
     for key in keys:
-        values = [record.get(key) for record in ordered]
-        if key == "tasks":
-            columns[key] = pa.array(values, pa.list_(pa.string()))
-        elif key.endswith("/count"):
-            columns[key] = pa.array(values, pa.list_(pa.int64()))
-        elif key.startswith("stats/"):
-            columns[key] = pa.array(values, pa.list_(pa.float64()))
-        elif key.endswith("_timestamp"):
-            columns[key] = pa.array(values, pa.float64())
-        elif key in plan.episode_columns:
-            columns[key] = pa.array(values)
-        else:
-            columns[key] = pa.array(values, pa.int64())
+        column = ordered.column(key) if key in ordered.column_names else pa.nulls(ordered.num_rows, pa.int64())
+        columns[key] = _as_lerobot_writes(column) if key in plan.episode_columns else column.combine_chunks()
+    columns["meta/episodes/chunk_index"] = columns["meta/episodes/file_index"] = pa.array(np.zeros(ordered.num_rows, np.int64))
     episodes_path = storage.join(out_root, EPISODES_PATH)
     out_fs.makedirs(episodes_path.rsplit("/", 1)[0], exist_ok=True)
     with out_fs.open(episodes_path, "wb") as handle:
@@ -883,12 +889,20 @@ def _features_json(plan: ExportPlan) -> dict:
     return {feature.key: feature.info_json() for feature in plan.features}
 
 
-def _in_order(plan: ExportPlan, records: Iterable[dict]) -> list[dict]:
+def _in_order(plan: ExportPlan, records: Iterable[pa.Table]) -> pa.Table:
     """Every episode's record, in order; a group that did not come back is an error, not a gap."""
-    ordered = sorted(records, key=lambda record: record["episode_index"])
-    if [record["episode_index"] for record in ordered] != list(range(len(plan.episodes))):
+    tables = list(records)
+    table = pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({"episode_index": pa.array([], pa.int64())})
+    table = table.take(pc.sort_indices(table, [("episode_index", "ascending")]))
+    if not np.array_equal(table.column("episode_index").to_numpy(), np.arange(len(plan.episodes))):
         raise FormatError("the export lost an episode: its groups did not all come back")
-    return ordered
+    return table
+
+
+def _as_lerobot_writes(column: pa.ChunkedArray) -> pa.Array:
+    """A custom episode column as lerobot's episodes table holds it: the type Arrow gives its
+    Python values (an int32 column is written as int64, as pandas would)."""
+    return pa.array(column.to_pylist())
 
 
 def _finish_meta(plan: ExportPlan, info: dict, stats: dict, out_fs, out_root: str) -> dict:
@@ -925,8 +939,8 @@ class Writer:
         self.columns = plan.columns
         self.group_of = {episode.sequence_id: episode.group for episode in plan.episodes}
 
-    def write_group(self, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> tuple[list[dict], list[str]]:
+    def write_group(self, group: int, rows: pa.Table, dataset, out_fs, out_root: str) -> tuple[pa.Table, list[str]]:
         return LAYOUTS[self.layout][0](self.plan, group, rows, dataset, out_fs, out_root)
 
-    def write_meta(self, records: list[dict], out_fs, out_root: str) -> dict:
+    def write_meta(self, records: list[pa.Table], out_fs, out_root: str) -> dict:
         return LAYOUTS[self.layout][1](self.plan, records, self.stats, out_fs, out_root)

@@ -6,7 +6,6 @@ folder, another input or other options) is written again, or refused in one line
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import io
 import json
@@ -265,15 +264,23 @@ def test_an_export_killed_while_its_files_move_into_an_object_store_is_finished_
     assert [entry for entry in fs.ls("bucket/exports", detail=False) if tmp_path.name in entry] == [f"bucket/exports/{tmp_path.name}"]
 
 
-def test_the_records_come_back_in_their_own_types():
-    records = [{"episode_index": 3, "tasks": ["a", "b"], "length": 7, "stats/x/min": [1.5, float("nan")], "stats/x/count": [7],
-                "custom": None, "when": b"\x00\xff"},
-               {"episode_index": 4, "tasks": [], "length": 1, "stats/x/min": [0.0, -0.0], "stats/x/count": [1], "custom": 2,
-                "when": b""}]
-    blob = journal._records_bytes(records)
-    entry = {"records": base64.b64encode(blob).decode(), "keys": [sorted(record) for record in records]}
+def test_the_records_come_back_in_their_own_types(tmp_path):
+    import fsspec
+    import pyarrow as pa
+
+    fs = fsspec.filesystem("file")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "file-000.parquet").write_bytes(b"a group's file")
+    records = pa.table({"episode_index": pa.array([3, 4], pa.int64()), "tasks": pa.array([["a", "b"], []], pa.list_(pa.string())),
+                        "stats/x/min": pa.array([[1.5, float("nan")], None], pa.list_(pa.float64())),
+                        "stats/x/max": pa.array([[-0.0], [2.0]], pa.list_(pa.float64())),
+                        "custom": pa.array([None, 2], pa.int32()), "when": pa.array([b"\x00\xff", b""], pa.binary())})
+    journal.record_group(fs, str(tmp_path), "f" * 64, 0, records, ["data/file-000.parquet"])
+    [(group, entry)] = journal.recorded_groups(fs, str(tmp_path), "f" * 64, 1).items()
     back = journal.records_of(entry)
-    assert [sorted(record) for record in back] == [sorted(record) for record in records]
-    assert back[0]["stats/x/min"][0] == 1.5 and back[0]["stats/x/min"][1] != back[0]["stats/x/min"][1]
-    assert [back[1][key] for key in ("tasks", "custom", "when", "stats/x/count")] == [[], 2, b"", [1]]
-    assert str(back[1]["stats/x/min"][1]) == "-0.0"
+    assert group == 0 and back.schema == records.schema  # int32 and bytes as they were
+    assert repr(back.to_pylist()) == repr(records.to_pylist())  # NaN, -0.0 and nulls too (NaN equals nothing, its repr itself)
+    assert str(back.column("stats/x/max")[0].as_py()[0]) == "-0.0"
+    assert journal.recorded_groups(fs, str(tmp_path), "e" * 64, 1) == {}  # another export's identity
+    (tmp_path / "data" / "file-000.parquet").write_bytes(b"a group's file, longer")
+    assert journal.recorded_groups(fs, str(tmp_path), "f" * 64, 1) == {}  # a file of another size
