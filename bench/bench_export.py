@@ -2,7 +2,10 @@
 (at --scale=1: 3,200 LeRobot v3 episodes x 150 frames x 2 AV1 cameras) converted to Mixtrain,
 then that dataset exported back to LeRobot v3.0, with the same workers.
 
-    python bench/bench_export.py [--scale=1] [--workers=1] [--repeat=2] [--work=DIR]
+    python bench/bench_export.py [--workload=copy|traj] [--scale=1] [--workers=1] [--repeat=2] [--work=DIR]
+
+--workload=traj is bench_scaling's trajectory workload instead (20,000 episodes x 50 steps, no
+camera, at --scale=1; --scale=5 is the 100,000 episodes of issue 43's attack list).
 
 Printed: each run's wall and CPU (best of --repeat), and export wall / conversion wall (target <=
 1.3). The conversion copies each episode's video out of the shared MP4s (sample-table cuts); the
@@ -45,13 +48,14 @@ def best(command: list[str], output: pathlib.Path, repeat: int) -> tuple[float, 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--workload", choices=("copy", "traj"), default="copy")
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--work", default=None)
     args = parser.parse_args()
     work = pathlib.Path(args.work or tempfile.mkdtemp(prefix="bench-export-"))
-    spec, extra = workloads(args.scale)["copy"]
+    spec, extra = workloads(args.scale)[args.workload]
     source = work / "lerobot"
     if not (source / "meta" / "info.json").exists():
         write_dataset(str(source), spec)
@@ -59,8 +63,8 @@ def main() -> None:
     convert_wall, convert_cpu = best(convert(source, mixtrain, args.workers, extra), mixtrain, args.repeat)
     export_wall, export_cpu = best(export(mixtrain, exported, args.workers), exported, args.repeat)
     episodes = len(spec.lengths)
-    print(f"copy workload: {episodes} episodes x {spec.lengths[0]} frames x {len(spec.cameras)} cameras, {args.workers} worker(s), "
-          f"best of {args.repeat}")
+    print(f"{args.workload} workload: {episodes} episodes x {spec.lengths[0]} frames x {len(spec.cameras)} cameras, {args.workers} "
+          f"worker(s), best of {args.repeat}")
     print(f"convert (LeRobot v3 -> Mixtrain): wall {convert_wall:.2f} s, CPU {convert_cpu:.2f} s")
     print(f"export  (Mixtrain -> LeRobot v3): wall {export_wall:.2f} s, CPU {export_cpu:.2f} s")
     print(f"export / convert: wall {export_wall / convert_wall:.2f}x (target <= 1.3), CPU {export_cpu / convert_cpu:.2f}x")

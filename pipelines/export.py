@@ -27,7 +27,10 @@ from formats.text import for_terminal
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 FORMATS = ("lerobot_v3", "lerobot_v2.1")
-RUNNERS = ("DirectRunner", "DaskRunner")
+RUNNERS = ("DirectRunner", "DaskRunner", "DataflowRunner")
+# Beam's options the export refuses with DataflowRunner: they would launch a job and not run it, so
+# nothing would be published (the conversion's --dry_run and templates, docs/dataflow.md).
+LAUNCH_ONLY = ("--dry_run", "--template_location")
 STAGING_MARK = ".mixtrain-export-"
 
 
@@ -62,9 +65,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--direct_num_workers", type=int, default=None,
                    help="DirectRunner: local worker processes (0: one per core; default 1)")
     p.add_argument("--runner", default="DirectRunner", choices=RUNNERS,
-                   help="Beam runner: DirectRunner (this machine, the default) or DaskRunner (a Dask cluster, pip install "
+                   help="Beam runner: DirectRunner (this machine, the default), DaskRunner (a Dask cluster, pip install "
                         "'mixtrain-convert[dask]'; its workers must reach the input and the output: an object store, or a file "
-                        "system they share)")
+                        "system they share) or DataflowRunner (Google Cloud; input and output on gs://, and Beam's own options "
+                        "after ours: --project, --region, --temp_location and any other of python -m pipelines.convert "
+                        "--help_beam, as for the conversion, docs/dataflow.md)")
     p.add_argument("--dask_client_address", default=None,
                    help="DaskRunner: the scheduler's address, HOST:PORT or tcp://HOST:PORT (default: a local cluster of this machine)")
     p.add_argument("--dask_scheduler_file", default=None,
@@ -74,7 +79,12 @@ def parser() -> argparse.ArgumentParser:
 
 def run(argv: list[str], *, out: TextIO | None = None, console: TextIO | None = None) -> int:
     out, console = out or sys.stdout, console or sys.stderr
-    args = parser().parse_args(argv)
+    args, rest = parser().parse_known_args(argv)
+    refusal = _beam_options_refusal(args, rest)
+    if refusal:
+        print(f"error: {for_terminal(refusal)} (see --help)", file=console)
+        return EXIT_USAGE
+    args.beam_options = rest
     sizes = [value for value in (args.data_file_mb, args.video_file_mb) if value is not None]
     if args.to == "lerobot_v2.1" and sizes:
         print("error: --data_file_mb and --video_file_mb have no effect with --to=lerobot_v2.1 (one file per episode) (see --help)",
@@ -126,10 +136,44 @@ def run(argv: list[str], *, out: TextIO | None = None, console: TextIO | None = 
     return EXIT_OK
 
 
+def _beam_options_refusal(args, rest: list[str]) -> str | None:
+    """Beam's own options, taken with DataflowRunner only (each one Beam knows, none that only
+    launches a job); anything else left on the command line is unknown to this command."""
+    from pipelines.beam_flags import BEAM_FLAGS
+    from pipelines.preflight import DATAFLOW_REQUIRED, _option, is_local_path
+
+    names, unknown, value_next = [], [], False
+    for arg in rest:
+        if value_next and not arg.startswith("-"):  # the value of `--name value`
+            value_next = False
+            continue
+        name = arg.split("=", 1)[0]
+        if arg.startswith("--") and name in BEAM_FLAGS:
+            names.append(name)
+            value_next = "=" not in arg
+        else:
+            unknown.append(arg)
+    if unknown or (rest and args.runner != "DataflowRunner"):
+        hint = " (Beam's options are taken with --runner=DataflowRunner only)" if names and not unknown else ""
+        return f"unrecognized arguments: {' '.join(unknown or rest)}{hint}"
+    if args.runner != "DataflowRunner":
+        return None
+    for name in names:
+        if name in LAUNCH_ONLY or name.startswith("--direct_") or name == "--runner":
+            return f"{name} has no effect with the export on DataflowRunner (it runs the export and publishes it)"
+    for flag, value in (("--input", args.input), ("--output", args.output)):
+        if is_local_path(str(value)):
+            return f"{flag}={value} is on this machine's disk, which DataflowRunner workers cannot read; use a gs:// URL"
+    missing = [f"--{name}" for name, spellings in DATAFLOW_REQUIRED if not any(_option(rest, spelling) for spelling in spellings)]
+    return f"DataflowRunner needs {', '.join(missing)}" if missing else None
+
+
 def _runner_refusal(args) -> str | None:
     """What the runner options cannot do, in words; None when they can."""
     import importlib.util
 
+    if args.runner == "DataflowRunner" and args.direct_num_workers is not None:
+        return "--direct_num_workers has no effect with --runner=DataflowRunner (Dataflow's workers write the groups)"
     if args.runner != "DaskRunner":
         given = [name for name in ("dask_client_address", "dask_scheduler_file") if getattr(args, name)]
         return f"--{given[0]} has no effect without --runner=DaskRunner" if given else None
@@ -376,6 +420,9 @@ def _run_pipeline(args, dataset, writer, staging_url: str, groups: int, identity
         options = PipelineOptions([f"--dask_client_address={args.dask_client_address}"] if args.dask_client_address else
                                   [f"--dask_scheduler_file={os.path.expanduser(args.dask_scheduler_file)}"] if args.dask_scheduler_file
                                   else [])
+    elif args.runner == "DataflowRunner":
+        runner = "DataflowRunner"
+        options = PipelineOptions(["--runner=DataflowRunner", *args.beam_options])
     else:  # Beam's FnApiRunner itself: Beam's DirectRunner would first try Prism, which downloads a binary (pipelines/conversion.py)
         from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
@@ -391,7 +438,7 @@ def _run_pipeline(args, dataset, writer, staging_url: str, groups: int, identity
     try:
         result.wait_until_finish()
     except BaseException:
-        if args.runner == "DaskRunner":  # the cluster's remaining tasks stop too
+        if args.runner != "DirectRunner":  # the cluster's or Dataflow's remaining tasks stop too
             with contextlib.suppress(Exception):
                 result.cancel()
         raise

@@ -67,3 +67,61 @@ def test_beam_version_lives_in_one_place():
     assert 'with_name("BEAM_VERSION")' in (ROOT / "setup.py").read_text()
     assert '--build-arg BEAM_VERSION="$(cat BEAM_VERSION)"' in (ROOT / "docs/dataflow.md").read_text()
     assert "include BEAM_VERSION" in (ROOT / "MANIFEST.in").read_text()
+
+
+def test_the_exports_job_graph_builds_offline(tmp_path, monkeypatch):
+    """The export's steps on DataflowRunner's dry run: the job proto is built (its DoFns, the
+    writer and its plan pickled for the workers), nothing is submitted."""
+    pytest.importorskip("apache_beam.runners.dataflow.internal.apiclient", reason="apache-beam[gcp] is a dependency")
+    import io
+
+    import apache_beam as beam
+
+    from formats.exports import lerobot
+    from formats.read.reader import open_dataset
+    from transforms.export import export
+
+    write_lerobot(str(tmp_path / "src"), SyntheticLeRobot(lengths=(5, 4)))
+    out, console = io.StringIO(), io.StringIO()
+    assert conversion.run([f"--input={tmp_path / 'src'}", f"--output={tmp_path / 'm'}", "--progress=off"], out=out, console=console) == 0
+    dataset = open_dataset(str(tmp_path / "m"))
+    plan = lerobot.plan_export(dataset)
+    monkeypatch.chdir(ROOT)
+    pipeline = beam.Pipeline(options=PipelineOptions([*DATAFLOW, "--dry_run=True", "--no_auth", "--sdk_location=container",
+                                                      "--setup_file=./setup.py"]))
+    export(pipeline, "gs://bucket/m", list(dataset.shards), lerobot.Writer(plan, dataset.stats()), "gs://bucket/.out.staging",
+           identity="0" * 64, groups=plan.groups, recorded=frozenset({0}))
+    assert pipeline.run() is not None
+    labels = {transform.full_label for transform in pipeline.transforms_stack[0].parts}
+    assert {"ReadRows", "WriteGroups", "TakeRecorded", "WriteMeta"} <= labels
+
+
+@pytest.mark.parametrize("extra, said", [
+    (["--input=/data/m", "--output=gs://bucket/out"],
+     "--input=/data/m is on this machine's disk, which DataflowRunner workers cannot read; use a gs:// URL"),
+    (["--input=gs://bucket/m", "--output=gs://bucket/out", "--project=p"], "DataflowRunner needs --region, --temp_location"),
+    (["--input=gs://bucket/m", "--output=gs://bucket/out", *DATAFLOW[1:], "--dry_run=True"],
+     "--dry_run has no effect with the export on DataflowRunner (it runs the export and publishes it)"),
+    (["--input=gs://bucket/m", "--output=gs://bucket/out", *DATAFLOW[1:], "--direct_num_workers=2"],
+     "--direct_num_workers has no effect with --runner=DataflowRunner (Dataflow's workers write the groups)"),
+    (["--input=gs://bucket/m", "--output=gs://bucket/out", *DATAFLOW[1:], "--bogus=1"], "unrecognized arguments: --bogus=1"),
+])
+def test_the_export_on_dataflow_refuses_what_cannot_work(extra, said):
+    import io
+
+    from pipelines import export
+
+    out, console = io.StringIO(), io.StringIO()
+    assert export.run(["--to=lerobot_v3", "--runner=DataflowRunner", *extra], out=out, console=console) == 2
+    assert (out.getvalue(), console.getvalue()) == ("", f"error: {said} (see --help)\n")
+
+
+def test_beams_options_without_dataflow_are_unknown_to_the_export(tmp_path):
+    import io
+
+    from pipelines import export
+
+    out, console = io.StringIO(), io.StringIO()
+    code = export.run([f"--input={tmp_path}", f"--output={tmp_path / 'o'}", "--to=lerobot_v3", "--project=p"], out=out, console=console)
+    assert (code, console.getvalue()) == (2, "error: unrecognized arguments: --project=p (Beam's options are taken with "
+                                              "--runner=DataflowRunner only) (see --help)\n")
