@@ -137,8 +137,8 @@ EXPECTED = {
             r"ok: sample/quality is a valid Mixtrain dataset\n", r"validate exited 1\n$"],
         1: [r"^6 short episode_000000 \[0, 29\]\n11\n$"],
     },
-    "docs/export.md": {  # block 0: the Dataflow command (not run)
-        1: [r"^exported 12 episodes, 477 frames, 2 cameras as lerobot_v3 in [\d.]+ s -> sample/lerobot_export\n",
+    "docs/export.md": {  # block 1: the Dataflow command (not run)
+        0: [r"^exported 12 episodes, 477 frames, 2 cameras as lerobot_v3 in [\d.]+ s -> sample/lerobot_export\n",
             r"converted 12 sequences, 477 timesteps, .* -> sample/roundtrip\n$"],
         2: [r"^v3\.0 12 477 True\nTrue\nTrue\n$"],
     },
