@@ -23,7 +23,7 @@ DEFAULT_MAX_SKIPPED = "10%"
 DEFAULT_PROGRESS_SECONDS = 10.0
 # Known here without importing the format modules (pyarrow, PyAV): tests check they match them.
 SOURCE_IDS = ("l5kit", "lerobot_v2", "lerobot_v3", "ortf", "rlds")
-VIDEO_CODECS = ("av1", "h264", "hevc")
+VIDEO_CODECS = ("av1", "h264", "hevc", "ffv1")
 VIDEO_MODES = ("copy", "reencode")
 ERROR_MODES = ("fail", "skip")
 ARRAY_LAYOUTS = ("lists", "bytes")  # formats/mixtrain/array_layout.py LAYOUTS
@@ -173,7 +173,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--video", default="copy", choices=VIDEO_MODES,
                        help="copy (default): each episode's segment is cut out of the source file, pixels identical; "
                             "reencode: decoded and encoded with the options below (image cameras are always encoded)")
-    group.add_argument("--video_codec", default=None, choices=VIDEO_CODECS, help="codec of encoded video (default h264)")
+    group.add_argument("--video_codec", default=None, choices=VIDEO_CODECS,
+                       help="codec of encoded video (default h264); ffv1 is lossless, each camera kept in its own pixel format "
+                            "(RGB images decode to their exact values)")
     group.add_argument("--video_crf", default=None, type=_number(int, 0), metavar="N",
                        help="quality, lower is better (default per codec: h264 16, hevc 16, av1 20)")
     group.add_argument("--video_gop", default=None, type=_number(int, 1), metavar="N", help="a keyframe every N frames (default 10)")

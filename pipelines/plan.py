@@ -60,6 +60,11 @@ def source_options(source: Source, options: Any) -> dict:
 
 def requested_encoding(options: Any) -> policy.EncodeOptions:
     """The --video_* flags as checked EncodeOptions (raises ConversionError on a bad combination)."""
+    if options.video_codec == "ffv1":
+        for name in ("video_crf", "video_preset", "video_pix_fmt", "video_min_psnr"):
+            if getattr(options, name) is not None:
+                raise errors.ConversionError(f"--{name} has no effect with --video_codec=ffv1 (lossless: each camera is kept in its own "
+                                             "pixel format, every value)")
     return policy.EncodeOptions(options.video_codec or "h264", options.video_crf, options.video_gop,
                                options.video_preset, options.video_pix_fmt or "yuv420p", options.video_min_psnr).resolved()
 

@@ -139,9 +139,12 @@ def is_high_bit_depth(pix_fmt: str | None) -> bool:
 
 def options_for(requested: EncodeOptions, *, source_pix_fmt: str | None, is_depth: bool) -> EncodeOptions:
     """The options a column is encoded with: depth and >8-bit sources go lossless (FFV1, their own
-    pixel format) whatever was requested, because a lossy 8-bit codec would destroy their values."""
+    pixel format) whatever was requested, because a lossy 8-bit codec would destroy their values;
+    FFV1 requested (--video_codec=ffv1) keeps each column's own pixel format too."""
     if is_depth or is_high_bit_depth(source_pix_fmt):
         return EncodeOptions("ffv1", None, None, None, lossless_pix_fmt(source_pix_fmt)).resolved()
+    if requested.codec == "ffv1":
+        return EncodeOptions("ffv1", None, requested.gop, None, lossless_pix_fmt(source_pix_fmt)).resolved()
     return requested.resolved()
 
 
@@ -157,7 +160,16 @@ def lossless_pix_fmt(source_pix_fmt: str | None) -> str | None:
     deep = is_high_bit_depth(source_pix_fmt)
     if source_pix_fmt.startswith(("gray", "ya")):
         return "gray16le" if deep else "gray"
+    if _is_rgb(source_pix_fmt):  # RGB through a YUV matrix would round: FFV1's own RGB formats keep every value
+        return "rgb48le" if deep else "bgr0"
     return "yuv444p16le" if deep else "yuv444p"
+
+
+def _is_rgb(pix_fmt: str) -> bool:
+    try:
+        return bool(av.VideoFormat(pix_fmt).is_rgb)
+    except (ValueError, av.error.FFmpegError):
+        return False
 
 
 def padded_size(width: int, height: int, pix_fmt: str) -> tuple[int, int]:

@@ -417,3 +417,19 @@ def test_the_floor_is_an_option_and_the_lowest_crf_its_limit():
         video.encode_to_floor(lambda: NOISE, io.BytesIO(), fps=30, options=video_policy.EncodeOptions("hevc", 20, min_psnr=99))
     assert [o.crf for o in video_policy.quality_ladder(video_policy.EncodeOptions("av1").resolved())] == [20, 14, 8, 2, 1]
     assert video_policy.quality_ladder(video_policy.EncodeOptions("ffv1").resolved())[0].min_psnr is None
+
+
+def test_ffv1_asked_for_keeps_each_source_format_and_every_value():
+    """--video_codec=ffv1: RGB (PNG images) in FFV1's own RGB format, YUV as it is; decoded, the
+    frames are the source's values (RGB through a YUV matrix would round them)."""
+    requested = video_policy.EncodeOptions("ffv1").resolved()
+    assert video_policy.lossless_pix_fmt("rgb24") == "bgr0" and video_policy.lossless_pix_fmt("rgb48be") == "rgb48le"
+    assert video_policy.options_for(requested, source_pix_fmt="yuv420p", is_depth=False).pix_fmt == "yuv420p"
+    options = video_policy.options_for(requested, source_pix_fmt="rgb24", is_depth=False)
+    assert (options.codec, options.pix_fmt, options.gop) == ("ffv1", "bgr0", 1)
+    rng = np.random.default_rng(7)
+    frames = [rng.integers(0, 256, (36, 48, 3), dtype=np.uint8) for _ in range(5)]  # noise: any rounding shows
+    out = io.BytesIO()
+    video.encode_frames([video.encode_image(frame, "png") for frame in frames], out, fps=10, options=options)
+    decoded = video.decode_frames(out.getvalue(), fps=10, planar=False)
+    assert len(decoded) == 5 and all(np.array_equal(a, b) for a, b in zip(decoded, frames))

@@ -136,6 +136,8 @@ def test_a_lerobot_folder_that_lost_its_info_json_is_named(tmp_path, small_lerob
      ["error: --video_codec has no effect: --video=copy copies every camera of this dataset (video_front, video_wrist) without encoding",
       "pass --video=reencode to encode them"]),
     (("--split=train",), ["error: --split is an option of --source=rlds; it has no effect on this lerobot_v3 dataset"]),
+    (("--video=reencode", "--video_codec=ffv1", "--video_crf=3"),
+     ["error: --video_crf has no effect with --video_codec=ffv1 (lossless: each camera is kept in its own pixel format, every value)"]),
     (("--num_shards=2", "--target_shard_mb=10"),
      ["error: --target_shard_mb has no effect with --num_shards (the shard count is given); pass one of them"]),
     (("--detach",), ["error: --detach has no effect on a local runner (the run is this process); it is for --runner=DataflowRunner"]),

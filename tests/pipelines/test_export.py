@@ -94,14 +94,15 @@ def test_many_files_b_frames_multi_task_episodes_and_splits_come_back_exactly(mu
             assert entry[f"stats/{key}/count"] == [entry["length"]]
 
 
-@pytest.mark.parametrize("to", ["lerobot_v3", "lerobot_v2.1"])
-def test_image_features_come_back_as_images(to, tmp_path):
+@pytest.mark.parametrize("to, codec", [("lerobot_v3", "h264"), ("lerobot_v2.1", "h264"), ("lerobot_v3", "ffv1")])
+def test_image_features_come_back_as_images(to, codec, tmp_path):
     """lerobot 0.6's image features (PNG RGB, 16-bit TIFF depth), which the conversion encodes to
     video, come back as images in the data files: features as the source declared them, the cells
     struct<bytes, path> named as lerobot names them, depth values bit for bit (the conversion's
-    depth encode is lossless), RGB pixels those of the Mixtrain video (its encode is lossy)."""
+    depth encode is lossless), RGB pixels those of the Mixtrain video: the source's own, bit for
+    bit, when the conversion encoded them with FFV1 (the default H.264 is lossy)."""
     source = LeRobotV3(shared_lerobot("images_lerobot061"))
-    _convert(source.root, tmp_path / "m")
+    _convert(source.root, tmp_path / "m", f"--video_codec={codec}")
     code, out, console = _export(tmp_path / "m", tmp_path / "l", to=to)
     assert code == 0 and console == "" and out.startswith("exported 4 episodes, 42 frames, 2 cameras as "), console
     exported = (LeRobotV3 if to == "lerobot_v3" else LeRobotV21)(tmp_path / "l")
@@ -122,9 +123,10 @@ def test_image_features_come_back_as_images(to, tmp_path):
             decoded = mixtrain.frames(f"episode_{episode:06d}", column)
             assert len(got) == len(decoded) == theirs.num_rows
             assert all(np.array_equal(a.reshape(b.shape), b) for a, b in zip(got, decoded)), (episode, key)  # the Mixtrain pixels
-            if key.endswith("depth"):
+            if key.endswith("depth") or codec == "ffv1":
                 want = images(theirs, key)
-                assert got[0].dtype == np.uint16 and all(np.array_equal(a, b) for a, b in zip(got, want)), episode  # the source's values
+                assert all(np.array_equal(a, b) for a, b in zip(got, want)), (episode, key)  # the source's values
+                assert got[0].dtype == (np.uint16 if key.endswith("depth") else np.uint8)
     _convert(tmp_path / "l", tmp_path / "again")
     again = open_dataset(str(tmp_path / "again"))
     for sequence_id in mixtrain.sequence_ids():
