@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from formats.errors import FormatError
 
-__all__ = ["is_list", "is_empty_type", "merge_types", "conform"]
+__all__ = ["is_list", "is_empty_type", "merge_types", "conform", "to_ipc", "from_ipc"]
 
 
 def is_list(kind: pa.DataType) -> bool:
@@ -79,3 +79,17 @@ def conform(array: pa.Array, kind: pa.DataType) -> pa.Array:
                     else pa.nulls(len(array), kind.field(i).type) for i in range(kind.num_fields)]
         return pa.StructArray.from_arrays(children, fields=list(kind), mask=array.is_null() if array.null_count else None)
     raise FormatError(f"a {array.type} column cannot hold {kind}")
+
+
+def to_ipc(table: pa.Table) -> bytes:
+    """A table as Arrow IPC stream bytes: what moves between pipeline steps and into a journal
+    (bytes are sized by their length, read back without unpickling anything)."""
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(blob: bytes) -> pa.Table:
+    return pa.ipc.open_stream(blob).read_all()
+

@@ -112,7 +112,8 @@ def run(argv: list[str], *, out: TextIO | None = None, console: TextIO | None = 
         info, left_out = _export(args, run_state, out)
     except (KeyboardInterrupt, Interrupted) as interrupt:  # Ctrl-C or SIGTERM: the output as it was
         name = str(interrupt) if isinstance(interrupt, Interrupted) else "SIGINT"
-        print(f"error: interrupted ({name}): the output was left as it was{run_state.hint()}", file=console)
+        left = "" if run_state.publishing else ": the output was left as it was"
+        print(f"error: {for_terminal(f'interrupted ({name}){left}{run_state.hint()}')}", file=console)
         return interrupt.exit_code if isinstance(interrupt, Interrupted) else EXIT_SIGNALS[signal.SIGINT]
     except ConversionError as error:  # ours, perhaps raised inside a Beam step (its "[while running ...]" dropped)
         print(f"error: {for_terminal(str(user_message(error) or error) + run_state.hint())}", file=console)
@@ -199,10 +200,14 @@ class _Run:
     """What the launcher knows of its staging folder, for the last line of a stopped export."""
 
     def __init__(self) -> None:
-        self.kept: str | None = None  # the staging folder kept for a resumption
+        self.kept: str | None = None  # the staging folder kept for a resumption (its URL)
+        self.publishing = False  # an object store's files were being moved into the output
         self.reused = self.groups = 0
 
     def hint(self) -> str:
+        if self.publishing:
+            return ("; it stopped while moving its files into the output, which is partial now: run the same command again to "
+                    "finish it")
         return (f"; the groups it wrote are kept in {self.kept}: run the same command again to resume, or add --fresh to start "
                 "afresh") if self.kept else ""
 
@@ -218,23 +223,28 @@ def _export(args, run_state: _Run, out: TextIO) -> tuple[dict, list[str]]:
     out_fs, out_root = storage.open_root(args.output)
     identity = journal.identity(dataset, args.to, {"data_file_mb": args.data_file_mb, "video_file_mb": args.video_file_mb,
                                                    "fps": args.fps})
+    _restore_replaced_output(out_fs, out_root)
+    published = _published_by_interrupted_export(out_fs, out_root, identity, out)
+    if published is not None:
+        return published, list((published.get("mixtrain_export") or {}).get("left_out") or [])
     _check_output(dataset, out_fs, out_root, args, identity)
     plan = lerobot.plan_export(dataset, data_file_mb=args.data_file_mb, video_file_mb=args.video_file_mb, fps=args.fps)
     writer = lerobot.Writer(plan, dataset.stats() if len(dataset) else {}, args.to)
     staging, recorded = _take_staging(out_fs, out_root, identity, plan.groups, args, out)
     run_state.groups, run_state.reused = plan.groups, len(recorded)
     lease = resume.Lease(out_fs, staging).__enter__()
+    interrupt_handler = signal.getsignal(signal.SIGINT)
     try:
         if not recorded:
             journal.write_header(out_fs, staging, output=out_root, export_identity=identity, groups=plan.groups)
         with _quiet_beam():
             info = _run_pipeline(args, dataset, writer, storage.url_for(out_fs, staging), plan.groups, identity, recorded)
-        _publish(out_fs, staging, out_root, args.overwrite)
+        _publish(out_fs, staging, out_root, run_state)
     except BaseException:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
         lease.__exit__(None, None, None)
-        if _holds_groups(out_fs, staging):
-            run_state.kept = staging  # what it wrote stays, hidden from readers, for the same command to resume
+        if run_state.publishing or _holds_groups(out_fs, staging):
+            run_state.kept = _shown(out_fs, staging)  # stays, hidden from readers, for the same command to resume
         else:
             with contextlib.suppress(OSError):
                 out_fs.rm(staging, recursive=True)
@@ -242,7 +252,46 @@ def _export(args, run_state: _Run, out: TextIO) -> tuple[dict, list[str]]:
     finally:
         lease.__exit__(None, None, None)
         publish.release_staging(staging)
+        if interrupt_handler is not None:
+            signal.signal(signal.SIGINT, interrupt_handler)
     return info, plan.left_out
+
+
+def _restore_replaced_output(fs, out_root: str) -> None:
+    """A local publication killed between its two renames left the replaced output aside
+    (`.NAME.mixtrain-export-*.old`) and no output: it is put back, so that the output is as it was
+    before that export; one left beside a published output is removed."""
+    if not storage.is_local(fs):
+        return
+    for folder in _export_stagings(fs, out_root, aside=True):
+        if not os.path.lexists(out_root):
+            os.rename(folder, out_root)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _published_by_interrupted_export(fs, out_root: str, identity: str, out: TextIO) -> dict | None:
+    """An export of the same identity killed on an object store after it had moved every file into
+    the output (meta/info.json last) but before it removed its staging folder: the output is
+    complete. Its folder is removed and the output's info.json returned; None otherwise."""
+    from formats.exports import journal
+
+    if storage.is_local(fs):
+        return None
+    info_path = storage.join(out_root, "meta/info.json")
+    for folder in _export_stagings(fs, out_root):
+        header = journal.read_header(fs, folder)
+        if header is None or header.get("identity") != identity or not fs.exists(storage.join(folder, journal.PUBLISHING)):
+            continue
+        prefix = folder.rstrip("/") + f"/{journal.JOURNAL_DIR}/"
+        if any(not path.startswith(prefix) for path in fs.find(folder)) or not fs.exists(info_path):
+            continue
+        print(f"[mixtrain-export] the interrupted export in {for_terminal(_shown(fs, folder))} had published the output "
+              "whole; its folder is removed", file=out)
+        with contextlib.suppress(OSError, FileNotFoundError):
+            fs.rm(folder, recursive=True)
+        return json.loads(fs.cat_file(info_path))
+    return None
 
 
 def _holds_groups(fs, staging: str) -> bool:
@@ -255,16 +304,19 @@ def _holds_groups(fs, staging: str) -> bool:
         return False
 
 
-def _export_stagings(fs, out_root: str) -> list[str]:
-    """The staging folders exports of this output made (its hidden siblings `.NAME.mixtrain-export-*`)."""
+def _export_stagings(fs, out_root: str, *, aside: bool = False) -> list[str]:
+    """The staging folders exports of this output made (its hidden siblings `.NAME.mixtrain-export-*`);
+    with `aside`, the replaced outputs a local publication renamed aside (`*.old`) instead."""
     parent, _, name = out_root.rstrip("/").rpartition("/")
     mark = f".{name}{STAGING_MARK}"
     if storage.is_local(fs):
         if not os.path.isdir(parent):
             return []
         return sorted(f"{parent}/{entry}" for entry in os.listdir(parent)
-                      if entry.startswith(mark) and os.path.isdir(f"{parent}/{entry}")
+                      if entry.startswith(mark) and entry.endswith(".old") == aside and os.path.isdir(f"{parent}/{entry}")
                       and not os.path.islink(f"{parent}/{entry}"))
+    if aside:
+        return []
     fs.invalidate_cache(parent)
     if not parent or not fs.exists(parent):
         return []
@@ -282,29 +334,29 @@ def _take_staging(fs, out_root: str, identity: str, groups: int, args, out: Text
 
     chosen = None
     for folder in _export_stagings(fs, out_root):
-        if folder.endswith(".old"):  # a replaced output renamed aside by a publication that was killed before it finished
-            if storage.is_local(fs) and not os.path.lexists(out_root):
-                os.rename(folder, out_root)  # killed between its two renames: the old output back where it was
-            else:
-                shutil.rmtree(folder, ignore_errors=True)
-            continue
+        where = for_terminal(_shown(fs, folder))
         if publish.has_live_owner(fs, folder):
-            raise ConversionError(f"{args.output}: another export is writing this output (its staging folder {folder}); wait for it "
+            raise ConversionError(f"{args.output}: another export is writing this output (its staging folder {where}); wait for it "
                                   "to finish")
         age = publish.renewal_age(fs, storage.join(folder, resume.LEASE), resume.LEASE_STALE)
         if age is not None:  # an object store: a live launcher renews its lease; a killed one's lapses
-            raise ConversionError(f"{args.output}: another export is writing this output (its staging folder {folder} holds a lease "
+            raise ConversionError(f"{args.output}: another export is writing this output (its staging folder {where} holds a lease "
                                   f"renewed {age:.0f} s ago); wait for it to finish, or, if it was stopped, run again in "
                                   f"{resume.LEASE_STALE - age:.0f} s, when its lease has lapsed, to resume it")
         header = journal.read_header(fs, folder)
+        if header is None and _young(fs, folder):
+            continue  # no journal yet, or a publication between its steps: another export's, perhaps; left alone
         same = (header is not None and header.get("identity") == identity
                 and header.get("output") == resume.output_identity(fs, out_root) and header.get("groups") == groups)
-        if chosen is None and same and not args.fresh:
+        foreign = same and _foreign_entries(fs, folder)
+        if chosen is None and same and not args.fresh and not foreign:
             chosen = folder
             continue
         if header is not None:
-            why = "--fresh" if args.fresh and same else "it was exporting another input, or with other options"
-            print(f"[mixtrain-export] discarding an interrupted export's folder {for_terminal(folder)} ({why})", file=out)
+            why = ("--fresh" if args.fresh else f"it holds {foreign}, which an export does not write" if foreign
+                   else "another interrupted export of the same command" if same
+                   else "it was exporting another input, or with other options")
+            print(f"[mixtrain-export] discarding an interrupted export's folder {where} ({why})", file=out)
         with contextlib.suppress(OSError, FileNotFoundError):
             fs.rm(folder, recursive=True)
     if chosen is None:
@@ -314,9 +366,44 @@ def _take_staging(fs, out_root: str, identity: str, groups: int, args, out: Text
         return chosen, frozenset()
     publish.claim_staging(fs, chosen)
     recorded = journal.recorded_groups(fs, chosen, identity, groups)
-    print(f"[mixtrain-export] resuming the interrupted export in {for_terminal(chosen)}: {len(recorded)} of {groups} groups reused, "
-          f"{groups - len(recorded)} left to write", file=out)
+    print(f"[mixtrain-export] resuming the interrupted export in {for_terminal(_shown(fs, chosen))}: {len(recorded)} of "
+          f"{groups} groups reused, {groups - len(recorded)} left to write", file=out)
     return chosen, frozenset(recorded)
+
+
+def _shown(fs, path: str) -> str:
+    """A path as messages name it: a local one as it is, on a store its URL (s3://bucket/...)."""
+    return path if storage.is_local(fs) else storage.url_for(fs, path)
+
+
+YOUNG_SECONDS = 60.0  # a staging folder without a journal is taken for abandoned only once this old
+
+
+def _young(fs, folder: str) -> bool:
+    """Whether a folder was changed within YOUNG_SECONDS (local disks; object stores keep no folder time)."""
+    if not storage.is_local(fs):
+        return False
+    try:
+        return time.time() - os.stat(folder).st_mtime < YOUNG_SECONDS
+    except OSError:
+        return False
+
+
+def _foreign_entries(fs, folder: str) -> str | None:
+    """What in a local staging folder an export never writes and a resumption must not follow: a
+    symbolic link, a device or pipe, a file of another user. None when there is nothing of that."""
+    if not storage.is_local(fs):
+        return None
+    for top, folders, files in os.walk(folder):
+        for name in [*folders, *files]:
+            stat = os.lstat(os.path.join(top, name))
+            if os.path.islink(os.path.join(top, name)):
+                return "a symbolic link"
+            if not (os.path.isdir(os.path.join(top, name)) or os.path.isfile(os.path.join(top, name))):
+                return "a file that is not a regular file"
+            if stat.st_uid != os.geteuid():
+                return "a file of another user"
+    return None
 
 
 def _check_output(dataset, out_fs, out_root: str, args, identity: str) -> None:
@@ -349,7 +436,7 @@ def _staging(out_root: str) -> str:
     return f"{parent}/.{name}{STAGING_MARK}{uuid.uuid4().hex[:12]}"
 
 
-def _publish(out_fs, staging: str, out_root: str, overwrite: bool) -> None:
+def _publish(out_fs, staging: str, out_root: str, run_state: _Run) -> None:
     """The staging folder becomes the output. Locally one rename (the old output, if replaced,
     renamed aside first and removed after; the journal and the claim removed just before); on an
     object store the files are moved, meta/info.json last, so a reader that finds info.json finds
@@ -378,6 +465,7 @@ def _publish(out_fs, staging: str, out_root: str, overwrite: bool) -> None:
     # Marked first: a run killed while moving leaves an output that is part of this one, which the
     # same command run again replaces (the groups whose files were moved are written again).
     out_fs.pipe_file(storage.join(staging, journal.PUBLISHING), b"")
+    run_state.publishing = True
     if out_fs.exists(out_root):
         out_fs.rm(out_root, recursive=True)
     journal_files = staging.rstrip("/") + f"/{journal.JOURNAL_DIR}/"
@@ -386,6 +474,8 @@ def _publish(out_fs, staging: str, out_root: str, overwrite: bool) -> None:
     for path in files:
         out_fs.mv(path, out_root + path[len(staging):])
         publish.stop_point("export", "file-moved")
+    run_state.publishing = False  # every file is in place: the output is whole
+    publish.stop_point("export", "files-moved")
     with contextlib.suppress(OSError, FileNotFoundError):
         out_fs.rm(staging, recursive=True)
 

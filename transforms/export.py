@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from formats import storage
+from formats.arrow_types import from_ipc, to_ipc
 from formats.errors import FormatError
 from formats.exports import journal
 from formats.mixtrain import publish
@@ -43,20 +44,9 @@ class _ReadRowsFn(beam.DoFn):
         groups = pa.array([self._writer.group_of.get(sequence_id, -1) for sequence_id in table.column("sequence_id").to_pylist()],
                           pa.int64())
         for group in sorted(set(groups.to_pylist()) - {-1} - self._recorded):
-            yield group, _to_bytes(table.filter(pc.equal(groups, group)))
-
-
-def _to_bytes(table: pa.Table) -> bytes:
-    """Rows between steps as Arrow IPC bytes: Beam's state cache sizes a Python object by walking
-    it (1.8 s of a 3,200-episode export for one pa.Table), bytes by their length."""
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def _from_bytes(blob: bytes) -> pa.Table:
-    return pa.ipc.open_stream(blob).read_all()
+            # Bytes, not a pa.Table: Beam's state cache sizes a Python object by walking it (1.8 s of a
+            # 3,200-episode export for one table), bytes by their length.
+            yield group, to_ipc(table.filter(pc.equal(groups, group)))
 
 
 class _WriteGroupFn(beam.DoFn):
@@ -72,12 +62,12 @@ class _WriteGroupFn(beam.DoFn):
 
     def process(self, item):
         group, tables = item
-        rows = pa.concat_tables([_from_bytes(blob) for blob in tables])
+        rows = pa.concat_tables([from_ipc(blob) for blob in tables])
         records, files = self._writer.write_group(group, rows, self._dataset, self._out_fs, self._out_root)
         if self._identity is not None:
             journal.record_group(self._out_fs, self._out_root, self._identity, group, records, files)
             publish.stop_point("export", "group-recorded")
-        yield _to_bytes(records)  # the group's episode records, as Arrow IPC bytes
+        yield to_ipc(records)  # the group's episode records, as Arrow IPC bytes
 
 
 class _TakeRecordedFn(beam.DoFn):
@@ -102,7 +92,7 @@ class _WriteMetaFn(beam.DoFn):
 
     def process(self, groups: list[bytes]):
         out_fs, out_root = storage.open_root(self._out_url)
-        yield self._writer.write_meta([_from_bytes(blob) for blob in groups], out_fs, out_root)
+        yield self._writer.write_meta([from_ipc(blob) for blob in groups], out_fs, out_root)
 
 
 def export(pipeline: beam.Pipeline, url: str, shards: list[str], writer: Writer, out_url: str, *, identity: str | None = None,

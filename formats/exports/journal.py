@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 
 from formats import storage
+from formats.arrow_types import from_ipc, to_ipc
 from formats.errors import FormatError
 from formats.mixtrain import fingerprint, resume
 
@@ -44,10 +45,6 @@ VERSION = 1
 KIND = "mixtrain-export"
 
 
-def _sealed(value: dict) -> dict:
-    return {**value, "sha256": hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()}
-
-
 def _unsealed(data: bytes | None) -> dict | None:
     """The entry's fields when it parses, was written by this journal version and its seal matches; else None."""
     try:
@@ -57,7 +54,7 @@ def _unsealed(data: bytes | None) -> dict | None:
     if not isinstance(value, dict) or value.get("journal") != VERSION or value.get("kind") != KIND:
         return None
     body = {key: item for key, item in value.items() if key != "sha256"}
-    return body if value.get("sha256") == _sealed(body)["sha256"] else None
+    return body if value.get("sha256") == resume.sealed(body)["sha256"] else None
 
 
 def identity(dataset, layout: str, options: dict[str, Any]) -> str:
@@ -73,7 +70,7 @@ def identity(dataset, layout: str, options: dict[str, Any]) -> str:
 def write_header(fs, staging: str, *, output: str, export_identity: str, groups: int) -> None:
     value = {"journal": VERSION, "kind": KIND, "output": resume.output_identity(fs, output), "identity": export_identity,
              "groups": groups, "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    resume._put(fs, storage.join(staging, HEADER), json.dumps(_sealed(value), sort_keys=True).encode())
+    resume.put_whole(fs, storage.join(staging, HEADER), json.dumps(resume.sealed(value), sort_keys=True).encode())
 
 
 def read_header(fs, staging: str) -> dict | None:
@@ -84,13 +81,6 @@ def read_header(fs, staging: str) -> dict | None:
         return None
 
 
-def _table_bytes(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
 def records_bytes(entry: dict) -> bytes:
     """A group entry's episode records as the Arrow IPC stream they were recorded as."""
     return base64.b64decode(entry["records"], validate=True)
@@ -98,7 +88,7 @@ def records_bytes(entry: dict) -> bytes:
 
 def records_of(entry: dict) -> pa.Table:
     """The episode records a group entry holds (Arrow IPC, read; never unpickled)."""
-    table = pa.ipc.open_stream(records_bytes(entry)).read_all()
+    table = from_ipc(records_bytes(entry))
     if "episode_index" not in table.column_names or table.column("episode_index").type != pa.int64():
         raise ValueError("not the export's episode records")
     return table
@@ -107,14 +97,14 @@ def records_of(entry: dict) -> pa.Table:
 def record_group(fs, staging: str, export_identity: str, group: int, records: pa.Table, files: list[str]) -> None:
     """Group `group` is written: its files' sizes and digests and its records, sealed, in one
     entry written whole (a kill leaves no half entry). `files`: staging-relative paths."""
-    blob = _table_bytes(records)
+    blob = to_ipc(records)
     listed = []
     for relative in files:
         size, sha = resume.digest(fs, storage.join(staging, relative))
         listed.append([relative, size, sha])
     value = {"journal": VERSION, "kind": KIND, "identity": export_identity, "group": int(group), "files": listed,
              "records": base64.b64encode(blob).decode()}
-    resume._put(fs, storage.join(staging, GROUPS_DIR, f"{group:06d}.json"), json.dumps(_sealed(value), sort_keys=True).encode())
+    resume.put_whole(fs, storage.join(staging, GROUPS_DIR, f"{group:06d}.json"), json.dumps(resume.sealed(value), sort_keys=True).encode())
 
 
 def _relative_ok(relative: Any) -> bool:
@@ -125,8 +115,8 @@ def _relative_ok(relative: Any) -> bool:
 def _entry_ok(value: dict, export_identity: str, groups: int) -> bool:
     try:
         group, files = value["group"], value["files"]
-        return (value["identity"] == export_identity and resume._int(group) and group < groups and isinstance(files, list)
-                and all(isinstance(f, list) and len(f) == 3 and _relative_ok(f[0]) and resume._int(f[1]) and resume._hex(f[2])
+        return (value["identity"] == export_identity and resume.is_count(group) and group < groups and isinstance(files, list)
+                and all(isinstance(f, list) and len(f) == 3 and _relative_ok(f[0]) and resume.is_count(f[1]) and resume.is_sha256(f[2])
                         for f in files)
                 and isinstance(value["records"], str))
     except (KeyError, TypeError):

@@ -643,12 +643,13 @@ def _image_cells(dataset, cells: list[str | None], feature: Feature, episodes: l
     for cell, episode in zip(cells, episodes):
         _video_cell(dataset, cell, feature, episode, where)
         count = 0
-        for frame in dataset.iter_decoded(cell, feature.column, length=episode.length):
+        depth = bool(((feature.entry or {}).get("info") or {}).get("is_depth_map"))
+        for frame in dataset.iter_decoded(cell, feature.column, length=episode.length, gray=feature.shape[2] == 1):
             if frame.shape[:2] != feature.shape[:2] or frame.shape[2] != feature.shape[2]:
                 raise FormatError(f"{where}: sequence {episode.sequence_id}: {cell} holds {frame.shape[1]}x{frame.shape[0]}x"
                                   f"{frame.shape[2]} frames, source.features gives {feature.key} the shape {list(feature.shape)}")
-            if frame.dtype == np.uint16:
-                image_format, suffix = "tiff16", "tiff"
+            if frame.dtype == np.uint16:  # 16-bit gray: depth as TIFF, as lerobot 0.6 writes it; other 16-bit images as PNG
+                image_format, suffix = ("tiff16", "tiff") if depth else ("png16", "png")
             else:
                 image_format, suffix = ("png", "png") if frame.shape[2] == 3 else ("png_gray", "png")
             blobs.append(video.encode_image(frame if frame.shape[2] == 3 else frame[..., 0], image_format))
@@ -688,7 +689,9 @@ def _video_cell(dataset, cell: str | None, feature: Feature, episode: Episode, w
     if cell is None:
         raise FormatError(f"{sequence}: no video in {feature.column}: a LeRobot episode has every camera")
     if cell.startswith(BLOB_CELL) and getattr(dataset, "lance", None) is not None:
-        return cell  # made by the Lance reader itself from the row's blob (formats/read/lance_rows.py)
+        if cell[len(BLOB_CELL):].rsplit("/", 1)[0] != feature.column:
+            raise FormatError(f"{sequence}: {feature.column} names the blob of another column ({cell!r})")
+        return cell  # made by the Lance reader itself from this column's blob (formats/read/lance_rows.py)
     if "://" in cell:
         raise FormatError(f"{sequence}: {feature.column} names {cell!r}: the export copies only video files inside the dataset")
     storage.resolve_inside(dataset.root, cell, what="video file", fs=dataset.fs)
@@ -850,7 +853,7 @@ def write_meta(plan: ExportPlan, records: Iterable[pa.Table], stats: dict, out_f
                    key=_stats_order(plan))
     columns = {}
     for key in keys:
-        column = ordered.column(key) if key in ordered.column_names else pa.nulls(ordered.num_rows, pa.int64())
+        column = ordered.column(key) if key in ordered.column_names else pa.chunked_array([pa.nulls(ordered.num_rows, pa.int64())])
         columns[key] = _as_lerobot_writes(column) if key in plan.episode_columns else column.combine_chunks()
     columns["meta/episodes/chunk_index"] = columns["meta/episodes/file_index"] = pa.array(np.zeros(ordered.num_rows, np.int64))
     episodes_path = storage.join(out_root, EPISODES_PATH)
@@ -892,7 +895,12 @@ def _features_json(plan: ExportPlan) -> dict:
 def _in_order(plan: ExportPlan, records: Iterable[pa.Table]) -> pa.Table:
     """Every episode's record, in order; a group that did not come back is an error, not a gap."""
     tables = list(records)
-    table = pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({"episode_index": pa.array([], pa.int64())})
+    if not tables:  # a dataset of no episode: meta/ with its columns typed, no row
+        empty = pa.table({"sequence_id": pa.array([], pa.string()), "length": pa.array([], pa.int64()),
+                          **{name: pa.array([]) for name in plan.episode_columns}})
+        placed = {feature.key: [] for feature in plan.video_features}
+        tables = [_records(dataclasses.replace(plan, computed=[]), empty, [], 0, {}, placed)]
+    table = pa.concat_tables(tables, promote_options="permissive")
     table = table.take(pc.sort_indices(table, [("episode_index", "ascending")]))
     if not np.array_equal(table.column("episode_index").to_numpy(), np.arange(len(plan.episodes))):
         raise FormatError("the export lost an episode: its groups did not all come back")

@@ -86,7 +86,7 @@ STEPS = {
 }
 # Where a test may stop a conversion or an export before its publication (tests/pipelines/test_resume.py,
 # tests/pipelines/test_export.py): the next run with the same command resumes it.
-RUN_STEPS = {"conversion": ("rows-spilled", "shard-written"), "export": ("group-recorded", "file-moved")}
+RUN_STEPS = {"conversion": ("rows-spilled", "shard-written"), "export": ("group-recorded", "file-moved", "files-moved")}
 STOP_AT = "MIXTRAIN_TEST_STOP_AT"  # <publisher>:<step>: the conversion is SIGKILLed there
 STEP_LOG = "MIXTRAIN_TEST_STEP_LOG"  # a file each step reached is appended to (tests check STEPS is complete)
 

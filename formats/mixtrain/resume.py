@@ -41,7 +41,8 @@ from formats import storage
 from formats.mixtrain import FILES_DIR, publish
 from formats.mixtrain.stats import ColumnStats
 
-__all__ = ["RESUME_DIR", "SPILL_DIR", "clear", "forget", "tidy", "Journal", "Resumption", "digest", "write_entry", "write_tally",
+__all__ = ["RESUME_DIR", "SPILL_DIR", "put_whole", "sealed", "is_count", "is_sha256",
+           "clear", "forget", "tidy", "Journal", "Resumption", "digest", "write_entry", "write_tally",
            "write_header", "read_journal", "interrupted", "Lease", "check_no_leased_run", "collect_leftovers", "output_identity",
            "plan", "options_changed", "encode_stats", "decode_stats", "describe"]
 
@@ -65,7 +66,7 @@ def digest(fs, path: str) -> tuple[int, str]:
     return size, hasher.hexdigest()
 
 
-def _put(fs, path: str, data: bytes) -> None:
+def put_whole(fs, path: str, data: bytes) -> None:
     """Written whole or not at all: a local file through a renamed temporary (a kill mid-write leaves
     no half entry under the final name); an object store's put is atomic already."""
     local = storage.local_path(fs, path)
@@ -93,7 +94,7 @@ def write_header(fs, staging: str, generation: int, *, output: str, run_id: str,
     """The journal's run record of one generation (`units`: unit key -> fingerprint)."""
     value = {"journal": VERSION, "generation": generation, "run": run_id, "output": output, "context": context,
              "options": options, "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "units": units}
-    _put(fs, storage.join(staging, RESUME_DIR, f"run-{generation:04d}.json"), json.dumps(value, sort_keys=True).encode())
+    put_whole(fs, storage.join(staging, RESUME_DIR, f"run-{generation:04d}.json"), json.dumps(value, sort_keys=True).encode())
 
 
 def write_entry(fs, staging: str, generation: int, spill_path: str, batch_ends: tuple[int, ...], rows: list[dict]) -> None:
@@ -112,10 +113,10 @@ def write_entry(fs, staging: str, generation: int, spill_path: str, batch_ends: 
     relative = spill_path[len(staging.rstrip("/")) + 1:]
     value = {"journal": VERSION, "generation": generation, "spill": [relative, size, sha], "batch_ends": list(batch_ends),
              "rows": recorded}
-    _put(fs, storage.join(staging, DONE_DIR, f"{uuid.uuid4().hex}.json"), json.dumps(_sealed(value), sort_keys=True).encode())
+    put_whole(fs, storage.join(staging, DONE_DIR, f"{uuid.uuid4().hex}.json"), json.dumps(sealed(value), sort_keys=True).encode())
 
 
-def _sealed(value: dict) -> dict:
+def sealed(value: dict) -> dict:
     """The entry with the SHA-256 of its own canonical JSON: a byte changed in it (statistics,
     notes, sizes, which the files' digests do not cover) makes it unreadable, not believed."""
     return {**value, "sha256": hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()}
@@ -124,7 +125,7 @@ def _sealed(value: dict) -> dict:
 def write_tally(fs, staging: str, generation: int, unit: str, count: int) -> None:
     name = hashlib.sha256(unit.encode()).hexdigest()[:32]
     value = {"journal": VERSION, "generation": generation, "unit": unit, "count": int(count)}
-    _put(fs, storage.join(staging, TALLY_DIR, f"{generation:04d}-{name}.json"), json.dumps(value, sort_keys=True).encode())
+    put_whole(fs, storage.join(staging, TALLY_DIR, f"{generation:04d}-{name}.json"), json.dumps(value, sort_keys=True).encode())
 
 
 def _array(array: np.ndarray) -> dict:
@@ -196,28 +197,28 @@ def _entry_ok(value: Any) -> bool:
     hex digits. What fails is not used (its units are converted again), never half-used."""
     try:
         body = {key: item for key, item in value.items() if key != "sha256"}
-        if value.get("sha256") != _sealed(body)["sha256"]:
+        if value.get("sha256") != sealed(body)["sha256"]:
             return False
         spill, rows, ends = value["spill"], value["rows"], value["batch_ends"]
-        ok = (value.get("journal") == VERSION and _int(value["generation"]) and isinstance(spill[0], str) and _int(spill[1])
-              and _hex(spill[2]) and isinstance(rows, list) and rows and isinstance(ends, list) and all(_int(end) for end in ends)
+        ok = (value.get("journal") == VERSION and is_count(value["generation"]) and isinstance(spill[0], str) and is_count(spill[1])
+              and is_sha256(spill[2]) and isinstance(rows, list) and rows and isinstance(ends, list) and all(is_count(end) for end in ends)
               and all(a < b for a, b in zip([0, *ends], ends)) and ends[-1] == len(rows))
         for row in rows if ok else ():
-            ok = ok and isinstance(row["id"], str) and _int(row["nbytes"]) and isinstance(row["notes"], dict) \
+            ok = ok and isinstance(row["id"], str) and is_count(row["nbytes"]) and isinstance(row["notes"], dict) \
                 and all(isinstance(key, str) for key in row["notes"]) and isinstance(row["stats"], dict) \
                 and isinstance(row.get("facts", {}), dict) and all(isinstance(key, str) for key in row.get("facts", {})) \
-                and all(isinstance(f, list) and len(f) == 3 and isinstance(f[0], str) and _int(f[1]) and _hex(f[2]) for f in row["files"])
+                and all(isinstance(f, list) and len(f) == 3 and isinstance(f[0], str) and is_count(f[1]) and is_sha256(f[2]) for f in row["files"])
             decode_stats(row["stats"]) if ok else None
         return bool(ok)
     except (KeyError, IndexError, TypeError, AttributeError, ValueError, OverflowError):
         return False
 
 
-def _int(value: Any) -> bool:
+def is_count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63
 
 
-def _hex(value: Any) -> bool:
+def is_sha256(value: Any) -> bool:
     return isinstance(value, str) and len(value) == 64 and all(char in "0123456789abcdef" for char in value)
 
 
@@ -242,10 +243,10 @@ def read_journal(fs, staging: str, run_id: str) -> Journal | None:
             journal.unreadable += 1
         elif name.startswith(DONE_DIR + "/") and _entry_ok(value):
             journal.entries.append({**value, "name": name})
-        elif name.startswith(TALLY_DIR + "/") and isinstance(value.get("unit"), str) and _int(value.get("count")) \
-                and _int(value.get("generation")):
+        elif name.startswith(TALLY_DIR + "/") and isinstance(value.get("unit"), str) and is_count(value.get("count")) \
+                and is_count(value.get("generation")):
             journal.tallies.append(value)
-        elif name.count("/") == 1 and name.split("/")[1].startswith("run-") and _int(value.get("generation")) \
+        elif name.count("/") == 1 and name.split("/")[1].startswith("run-") and is_count(value.get("generation")) \
                 and isinstance(value.get("units"), dict) and isinstance(value.get("context"), str) \
                 and isinstance(value.get("options"), dict) and isinstance(value.get("output"), str):
             journal.headers[value["generation"]] = value

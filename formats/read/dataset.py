@@ -364,16 +364,17 @@ class Dataset:
         return np.stack(out) if out else np.zeros((0, 0, 0, 3), np.uint8)
 
     def iter_decoded(self, relative: str, column: str, start: int = 0, stop: int | None = None, *,
-                     length: int | None = None) -> Iterator[np.ndarray]:
+                     length: int | None = None, gray: bool | None = None) -> Iterator[np.ndarray]:
         """`decode`, one frame at a time (a long episode is never held whole); the frame count is
-        checked when the file ends."""
+        checked when the file ends. `gray`: frames as their gray values ([H, W, 1], 8 or 16 bits),
+        not RGB; by default for depth cameras only."""
         entry = self.column_types.get(column) or {}
         if not entry.get("fps"):
             raise FormatError(f"{storage.join(self.root, mixtrain.SIDECAR)}: column {column!r} is not a video column with an fps")
         fps = float(entry["fps"])  # checked positive when the dataset was opened
         if start < 0 or (stop is not None and stop < start):
             raise ValueError(f"frames [{start}, {stop}) is not a range of timesteps")
-        depth = bool(entry.get("is_depth_map"))
+        depth = bool(entry.get("is_depth_map")) if gray is None else gray
         crop = entry.get("source_resolution")  # an encode padded odd sizes: give back the source's
         where = relative
         source: Any = None

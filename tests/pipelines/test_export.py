@@ -524,3 +524,43 @@ def test_a_video_path_outside_the_dataset_is_refused(converted, tmp_path):
     code, _, console = _export(target, tmp_path / "out")
     assert code == 1 and console.startswith("error: ") and "../../../etc/passwd" in console and console.count("\n") == 1, console
     assert not (tmp_path / "out").exists()
+
+
+def test_gray_image_features_that_are_not_depth_come_back_as_gray_images(tmp_path):
+    """A 16-bit gray image feature that is not a depth map (an infrared camera, PNG): gray frames,
+    written back as 16-bit PNG (depth alone is TIFF), every value the source's (FFV1 keeps 16 bits)."""
+    source = tmp_path / "src"
+    write_dataset(str(source), SyntheticLeRobot(lengths=(10, 12), cameras=(), image_cameras=("observation.images.ir",),
+                                                image_format="png16"))
+    _convert(source, tmp_path / "m")
+    code, out, console = _export(tmp_path / "m", tmp_path / "l")
+    assert code == 0 and console == "", console
+    theirs, ours = LeRobotV3(source), LeRobotV3(tmp_path / "l")
+    assert ours.info["features"]["observation.images.ir"] == theirs.info["features"]["observation.images.ir"]
+    for episode in range(2):
+        got, want = images(ours.frames(episode), "observation.images.ir"), images(theirs.frames(episode), "observation.images.ir")
+        assert len(got) == len(want) == (10, 12)[episode]
+        assert all(a.dtype == np.uint16 and np.array_equal(a, b) for a, b in zip(got, want)), episode
+        paths = ours.frames(episode).column("observation.images.ir").combine_chunks().field("path").to_pylist()
+        assert paths == [f"frame-{i:06d}.png" for i in range(len(got))]
+
+
+@pytest.mark.parametrize("to", ["lerobot_v3", "lerobot_v2.1"])
+def test_a_dataset_of_no_episode_gives_meta_with_typed_empty_tables(to, tmp_path):
+    from formats.exports import lerobot
+
+    index = [lerobot.Feature(key, key, dtype, (1,)) for key, dtype in zip(lerobot.INDEX_FEATURES, ("float32", "int64", "int64", "int64",
+                                                                                                  "int64"))]
+    camera = lerobot.Feature("video_front", "observation.images.front", "video", (48, 64, 3), ["height", "width", "channels"])
+    plan = lerobot.ExportPlan(fps=30, robot_type=None, features=[camera, *index], tasks=[], episodes=[], groups=0, columns=[],
+                              episode_columns=["operator"], splits=None, left_out=[])
+    import fsspec
+
+    info = lerobot.Writer(plan, {}, to).write_meta([], fsspec.filesystem("file"), str(tmp_path))
+    assert (info["total_episodes"], info["total_frames"]) == (0, 0)
+    if to == "lerobot_v3":
+        table = pq.read_table(tmp_path / "meta/episodes/chunk-000/file-000.parquet")
+        assert table.num_rows == 0 and table.schema.field("tasks").type == pa.list_(pa.string())
+        assert table.schema.field("videos/observation.images.front/from_timestamp").type == pa.float64()
+    else:
+        assert (tmp_path / "meta/episodes.jsonl").read_text() == "" and (tmp_path / "meta/episodes_stats.jsonl").read_text() == ""

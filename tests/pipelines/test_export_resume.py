@@ -127,9 +127,11 @@ def test_an_export_that_fails_before_any_group_is_written_leaves_nothing(mixtrai
     shutil.copytree(mixtrain, target)
     for video in (target / "files" / "video_front").glob("*.mp4"):
         video.write_bytes(video.read_bytes()[:-200])  # every episode's last samples cut off: the first group fails
+    handler = signal.getsignal(signal.SIGINT)
     code, out, console = _export(target, tmp_path / "out", SMALL_GROUPS)
     assert code == 1 and console.startswith("error: ") and console.count("\n") == 1 and "kept in" not in console, console
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m"]
+    assert signal.getsignal(signal.SIGINT) is handler  # Ctrl-C, ignored while it cleaned up, works again for the caller
 
 
 def _reseal(entry_path: pathlib.Path, change) -> None:
@@ -250,7 +252,7 @@ def test_an_export_killed_while_its_files_move_into_an_object_store_is_finished_
     assert len(fs.find(output)) == 1  # one file of the export moved, then the kill
     code, out, console = _export(mixtrain, output, SMALL_GROUPS)
     [staging] = [entry for entry in fs.ls("bucket/exports", detail=False) if f".{tmp_path.name}{export.STAGING_MARK}" in entry]
-    assert code == 1 and console.startswith(f"error: {output}: another export is writing this output (its staging folder {staging} "
+    assert code == 1 and console.startswith(f"error: {output}: another export is writing this output (its staging folder s3://{staging} "
                                             "holds a lease renewed "), console  # the killed launcher's lease, not yet lapsed
     assert console.endswith(" s, when its lease has lapsed, to resume it\n") and console.count("\n") == 1
     lease = f"{staging}/{resume.LEASE}"
@@ -284,3 +286,52 @@ def test_the_records_come_back_in_their_own_types(tmp_path):
     assert journal.recorded_groups(fs, str(tmp_path), "e" * 64, 1) == {}  # another export's identity
     (tmp_path / "data" / "file-000.parquet").write_bytes(b"a group's file, longer")
     assert journal.recorded_groups(fs, str(tmp_path), "f" * 64, 1) == {}  # a file of another size
+
+
+def test_an_export_killed_after_its_last_file_moved_is_complete_and_not_done_again(s3, mixtrain, uninterrupted, tmp_path):
+    import fsspec
+
+    output = f"s3://bucket/exports/{tmp_path.name}"
+    env = {**os.environ, publish.STOP_AT: "export:files-moved", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(_command(mixtrain, output, SMALL_GROUPS), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+                          start_new_session=True)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    s3_server.clear_clients()
+    fs = fsspec.filesystem("s3")
+    [staging] = [entry for entry in fs.ls("bucket/exports", detail=False) if f".{tmp_path.name}{export.STAGING_MARK}" in entry]
+    lease = f"{staging}/{resume.LEASE}"
+    fs.pipe_file(lease, json.dumps({"renewed": json.loads(fs.cat_file(lease))["renewed"] - resume.LEASE_STALE}).encode())  # lapsed
+    before = {path: fs.info(path)["LastModified"] for path in fs.find(output)}
+    code, out, console = _export(mixtrain, output, SMALL_GROUPS)
+    assert (code, console) == (0, ""), console
+    assert out.splitlines()[0] == (f"[mixtrain-export] the interrupted export in s3://{staging} had published the output whole; its "
+                                   "folder is removed")
+    fs.invalidate_cache()
+    assert {path: fs.info(path)["LastModified"] for path in fs.find(output)} == before  # nothing written again
+    fs.get(output, str(tmp_path / "got"), recursive=True)
+    assert _files(tmp_path / "got") == uninterrupted["lerobot_v3"]
+    assert not fs.exists(staging)
+
+
+def test_an_output_a_killed_publication_renamed_aside_is_put_back(mixtrain, tmp_path):
+    aside = tmp_path / f".out{export.STAGING_MARK}0123456789ab.old"
+    aside.mkdir()
+    (aside / "keep.txt").write_text("the output before")
+    code, out, console = _export(mixtrain, tmp_path / "out", SMALL_GROUPS)  # no --overwrite: the output is there again, refused
+    assert (code, console) == (1, f"error: {tmp_path / 'out'}: exists and is not empty; pass --overwrite to replace it\n")
+    assert (tmp_path / "out" / "keep.txt").read_text() == "the output before" and not aside.exists()
+
+
+def test_a_folder_holding_a_symbolic_link_is_not_resumed(mixtrain, uninterrupted, tmp_path):
+    staging = _killed(mixtrain, tmp_path, SMALL_GROUPS)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (staging / "meta").mkdir(exist_ok=True)
+    shutil.rmtree(staging / "meta")
+    (staging / "meta").symlink_to(victim)  # the resumed export would write meta/ into it
+    code, out, console = _export(mixtrain, tmp_path / "out", SMALL_GROUPS)
+    assert code == 0, console
+    assert out.splitlines()[0] == (f"[mixtrain-export] discarding an interrupted export's folder {staging} (it holds a symbolic link, "
+                                   "which an export does not write)")
+    assert list(victim.iterdir()) == [] and not (tmp_path / "out" / "meta").is_symlink()
+    assert _files(tmp_path / "out") == uninterrupted["lerobot_v3"]
