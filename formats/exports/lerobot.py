@@ -606,7 +606,7 @@ def write_group(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_fs, o
     # The videos first: each is counted against its episode's length before any frame is built.
     placed = {feature.key: _write_camera(plan, feature, group, rows.column(feature.column).to_pylist(), episodes, dataset, out_fs,
                                          out_root, where, files) for feature in plan.video_features}
-    frames = _group_frames(plan, rows, episodes, dataset, where)
+    frames = _group_frames(plan, rows, episodes, dataset, where, "List")  # lerobot 0.6 with datasets 4
     lengths = rows.column("length").to_pylist()
     files.append(DATA_PATH.format(chunk_index=group, file_index=0))
     data_path = storage.join(out_root, files[-1])
@@ -624,11 +624,36 @@ def _ordered(plan: ExportPlan, rows: pa.Table, dataset) -> tuple[pa.Table, list[
     return rows, [by_id[sequence_id] for sequence_id in rows.column("sequence_id").to_pylist()], storage.url_for(dataset.fs, dataset.root)
 
 
-def _group_frames(plan: ExportPlan, rows: pa.Table, episodes: list[Episode], dataset, where: str) -> pa.Table:
-    """The frames of the group's data file(s): its episodes one after another."""
+def _group_frames(plan: ExportPlan, rows: pa.Table, episodes: list[Episode], dataset, where: str, sequence: str) -> pa.Table:
+    """The frames of the group's data file(s): its episodes one after another, with the Hugging Face
+    features lerobot's writer records (`sequence`: the name its datasets version gives a vector)."""
     images = {feature.key: _image_cells(dataset, rows.column(feature.column).to_pylist(), feature, episodes, where)
               for feature in plan.frame_features if feature.is_image}
-    return _frames(plan, rows, episodes, {text: number for number, text in enumerate(plan.tasks)}, where, images)
+    frames = _frames(plan, rows, episodes, {text: number for number, text in enumerate(plan.tasks)}, where, images)
+    features = _hf_features(plan, sequence)
+    if features is None:
+        return frames
+    return frames.replace_schema_metadata({b"huggingface": json.dumps({"info": {"features": features}}).encode()})
+
+
+def _hf_features(plan: ExportPlan, sequence: str) -> dict | None:
+    """The data file's `huggingface` schema metadata, as lerobot writes it through Hugging Face
+    datasets (`Image` for image features, which a reader could not tell from a struct column
+    otherwise: lerobot 0.3 reads v2.1 data files by this metadata). None for a dataset with a
+    feature of more than one dimension, whose ArrayND storage is not this export's nested lists:
+    those files carry none, and readers infer every column."""
+    features: dict[str, dict] = {}
+    for feature in plan.frame_features:
+        value = {"dtype": feature.dtype, "_type": "Value"}
+        if feature.is_image:
+            features[feature.key] = {"_type": "Image"}
+        elif len(feature.shape) > 1:
+            return None
+        elif feature.shape == (1,):
+            features[feature.key] = value
+        else:
+            features[feature.key] = {"feature": value, "length": feature.shape[0], "_type": sequence}
+    return features
 
 
 IMAGE_CELL = pa.struct([("bytes", pa.binary()), ("path", pa.string())])  # Hugging Face Image storage, as lerobot writes it
@@ -786,7 +811,7 @@ def write_group_v21(plan: ExportPlan, group: int, rows: pa.Table, dataset, out_f
     key_column = {feature.key: feature.column for feature in plan.video_features}
     videos = {feature.key: [_episode_video(dataset, cell, feature, episode, where)[0]
                             for cell, episode in zip(rows.column(feature.column).to_pylist(), episodes)] for feature in plan.video_features}
-    frames = _group_frames(plan, rows, episodes, dataset, where)
+    frames = _group_frames(plan, rows, episodes, dataset, where, "Sequence")  # lerobot 0.3 with datasets 3
     lengths = rows.column("length").to_pylist()
     files, offset = [], 0
     for number, episode in enumerate(episodes):

@@ -54,6 +54,7 @@ def _assert_same_lerobot(source: LeRobotV3, exported: LeRobotV3) -> None:
     assert exported.info["features"] == source.info["features"]  # dtypes, shapes, names, video info: as the source declared
     assert list(exported.info["features"]) == list(source.info["features"])
     assert exported.tasks == source.tasks
+    assert _hf_features(exported) == (_hf_features(source) or _hf_features(exported))  # as lerobot's writer records them
     for episode in range(source.info["total_episodes"]):
         theirs, ours = source.episodes[episode], exported.episodes[episode]
         for key in ("episode_index", "tasks", "length", "dataset_from_index", "dataset_to_index"):
@@ -67,6 +68,16 @@ def _assert_same_lerobot(source: LeRobotV3, exported: LeRobotV3) -> None:
             want, have = source.video(episode, key), exported.video(episode, key)
             assert len(want) == len(have) == theirs["length"], (episode, key)
             assert all(np.array_equal(a, b) for a, b in zip(want, have)), (episode, key)
+
+
+def _hf_features(dataset) -> dict | None:
+    """The Hugging Face features in the first data file's schema metadata (lerobot's writer puts
+    them there; lerobot 0.3 reads v2.1 image columns by them)."""
+    first = dataset.episodes[0]
+    path = dataset.info["data_path"].format(chunk_index=first.get("data/chunk_index"), file_index=first.get("data/file_index"),
+                                            episode_chunk=0, episode_index=0)
+    metadata = pq.read_schema(dataset.root / path).metadata or {}
+    return json.loads(metadata[b"huggingface"])["info"]["features"] if b"huggingface" in metadata else None
 
 
 @pytest.mark.parametrize("name", VIDEO_FIXTURES)
@@ -109,6 +120,12 @@ def test_image_features_come_back_as_images(to, codec, tmp_path):
     assert exported.info["features"] == source.info["features"] and image_keys(source.info) == ["observation.images.front",
                                                                                                   "observation.images.front_depth"]
     assert exported.video_keys == [] and not (tmp_path / "l" / "videos").exists()
+    features = _hf_features(exported)  # Image for the image columns: lerobot 0.3 reads them as images by it
+    if to == "lerobot_v3":
+        assert features == _hf_features(source)
+    else:
+        assert features["observation.images.front"] == {"_type": "Image"}
+        assert features["observation.state"] == {"feature": {"dtype": "float32", "_type": "Value"}, "length": 6, "_type": "Sequence"}
     mixtrain = open_dataset(str(tmp_path / "m"))
     for episode in range(source.info["total_episodes"]):
         theirs, ours = source.frames(episode), exported.frames(episode)
