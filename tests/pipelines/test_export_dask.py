@@ -13,16 +13,11 @@ import pytest
 from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
 from pipelines import conversion, export
 from tests import dask_cluster, s3_server
+from tests.pipelines.test_export import _export
 from tests.pipelines.test_s3 import _files as _s3_files
 from tests.pipelines.test_s3 import _upload
 
 distributed = pytest.importorskip("dask.distributed", reason="the DaskRunner needs dask[distributed] (the dask extra)")
-
-
-def _export(source, output, *extra: str, to: str = "lerobot_v3") -> tuple[int, str, str]:
-    out, console = io.StringIO(), io.StringIO()
-    code = export.run([f"--input={source}", f"--output={output}", f"--to={to}", *extra], out=out, console=console)
-    return code, out.getvalue(), console.getvalue()
 
 
 def _files(folder: pathlib.Path) -> dict:

@@ -7,7 +7,6 @@ folder, another input or other options) is written again, or refused in one line
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import pathlib
@@ -22,23 +21,12 @@ import pytest
 from formats.exports import journal
 from formats.mixtrain import publish, resume
 from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
-from pipelines import conversion, export
+from pipelines import export
 from tests import s3_server
+from tests.pipelines.test_export import _convert, _export
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SMALL_GROUPS = "--data_file_mb=0.01"  # about two episodes a group: a dozen groups
-
-
-def _convert(source, output, *extra: str) -> None:
-    out, console = io.StringIO(), io.StringIO()
-    assert conversion.run([f"--input={source}", f"--output={output}", "--progress=off", *extra], out=out, console=console) == 0, \
-        console.getvalue()
-
-
-def _export(source, output, *extra: str, to: str = "lerobot_v3") -> tuple[int, str, str]:
-    out, console = io.StringIO(), io.StringIO()
-    code = export.run([f"--input={source}", f"--output={output}", f"--to={to}", *extra], out=out, console=console)
-    return code, out.getvalue(), console.getvalue()
 
 
 def _command(source, output, *extra: str, to: str = "lerobot_v3") -> list[str]:
@@ -238,17 +226,23 @@ def s3():
         yield url
 
 
-def test_an_export_killed_while_its_files_move_into_an_object_store_is_finished_by_the_same_command(s3, mixtrain, uninterrupted,
-                                                                                                    tmp_path):
+def _killed_on_s3(mixtrain, output: str, step: str):
+    """An export to `output` (s3://) SIGKILLed at `step` of its publication: the store, as fsspec sees it after."""
     import fsspec
 
-    output = f"s3://bucket/exports/{tmp_path.name}"
-    env = {**os.environ, publish.STOP_AT: "export:file-moved", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, publish.STOP_AT: step, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(_command(mixtrain, output, SMALL_GROUPS), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
                           start_new_session=True)
     assert done.returncode == -signal.SIGKILL, done.stderr
     s3_server.clear_clients()
-    fs = fsspec.filesystem("s3")
+    return fsspec.filesystem("s3")
+
+
+def test_an_export_killed_while_its_files_move_into_an_object_store_is_finished_by_the_same_command(s3, mixtrain, uninterrupted,
+                                                                                                    tmp_path):
+
+    output = f"s3://bucket/exports/{tmp_path.name}"
+    fs = _killed_on_s3(mixtrain, output, "export:file-moved")
     assert len(fs.find(output)) == 1  # one file of the export moved, then the kill
     code, out, console = _export(mixtrain, output, SMALL_GROUPS)
     [staging] = [entry for entry in fs.ls("bucket/exports", detail=False) if f".{tmp_path.name}{export.STAGING_MARK}" in entry]
@@ -289,15 +283,9 @@ def test_the_records_come_back_in_their_own_types(tmp_path):
 
 
 def test_an_export_killed_after_its_last_file_moved_is_complete_and_not_done_again(s3, mixtrain, uninterrupted, tmp_path):
-    import fsspec
 
     output = f"s3://bucket/exports/{tmp_path.name}"
-    env = {**os.environ, publish.STOP_AT: "export:files-moved", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run(_command(mixtrain, output, SMALL_GROUPS), cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-                          start_new_session=True)
-    assert done.returncode == -signal.SIGKILL, done.stderr
-    s3_server.clear_clients()
-    fs = fsspec.filesystem("s3")
+    fs = _killed_on_s3(mixtrain, output, "export:files-moved")
     [staging] = [entry for entry in fs.ls("bucket/exports", detail=False) if f".{tmp_path.name}{export.STAGING_MARK}" in entry]
     lease = f"{staging}/{resume.LEASE}"
     fs.pipe_file(lease, json.dumps({"renewed": json.loads(fs.cat_file(lease))["renewed"] - resume.LEASE_STALE}).encode())  # lapsed
