@@ -13,7 +13,6 @@ import argparse
 import contextlib
 import json
 import os
-import re
 import shutil
 import signal
 import sys
@@ -180,8 +179,16 @@ def _runner_refusal(args) -> str | None:
         return f"--{given[0]} has no effect without --runner=DaskRunner" if given else None
     if args.dask_client_address and args.dask_scheduler_file:
         return "--dask_client_address and --dask_scheduler_file both name the scheduler: give one"
-    if args.dask_scheduler_file and not os.path.isfile(os.path.expanduser(args.dask_scheduler_file)):
-        return f"--dask_scheduler_file={args.dask_scheduler_file}: no such file (the one `dask scheduler --scheduler-file` writes)"
+    from pipelines.cli import UsageError
+    from pipelines.preflight import check_dask_values
+
+    if args.dask_scheduler_file:
+        args.dask_scheduler_file = os.path.expanduser(args.dask_scheduler_file)  # as the conversion's command line expands it
+    try:  # the conversion's checks of the same options
+        check_dask_values([f"--{name}={getattr(args, name)}" for name in ("dask_client_address", "dask_scheduler_file")
+                           if getattr(args, name) is not None])
+    except UsageError as error:
+        return str(error)
     if args.direct_num_workers is not None:
         return "--direct_num_workers has no effect with --runner=DaskRunner (the cluster's workers write the groups)"
     if importlib.util.find_spec("dask") is None or importlib.util.find_spec("distributed") is None:
@@ -190,9 +197,6 @@ def _runner_refusal(args) -> str | None:
         if str(getattr(args, name)).startswith("memory://"):
             return (f"--{name}={getattr(args, name)} is this process's memory, which DaskRunner workers cannot read; use a path on "
                     "storage the workers share, or an object store URL")
-    address = args.dask_client_address
-    if address is not None and not re.fullmatch(r"(tcp://|tls://)?[A-Za-z0-9.\-\[\]:]+:[0-9]{1,5}", address):
-        return f"--dask_client_address={address!r}: expected a scheduler address, HOST:PORT or tcp://HOST:PORT"
     return None
 
 
@@ -508,7 +512,7 @@ def _run_pipeline(args, dataset, writer, staging_url: str, groups: int, identity
 
         runner = DaskRunner()
         options = PipelineOptions([f"--dask_client_address={args.dask_client_address}"] if args.dask_client_address else
-                                  [f"--dask_scheduler_file={os.path.expanduser(args.dask_scheduler_file)}"] if args.dask_scheduler_file
+                                  [f"--dask_scheduler_file={args.dask_scheduler_file}"] if args.dask_scheduler_file
                                   else [])
     elif args.runner == "DataflowRunner":
         runner = "DataflowRunner"

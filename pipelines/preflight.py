@@ -181,7 +181,7 @@ def _check_local_workers(text: str | None) -> None:
                          f"workers ({WORKERS_PER_CPU} per CPU), each a process of its own")
 
 
-def _check_dask_values(argv: list[str]) -> None:
+def check_dask_values(argv: list[str]) -> None:
     """Beam's DaskOptions take what they are given (a timeout of "soon" became dask's default, a
     partition count of -5 was passed on): each value is checked here, as ours are."""
     for name in ("dask_npartitions", "dask_partition_size", "dask_connection_limit", "dask_connection_timeout"):
@@ -209,7 +209,7 @@ def check(args, argv: list[str], rest: list[str]) -> None:
     if dask_flags and runner != DASK:
         raise UsageError(f"{dask_flags[0]} has no effect without --runner=DaskRunner")
     if runner == DASK:  # workers in other processes or on other machines: a POSIX path must be on storage they share
-        _check_dask_values(argv)
+        check_dask_values(argv)
         for flag, value in (("--input", args.input), ("--output", args.output)):
             if value.startswith("memory://"):
                 raise UsageError(f"{flag}={value} is this process's memory, which DaskRunner workers cannot read; use a path on "
