@@ -25,27 +25,35 @@ LENGTHS = [7 + (13 * i) % 23 for i in range(24)]  # 7..29 steps, 12 episodes per
 
 
 class _ParquetReads:
-    """Counts row groups decoded through pyarrow (read_row_group / iter_batches), by file."""
+    """Counts row groups decoded through pyarrow (read_row_group(s) / iter_batches), by file, and
+    the decoding calls (`calls`: the row groups each one decoded)."""
 
     def __init__(self, monkeypatch):
         self.groups: list[tuple[str, int]] = []
+        self.calls: list[list[int]] = []
         reads = self
 
         def opened(source, **options):
             parquet = pq.ParquetFile(source, page_checksum_verification=True, **options)
             name = source if isinstance(source, str) else getattr(source, "path", getattr(source, "name", "?"))
-            read_row_group, iter_batches = parquet.read_row_group, parquet.iter_batches
+            read_row_group, read_row_groups, iter_batches = parquet.read_row_group, parquet.read_row_groups, parquet.iter_batches
 
             def read_one(group, *args, **kwargs):
                 reads.groups.append((str(name), group))
+                reads.calls.append([group])
                 return read_row_group(group, *args, **kwargs)
+
+            def read_some(groups, *args, **kwargs):
+                reads.groups.extend((str(name), group) for group in groups)
+                reads.calls.append(list(groups))
+                return read_row_groups(groups, *args, **kwargs)
 
             def batches(*args, row_groups=None, **kwargs):
                 reads.groups.extend((str(name), group) for group in row_groups)
+                reads.calls.append(list(row_groups))
                 return iter_batches(*args, row_groups=row_groups, **kwargs)
 
-            parquet.read_row_group, parquet.iter_batches = read_one, batches
-            parquet.read_row_groups = None  # the readers decode row group by row group
+            parquet.read_row_group, parquet.read_row_groups, parquet.iter_batches = read_one, read_some, batches
             return parquet
 
         monkeypatch.setattr(storage, "parquet_file", opened)
@@ -108,6 +116,8 @@ def test_lerobot_group_in_order_decodes_each_row_group_once_and_gives_the_alone_
     files = sorted(glob.glob(str(tmp_path / "ds/data/*/*.parquet")))
     every_group = sorted((path, group) for path in files for group in range(pq.ParquetFile(path).metadata.num_row_groups))
     assert sorted(reads.groups) == every_group  # each row group of each file decoded exactly once
+    if layout == "one_group_per_episode":  # a file's first episode, then the other 11 in one decode
+        assert [len(call) for call in reads.calls] == [1, 11, 1, 11]
     # Whatever the row groups: a data file's episodes are one read group (12 per file here).
     assert [ref.read_group for ref in refs] == [f"data/chunk-000/file-00{i // 12}.parquet" for i in range(24)]
 
@@ -262,23 +272,73 @@ def test_l5kit_scenes_in_order_decode_each_chunk_once(tmp_path, monkeypatch):
     assert {(name, index) for name, array in arrays.items() for index in range(array.chunk_count)} <= set(counts)
 
 
-def test_decoded_row_groups_keep_only_what_the_last_episode_needed():
-    decoded = parquet_rows.DecodedRowGroups()
-    calls = []
+@dataclasses.dataclass
+class _RowGroupMeta:
+    num_rows: int
+    total_byte_size: int
 
+
+class _Footer:
+    """What DecodedRowGroups reads of a Parquet footer: row groups' rows and (uncompressed) bytes."""
+
+    def __init__(self, rows: list[int], nbytes: int = 1000):
+        self._groups = [_RowGroupMeta(count, nbytes) for count in rows]
+        self.num_row_groups = len(rows)
+
+    def row_group(self, index: int):
+        return self._groups[index]
+
+
+def _decoding(calls: list[list[int]]):
     def decode(groups):
         calls.append(list(groups))
         return {group: f"g{group}" for group in groups}
+    return decode
 
-    footer = object()
+
+def test_decoded_row_groups_keep_only_what_the_last_episode_needed():
+    decoded, calls = parquet_rows.DecodedRowGroups(), []
+    decode = _decoding(calls)
+    footer = _Footer([parquet_rows.READ_BATCH_ROWS + 1] * 3)  # long row groups: nothing is read ahead
     assert decoded.get("a", footer, ["x"], [0], decode) == ["g0"]
     assert decoded.get("a", footer, ["x"], [0, 1], decode) == ["g0", "g1"]
     assert decoded.get("a", footer, ["x"], [1], decode) == ["g1"]
     assert decoded.get("a", footer, ["x"], [0], decode) == ["g0"]  # 0 was dropped when only 1 was needed
-    assert decoded.get("a", object(), ["x"], [0], decode) == ["g0"]  # another footer: the file re-read
+    assert decoded.get("a", _Footer([5000] * 3), ["x"], [0], decode) == ["g0"]  # another footer: the file re-read
     assert decoded.get("b", footer, ["x"], [0], decode) == ["g0"]
     assert decoded.get("b", footer, ["y"], [0], decode) == ["g0"]  # other columns
     assert calls == [[0], [1], [0], [0], [0], [0]]
+
+
+def test_decoded_row_groups_read_ahead_only_forward_and_within_one_batch():
+    """Reading forward, the next small row groups come in the same decode, up to READ_BATCH_ROWS
+    rows in all; kept until an episode past them is read; out of order, nothing ahead."""
+    decoded, calls = parquet_rows.DecodedRowGroups(), []
+    decode = _decoding(calls)
+    footer = _Footer([1000] * 10)
+    assert decoded.get("a", footer, None, [0], decode) == ["g0"]  # a file's first read: nothing ahead
+    assert decoded.get("a", footer, None, [1], decode) == ["g1"]  # forward: 1, with 2, 3 and 4 ahead (4,000 rows)
+    assert sorted(decoded._groups) == [1, 2, 3, 4]
+    assert decoded.get("a", footer, None, [2], decode) == ["g2"]
+    assert decoded.get("a", footer, None, [3], decode) == ["g3"]
+    assert sorted(decoded._groups) == [3, 4]  # what was read before is let go
+    assert decoded.get("a", footer, None, [4, 5], decode) == ["g4", "g5"]  # forward again: 6, 7 and 8 ahead
+    assert decoded.get("a", footer, None, [2], decode) == ["g2"]  # backward: nothing ahead
+    assert calls == [[0], [1, 2, 3, 4], [5, 6, 7, 8], [2]]
+    jumping, calls[:] = parquet_rows.DecodedRowGroups(), []
+    for group in (0, 5, 2, 3):  # a jump forward is not reading forward; 2 then 3 is
+        assert jumping.get("a", footer, None, [group], decode) == [f"g{group}"]
+    assert calls == [[0], [5], [2], [3, 4, 6]]  # 5 is still kept: not decoded again
+    assert parquet_rows.READ_BATCH_ROWS == 4096
+
+
+def test_decoded_row_groups_read_ahead_within_the_byte_budget(monkeypatch):
+    decoded, calls = parquet_rows.DecodedRowGroups(), []
+    decode = _decoding(calls)
+    footer = _Footer([10] * 8, nbytes=3 << 20)  # few rows, many bytes: 8 MiB holds two
+    for group in range(8):
+        assert decoded.get("a", footer, None, [group], decode) == [f"g{group}"]
+    assert calls == [[0], [1, 2], [3, 4], [5, 6], [7]]
 
 
 def test_lerobot_one_row_group_per_episode_opens_each_data_file_once(tmp_path, monkeypatch):
