@@ -1,13 +1,14 @@
 """Fixed and marginal cost, in one run: each workload small and large, the pipeline and its peers,
 and a bare Beam pipeline of the same runner settings for Beam's own fixed cost (issue 42).
 
-    python bench/bench_marginal.py [--only=traj,copy] [--small=0.1] [--large=1] [--workers=2] [--work=DIR]
+    python bench/bench_marginal.py [--only=traj,copy] [--small=0.1] [--large=1] [--workers=2] [--repeat=3] [--work=DIR]
 
 Workloads are bench/bench_scaling.py's (at --large, on 2 cores: traj 20,000 episodes x 50 steps, copy
 3,200 episodes x 150 frames x 2 AV1 cameras, unverified), each written twice: at --small and at
 --large of that size. For each size: the pipeline with 1 worker and with --workers (local
 multi-process workers), the one-process peer (bench/peer.py) and the --workers-process peer
-(bench/peer_parallel.py). The marginal wall of a run is its large wall less its small wall: what
+(bench/peer_parallel.py), each --repeat times, alternated, the median wall taken (and the
+head and tail of that run), every output kept until the end (bench_scaling.Outputs says why). The marginal wall of a run is its large wall less its small wall: what
 grows with episodes, frames and files, Beam's start and the interpreter's taken out.
 
 The bare pipeline (`Create | Reshuffle | Map` of --workers workers, same runner settings as the
@@ -31,7 +32,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.bench_scaling import convert, sampled, timed, workloads  # noqa: E402
+from bench.bench_scaling import Outputs, convert, sampled, timed, workloads  # noqa: E402
 from formats.sources.lerobot_v3.sample import write_dataset  # noqa: E402
 
 BARE = r"""
@@ -73,11 +74,23 @@ def main() -> None:
     parser.add_argument("--large", type=float, default=1.0)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--work", default="")
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each configuration; the median is taken")
     args = parser.parse_args()
     work = pathlib.Path(args.work or tempfile.mkdtemp(prefix="bench_marginal_"))
     first, bare_wall = bare(args.workers, work)
     print(f"bare Beam pipeline, {args.workers} workers: first element {first:.2f} s, wall {bare_wall:.2f} s", flush=True)
     ratios = []
+    outputs = Outputs(work)  # every run's output kept until the end (Outputs says why)
+    try:
+        _measure(args, work, outputs, first, ratios)
+    finally:
+        outputs.remove()
+    print("\n".join(ratios))
+    if not args.work:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _measure(args, work: pathlib.Path, outputs: Outputs, first: float, ratios: list[str]) -> None:
     for name in args.only.split(","):
         walls: dict[str, dict[str, float]] = {}
         heads = {}
@@ -86,20 +99,23 @@ def main() -> None:
             src = work / f"{name}_{size}"
             if not src.exists():
                 write_dataset(str(src), spec)
-            for workers in (1, args.workers):
-                dst = work / f"{name}_{size}_out"
-                shutil.rmtree(dst, ignore_errors=True)
-                run = sampled(convert(src, dst, workers, extra))
-                walls.setdefault(f"{workers} worker(s)", {})[size] = run["wall"]
-                marks = run["marks"]
-                heads[(size, workers)] = (marks.get("first_sequence"), run["wall"] - marks["last_sequence"] if "last_sequence" in marks
-                                          else None)
-            for label, command in (("one-process peer", [sys.executable, "bench/peer.py"]),
-                                   (f"{args.workers}-process peer", [sys.executable, "bench/peer_parallel.py"])):
-                out = work / f"{name}_{size}_peer"
-                shutil.rmtree(out, ignore_errors=True)
-                procs = ["--procs", str(args.workers)] if "process peer" in label and not label.startswith("one") else []
-                walls.setdefault(label, {})[size] = timed([*command, str(src), str(out), *procs])[0]
+            taken: dict[str, list] = {}
+            for _ in range(args.repeat):  # alternated, so that a slow moment of the machine is not one configuration's
+                for workers in (1, args.workers):
+                    run = sampled(convert(src, outputs.new(f"{name}_{size}_{workers}"), workers, extra))
+                    marks = run["marks"]
+                    taken.setdefault(f"{workers} worker(s)", []).append(
+                        (run["wall"], marks.get("first_sequence"), run["wall"] - marks["last_sequence"] if "last_sequence" in marks else None))
+                for label, command in (("one-process peer", [sys.executable, "bench/peer.py"]),
+                                       (f"{args.workers}-process peer", [sys.executable, "bench/peer_parallel.py"])):
+                    out = outputs.new(f"{name}_{size}_peer")
+                    procs = ["--procs", str(args.workers)] if "process peer" in label and not label.startswith("one") else []
+                    taken.setdefault(label, []).append((timed([*command, str(src), str(out), *procs])[0], None, None))
+            for label, runs in taken.items():  # the run of median wall, with its head and tail
+                wall, head, tail = sorted(runs, key=lambda run: run[0])[len(runs) // 2]
+                walls.setdefault(label, {})[size] = wall
+                if label.endswith("worker(s)"):
+                    heads[(size, int(label.split()[0]))] = (head, tail)
         print(f"{name} (small {args.small:g}, large {args.large:g} of the issue's size):", flush=True)
         for label, by_size in walls.items():
             print(f"  {label:<22} small {by_size['small']:6.2f} s  large {by_size['large']:6.2f} s  "
@@ -112,9 +128,6 @@ def main() -> None:
             head, tail = heads[("large", args.workers)]
             ratios.append(f"(traj) head {head:.2f} s against the bare pipeline's first element {first:.2f} s + 0.5 s (target: "
                           f"head <= {first + 0.5:.2f} s); tail {tail:.2f} s (target <= 1.0 s)")
-    print("\n".join(ratios))
-    if not args.work:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -151,6 +151,27 @@ def workloads(scale: float) -> dict[str, tuple[SyntheticLeRobot, list[str]]]:
     }
 
 
+class Outputs:
+    """A folder of its own for every run's output, all removed together when the bench ends.
+
+    Removing the last run's output right before the next run was measuring the file system, not
+    the conversion: ext4 will not reuse an inode deleted in the last ~30 s, and scans past every
+    such inode for each file it creates (`recently_deleted` in the kernel's profile). With 6,400
+    video files deleted just before, the 2-worker copy spent 5.0 s in the kernel instead of 1.5 s
+    and ran 6.5 s instead of 4.5 s; the peers paid it too."""
+
+    def __init__(self, work: pathlib.Path):
+        self.root = pathlib.Path(tempfile.mkdtemp(prefix="outputs_", dir=work))
+        self._count = 0
+
+    def new(self, label: str) -> pathlib.Path:
+        self._count += 1
+        return self.root / f"{self._count:03d}_{label.replace(' ', '_')}"
+
+    def remove(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
 def convert(src: pathlib.Path, dst: pathlib.Path, workers: int, extra: list[str]) -> list[str]:
     return [sys.executable, str(ROOT / "bench" / "timed_convert.py"), f"--input={src}", f"--output={dst}", "--progress=off",
             f"--direct_num_workers={workers}", "--direct_running_mode=multi_processing", *extra]
@@ -230,6 +251,7 @@ def main() -> None:
         return True
 
     record(machine=os.uname().nodename, cores=os.cpu_count(), python=sys.version.split()[0])
+    outputs = Outputs(work)
     try:
         for name in only:
             spec, extra = specs[name]
@@ -242,29 +264,25 @@ def main() -> None:
                 record(workload=name, run="generate", wall=round(time.perf_counter() - generated, 2))
             print(f"== {name} ({len(spec.lengths)} episodes)", flush=True)
             runs, peers = {}, {}
-            dst = work / f"{name}_out"
             for workers in counts:
                 if not in_budget(f"{workers} worker(s)"):
                     continue
-                shutil.rmtree(dst, ignore_errors=True)
-                runs[workers] = sampled(convert(src, dst, workers, extra))
+                runs[workers] = sampled(convert(src, outputs.new(f"{name}_{workers}"), workers, extra))
                 print(describe(f"{workers} worker(s)", runs[workers]), flush=True)
                 record(workload=name, worker_count=workers, **runs[workers])
             if args.peers and name != "reencode" and runs:
-                peer_out = work / f"{name}_peer"
-                commands = {"one process": [sys.executable, "bench/peer.py", str(src), str(peer_out)]}
+                commands = {"one process": [sys.executable, "bench/peer.py", str(src), str(outputs.new("peer"))]}
                 if name == "copy":
-                    commands["mp4 floor"] = [*commands["one process"], "--mp4-floor"]
+                    commands["mp4 floor"] = [sys.executable, "bench/peer.py", str(src), str(outputs.new("floor")), "--mp4-floor"]
                 for procs in peer_procs:
-                    commands[f"parallel x{procs}"] = [sys.executable, "bench/peer_parallel.py", str(src), str(peer_out),
-                                                      "--procs", str(procs)]
+                    commands[f"parallel x{procs}"] = [sys.executable, "bench/peer_parallel.py", str(src),
+                                                      str(outputs.new(f"peer_{procs}")), "--procs", str(procs)]
                 if name == "copy":  # measured as the unverified runs are (sampled), for a like-for-like CPU ratio
-                    commands["verified"] = [arg for arg in convert(src, dst, max(runs), extra) if arg != "--verify_copies=false"]
+                    commands["verified"] = [arg for arg in convert(src, outputs.new("verified"), max(runs), extra)
+                                            if arg != "--verify_copies=false"]
                 for label, command in commands.items():
                     if not in_budget(label):
                         continue
-                    shutil.rmtree(peer_out, ignore_errors=True)
-                    shutil.rmtree(dst, ignore_errors=True)
                     if label == "verified":
                         verified = sampled(command)
                         peers[label] = (verified["wall"], verified["cpu"])
@@ -281,6 +299,7 @@ def main() -> None:
                            f"(proxy) last converted sequence -> exit, 2 workers: {two['tail']:.2f} s (target <= 1.0)",
                            f"(proxy) busiest worker's CPU / mean, 8 workers, uniform episodes: {eight['balance']:.2f} (target <= 1.2)"]
     finally:
+        outputs.remove()
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
     print()
