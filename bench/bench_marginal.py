@@ -8,8 +8,9 @@ Workloads are bench/bench_scaling.py's (at --large, on 2 cores: traj 20,000 epis
 --large of that size. For each size: the pipeline with 1 worker and with --workers (local
 multi-process workers), the one-process peer (bench/peer.py) and the --workers-process peer
 (bench/peer_parallel.py), each --repeat times, alternated, the median wall taken (and the
-head and tail of that run), every output kept until the end (bench_scaling.Outputs says why). The marginal wall of a run is its large wall less its small wall: what
-grows with episodes, frames and files, Beam's start and the interpreter's taken out.
+head and tail of that run), every output kept until the end (bench_scaling.Outputs says why).
+The marginal wall of a run is its large wall less its small wall: what grows with episodes,
+frames and files, Beam's start and the interpreter's taken out.
 
 The bare pipeline (`Create | Reshuffle | Map` of --workers workers, same runner settings as the
 conversion) gives Beam's fixed cost: the moment its first element reaches the Map and its wall.

@@ -64,9 +64,7 @@ class ConvertOptions(PipelineOptions):
 def _runner(options: PipelineOptions, zygote: local_workers.Zygote | None):
     name = options.view_as(StandardOptions).runner
     if name in preflight.LOCAL_RUNNERS:
-        from apache_beam.runners.portability.fn_api_runner import FnApiRunner
-
-        return local_workers.runner(zygote) if zygote is not None else FnApiRunner()
+        return local_workers.runner(zygote)
     if name == preflight.DASK:
         from pipelines.dask_runner import DaskRunner
 

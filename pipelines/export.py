@@ -518,9 +518,9 @@ def _run_pipeline(args, dataset, writer, staging_url: str, groups: int, identity
         runner = "DataflowRunner"
         options = PipelineOptions(["--runner=DataflowRunner", *args.beam_options])
     else:  # Beam's FnApiRunner itself: Beam's DirectRunner would first try Prism, which downloads a binary (pipelines/conversion.py)
-        from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+        from pipelines import local_workers
 
-        runner = FnApiRunner()
+        runner = local_workers.runner(None)  # its worker processes watched: one that dies fails the run, in one line
         workers = args.direct_num_workers
         options = PipelineOptions([f"--direct_num_workers={workers}",
                                    f"--direct_running_mode={'in_memory' if workers == 1 else 'multi_processing'}"])

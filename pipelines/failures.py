@@ -64,7 +64,11 @@ def report(error: BaseException, console: TextIO, *, output: str, log_path: str 
         if error.hint:
             print(error.hint, file=console, flush=True)
         return EXIT_USAGE
+    from pipelines.local_workers import WorkerDied
+
     message = output_message(error, output) or user_message(error)
+    if isinstance(error, WorkerDied):  # no file or sequence to name: the run's output is named
+        message = f"{output}: {message}"
     if message is None:  # not bad input: a fault of ours or of the platform
         first = (str(error).strip().splitlines() or [""])[0]
         message = f"{output}: conversion failed: {type(error).__name__}: {first}"

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import shlex
 import signal
@@ -27,6 +28,8 @@ import sys
 import time
 import uuid
 import warnings
+
+from formats.errors import ConversionError
 
 BEAM_WORKER = ("-m", "apache_beam.runners.worker.sdk_worker_main")
 
@@ -124,10 +127,10 @@ class Zygote:
 
 
 def _serve(listener: socket.socket, control: int, sdk_worker_main) -> None:
-    children: set[int] = set()
+    children: dict[int, socket.socket] = {}  # worker -> its client's connection, to say how it ended
     while True:
-        ready, _, _ = select.select([listener, control], [], [], 1.0)
-        children -= _reap(children, block=False)
+        ready, _, _ = select.select([listener, control], [], [], REAP_SECONDS)
+        _reap(children, block=False)
         if control in ready:
             message = os.read(control, 1024)
             # "stop": the run is over, workers are finishing; end of input alone: the launcher died
@@ -151,8 +154,7 @@ def _serve(listener: socket.socket, control: int, sdk_worker_main) -> None:
             continue
         if pid == 0:
             _work(listener, connection, environment, sdk_worker_main)  # never returns
-        children.add(pid)
-        connection.close()
+        children[pid] = connection
 
 
 def _work(listener: socket.socket, connection: socket.socket, environment: dict, sdk_worker_main) -> None:
@@ -164,6 +166,8 @@ def _work(listener: socket.socket, connection: socket.socket, environment: dict,
         os.environ.clear()
         os.environ.update(environment)
         connection.sendall(b"F")  # forked: from here on the client waits for this worker's status
+        if os.environ.get("MIXTRAIN_TEST_STOP_AT") == "worker:forked":  # publish.STOP_AT, for tests: dead before it connects
+            os.kill(os.getpid(), signal.SIGKILL)
         try:
             sdk_worker_main.main([])
             status = 0
@@ -178,10 +182,10 @@ def _work(listener: socket.socket, connection: socket.socket, environment: dict,
         os._exit(status)
 
 
-def _stop_children(children: set[int], grace: float) -> None:
+def _stop_children(children: dict[int, socket.socket], grace: float) -> None:
     deadline = time.monotonic() + grace
     while children and time.monotonic() < deadline:
-        children -= _reap(children, block=False)
+        _reap(children, block=False)
         time.sleep(0.01)
     for pid in children:
         try:
@@ -191,16 +195,23 @@ def _stop_children(children: set[int], grace: float) -> None:
     _reap(children, block=True)
 
 
-def _reap(children: set[int], block: bool) -> set[int]:
-    done = set()
-    for pid in children:
+def _reap(children: dict[int, socket.socket], block: bool) -> None:
+    """Wait for the workers that ended; a worker killed by a signal (which could not say its own
+    status) is said to its client as 128 + the signal, the status a shell gives such a process."""
+    for pid in list(children):
         try:
-            finished, _ = os.waitpid(pid, 0 if block else os.WNOHANG)
+            finished, status = os.waitpid(pid, 0 if block else os.WNOHANG)
         except ChildProcessError:
-            finished = pid
-        if finished:
-            done.add(pid)
-    return done
+            finished, status = pid, 0
+        if not finished:
+            continue
+        connection = children.pop(pid)
+        try:
+            if os.WIFSIGNALED(status):
+                connection.sendall(bytes([128 + os.WTERMSIG(status)]))
+        except OSError:
+            pass
+        connection.close()
 
 
 def _receive(connection: socket.socket) -> bytes:
@@ -248,20 +259,121 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def runner(zygote: Zygote):
-    """An FnApiRunner whose multi-process workers come from `zygote`."""
+class WorkerDied(ConversionError):
+    """A local worker process ended while the run still needed it (the out-of-memory killer, a
+    crash in a native library, a kill): Beam's runner would wait for its answer for ever."""
+
+
+WATCHED_URN = "beam:env:mixtrain_watched_subprocess:v1"  # Beam's subprocess environment, its workers watched
+REAP_SECONDS = 0.2  # how often the zygote looks for workers that ended
+_ABORT_SECONDS = 0.2  # how often the requests a dead worker was sent are failed
+_DEATHS: list[WorkerDied] = []  # the workers of the current run that ended before it was done
+
+
+def runner(zygote: Zygote | None):
+    """An FnApiRunner whose multi-process workers come from `zygote` (None: Beam's own cold
+    workers), each one watched (`_watched_handler`): a worker that ends before the run is done
+    fails the run in one line instead of leaving the launcher waiting for it."""
     from apache_beam.portability import python_urns
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
-    class ZygoteRunner(FnApiRunner):
+    _register_watched_handler()
+
+    class LocalRunner(FnApiRunner):
         def run_via_runner_api(self, pipeline_proto, options):
             for environment in pipeline_proto.components.environments.values():
                 # The runner's own multi_processing worker: its payload is the command line.
                 if environment.urn == python_urns.SUBPROCESS_SDK and environment.payload.decode().endswith(" ".join(BEAM_WORKER)):
-                    environment.payload = zygote.command().encode()
-            return super().run_via_runner_api(pipeline_proto, options)
+                    if zygote is not None:
+                        environment.payload = zygote.command().encode()
+                    environment.urn = WATCHED_URN
+            _DEATHS.clear()
+            try:
+                return super().run_via_runner_api(pipeline_proto, options)
+            except Exception as error:
+                # A killed worker first fails its data channel ("Channel closed prematurely"); the
+                # runner has waited for every worker by now: say what happened to the one that died.
+                if _DEATHS and not isinstance(error, WorkerDied):
+                    raise _DEATHS[0] from error
+                raise
 
-    return ZygoteRunner()
+    return LocalRunner()
+
+
+def how_it_ended(returncode: int | None) -> str:
+    """A worker's exit status as a user reads it (a shell's 128 + N is signal N)."""
+    if returncode is None:
+        return "ended without an exit status"
+    number = -returncode if returncode < 0 else returncode - 128 if returncode > 128 else None
+    if number is None:
+        return f"exited with status {returncode}"
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    return f"was killed by {name}" + (" (which the kernel's out-of-memory killer sends)" if name == "SIGKILL" else "")
+
+
+def _register_watched_handler() -> None:
+    """Beam's SubprocessSdkWorkerHandler, watched: when its worker process ends before the handler
+    is closed, every request sent to that worker, every one sent later, and every wait for its
+    data fail with WorkerDied. Beam's own handler left them waiting for an answer that never comes (a worker
+    that died before it connected hung the run; one that died after it, failed it on a closed
+    channel, said as "RuntimeError: Channel closed prematurely")."""
+    import threading
+
+    from apache_beam.runners.portability import local_job_service
+    from apache_beam.runners.portability.fn_api_runner import worker_handlers
+
+    if WATCHED_URN in worker_handlers.WorkerHandler._registered_environments:
+        return
+
+    @worker_handlers.WorkerHandler.register_environment(WATCHED_URN, bytes)
+    class WatchedWorkerHandler(worker_handlers.SubprocessSdkWorkerHandler):
+        def __init__(self, *args, **kwargs):
+            self._closing = threading.Event()  # set when the runner is done with the worker: its end is expected
+            super().__init__(*args, **kwargs)
+
+        def start_worker(self):
+            self.worker = local_job_service.SubprocessSdkWorker(self._worker_command_line, self.control_address,
+                                                                self.provision_info, self.worker_id)
+            self.worker_thread = threading.Thread(name="run_worker", target=self._run_watched, daemon=True)
+            self.worker_thread.start()
+
+        def _run_watched(self):
+            try:
+                self.worker.run()
+                returncode = 0
+            except Exception as error:  # noqa: BLE001 - Beam's "Worker subprocess exited with return code N", or no start
+                found = re.search(r"return code (-?\d+)", str(error))
+                returncode = int(found.group(1)) if found else None
+            signalled = returncode is None or returncode < 0 or returncode > 128
+            if self._closing.is_set() and not signalled:
+                return  # the runner was done with it: its own end
+            died = WorkerDied(f"a worker process of this run {how_it_ended(returncode)} before its work was done; "
+                              "nothing was published")
+            _DEATHS.append(died)
+            if self._closing.is_set():
+                return
+            connection, push = self.control_conn, self.control_conn.push
+
+            def failed(request):
+                future = push(request)
+                if future is not None:
+                    future.abort(died)
+                return future
+
+            connection.push = failed  # what is sent from now on fails at once
+            # A bundle also waits for the worker's data, polling its channel's failure every second
+            # (apache_beam/runners/worker/data_plane.py, Beam 2.77: `_GrpcDataChannel._exception`).
+            self.data_conn._exception = died
+            while not self._closing.wait(_ABORT_SECONDS):  # what was sent before (a list: another thread may push meanwhile)
+                for future in list(connection._futures_by_id.values()):
+                    future.abort(died)
+
+        def close(self):
+            self._closing.set()
+            super().close()
 
 
 if __name__ == "__main__":

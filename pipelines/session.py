@@ -21,6 +21,8 @@ import tempfile
 import threading
 from typing import TextIO
 
+from pipelines.local_workers import WorkerDied
+
 __all__ = ["Interrupted", "LogError", "Session", "default_log_dir", "interrupted_by", "new_run_id", "remember_failed_log"]
 
 # Default logs are kept by age and size, never by count (20 counted every run of the user, and a
@@ -79,7 +81,8 @@ def interrupted_by(error: BaseException) -> Interrupted | None:
     while error is not None and id(error) not in seen:
         if isinstance(error, Interrupted):
             return error
-        wrapped = wrapped or "session.Interrupted" in str(error)
+        # A worker the same signal stopped (the whole process group gets a Ctrl-C) died of it.
+        wrapped = wrapped or "session.Interrupted" in str(error) or isinstance(error, WorkerDied)
         seen.add(id(error))
         error = error.__cause__ or error.__context__
     return Interrupted(_RECEIVED[-1]) if _RECEIVED and wrapped else None

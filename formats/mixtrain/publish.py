@@ -86,7 +86,8 @@ STEPS = {
 }
 # Where a test may stop a conversion or an export before its publication (tests/pipelines/test_resume.py,
 # tests/pipelines/test_export.py): the next run with the same command resumes it.
-RUN_STEPS = {"conversion": ("rows-spilled", "shard-written"), "export": ("group-recorded", "file-moved", "files-moved")}
+RUN_STEPS = {"conversion": ("rows-spilled", "shard-written"), "export": ("group-recorded", "file-moved", "files-moved"),
+             "worker": ("forked",)}  # a local worker forked by the zygote, before it connects (pipelines/local_workers.py)
 STOP_AT = "MIXTRAIN_TEST_STOP_AT"  # <publisher>:<step>: the conversion is SIGKILLed there
 STEP_LOG = "MIXTRAIN_TEST_STEP_LOG"  # a file each step reached is appended to (tests check STEPS is complete)
 

@@ -211,3 +211,68 @@ def test_codec_threads_share_the_cores_among_local_workers(monkeypatch):
     assert codec_threads(PipelineOptions(["--direct_num_workers=2", "--direct_running_mode=multi_processing"])) == 2
     assert codec_threads(PipelineOptions([])) == 4
     assert codec_threads(PipelineOptions(["--runner=DataflowRunner", "--direct_num_workers=2"])) is None  # its workers have their own cores
+
+
+KILLED = ("a worker process of this run was killed by SIGKILL (which the kernel's out-of-memory killer sends) before its "
+          "work was done; nothing was published")
+
+
+def _errors(process: subprocess.Popen) -> list[str]:
+    return [line for line in _console(process).splitlines() if line.startswith("error:")]
+
+
+@pytest.mark.parametrize("workers", [2, 1])
+def test_a_worker_dead_before_it_connects_fails_the_run_in_one_line(tmp_path, workers):
+    """Beam's runner waited for ever for a worker that died before it connected to it (its
+    requests and its data were never answered); the watched workers fail the run at once."""
+    source = tmp_path / "src"
+    write_dataset(str(source), SyntheticLeRobot(lengths=[20] * 6, cameras=()))
+    output = tmp_path / "out"
+    started = time.monotonic()
+    process = _convert(source, output, {**os.environ, "MIXTRAIN_TEST_STOP_AT": "worker:forked"}, workers)
+    while _still_running(process):
+        time.sleep(0.05)
+    assert time.monotonic() - started < 60
+    assert process.returncode == 1 and _errors(process) == [f"error: {output}: {KILLED}"], _console(process)
+    assert "Traceback" not in _console(process)
+    assert not output.exists() and not list(tmp_path.glob(".out.*"))  # nothing published, nothing left beside it
+
+
+def test_a_worker_killed_mid_run_fails_the_run_in_one_line_and_keeps_what_it_completed(tmp_path):
+    """Killed while it converts (as the out-of-memory killer does): the run ends with what
+    happened to the worker, not Beam's "Channel closed prematurely", and what it completed is
+    kept for a resumption; the same command then finishes the dataset."""
+    source = tmp_path / "src"
+    write_dataset(str(source), SyntheticLeRobot(lengths=[50] * 6000, cameras=(), episodes_per_data_file=500,
+                                                episodes_per_meta_file=500))
+    output = tmp_path / "out"
+    process = _convert(source, output)
+    killed = None
+    while _still_running(process):
+        if killed is None:
+            table = _processes()
+            zygotes = [pid for pid in _descendants(process.pid, table) if _holds_worker_socket(pid, process.pid)]
+            workers = [pid for pid, (ppid, command) in table.items() if ppid in zygotes and "pipelines.convert" in command]
+            if workers and list(tmp_path.glob(".out.mixtrain-*/_resume/done/*")):  # converting: its first rows recorded
+                os.kill(workers[0], signal.SIGKILL)
+                killed = workers[0]
+        time.sleep(0.02)
+    assert killed is not None and process.returncode == 1, _console(process)
+    lines = _errors(process)
+    assert lines == [f"error: {output}: {KILLED}"], _console(process)
+    assert "run the same command again to resume" in _console(process) and "Traceback" not in _console(process)
+    again = _convert(source, output)
+    while _still_running(again):
+        time.sleep(0.05)
+    assert again.returncode == 0 and "resuming" in _console(again), _console(again)
+    assert validate.validate(str(output)) == []
+
+
+def test_how_a_worker_ended_is_said_as_a_user_reads_it():
+    assert local_workers.how_it_ended(137) == "was killed by SIGKILL (which the kernel's out-of-memory killer sends)"
+    assert local_workers.how_it_ended(-9) == "was killed by SIGKILL (which the kernel's out-of-memory killer sends)"
+    assert local_workers.how_it_ended(139) == "was killed by SIGSEGV"
+    assert local_workers.how_it_ended(1) == "exited with status 1"
+    assert local_workers.how_it_ended(0) == "exited with status 0"
+    assert local_workers.how_it_ended(None) == "ended without an exit status"
+    assert local_workers.how_it_ended(128 + 99) == "was killed by signal 99"
