@@ -479,19 +479,49 @@ def release_staging(staging: str) -> None:
 
 
 def _live_owner(folder: str) -> int | None:
+    """The pid of the live process on this machine that claimed `folder` (`claim_staging`), or
+    None. Live means it still holds the folder's lock, which the kernel drops however the process
+    ends: a pid since taken by another process (after a reboot; a container restarted, whose
+    runs all have the same few pids) is not taken for the owner, which would refuse every later
+    run of the output. A folder claimed without a lock file (by an earlier version) falls back to
+    whether the pid is alive."""
+    if folder in _CLAIMS:
+        return None  # this process's own
     try:
         host, pid = open(f"{folder}/{OWNER_FILE}").read().split()
+        owner = int(pid)
     except (OSError, ValueError):
         return None
-    if host != socket.gethostname():
+    if host != socket.gethostname() or owner == os.getpid():
         return None
+    held = _lock_held(f"{folder}/{LOCK_FILE}")
+    if held is not None:
+        return owner if held else None
     try:
-        os.kill(int(pid), 0)
-    except (ProcessLookupError, ValueError):
+        os.kill(owner, 0)
+    except (ProcessLookupError, ValueError, OverflowError):
         return None
     except PermissionError:
         pass
-    return int(pid) if int(pid) != os.getpid() else None
+    return owner
+
+
+def _lock_held(path: str) -> bool | None:
+    """Whether a process holds the exclusive lock of `path` (`claim_staging`'s); None when there is
+    no such lock file to ask (none, or a symlink planted in its place)."""
+    import fcntl
+
+    try:
+        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    finally:
+        os.close(descriptor)  # closing drops the shared lock, if it was taken
+    return False
 
 
 RUN_ID = re.compile(r"^[0-9]{8}T[0-9]{6}-[0-9a-f]{8}$")  # pipelines.session.new_run_id

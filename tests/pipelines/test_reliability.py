@@ -362,10 +362,13 @@ def test_a_second_writer_is_refused_while_one_is_live(tmp_path, capsys):
     write_l5kit(str(src), SyntheticL5Kit(scene_lengths=(4, 5)))
     dst = tmp_path / "out"
     assert _convert(src, dst) == convert.EXIT_OK
-    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    staging = tmp_path / ".out.mixtrain-other-run"  # a live run's staging, beside the output, locked as claim_staging does
+    staging.mkdir(parents=True)
+    sleeper = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; lock = open(sys.argv[1], 'w'); "
+                                "fcntl.flock(lock, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(60)",
+                                str(staging / ".lock")], stdout=subprocess.PIPE, text=True)
     try:
-        staging = tmp_path / ".out.mixtrain-other-run"  # a live run's staging, beside the output
-        staging.mkdir(parents=True)
+        assert sleeper.stdout.readline() == "locked\n"
         (staging / ".owner").write_text(f"{os.uname().nodename} {sleeper.pid}\n")
         assert _convert(src, dst, "--overwrite") == convert.EXIT_FAILED
         assert f"another conversion (pid {sleeper.pid}) is writing this output" in _last_error_line(capsys)
@@ -374,6 +377,36 @@ def test_a_second_writer_is_refused_while_one_is_live(tmp_path, capsys):
         sleeper.wait()
     assert _convert(src, dst, "--overwrite") == convert.EXIT_OK  # a dead owner's staging is collected
     assert not staging.exists() and validate.validate(str(dst)) == []
+
+
+@pytest.mark.parametrize("lock", ["unlocked", "no lock file"])
+def test_a_dead_runs_pid_taken_by_another_process_is_not_a_live_writer(tmp_path, capsys, lock):
+    """A killed run's staging names its pid; a restarted container or a reboot gives that pid to
+    another process. Whether the run lives is its lock (the kernel drops it with the process), not
+    its pid: the next run resumes or collects the folder instead of refusing every run for good.
+    A folder of an earlier version, without a lock file, is judged by its pid, as before."""
+    import subprocess
+    import sys
+
+    src = tmp_path / "ds"
+    write_l5kit(str(src), SyntheticL5Kit(scene_lengths=(4, 5)))
+    dst = tmp_path / "out"
+    assert _convert(src, dst) == convert.EXIT_OK
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])  # alive, holding no lock
+    try:
+        staging = tmp_path / ".out.mixtrain-20261129T000000-0badc0de"
+        staging.mkdir(parents=True)
+        (staging / ".owner").write_text(f"{os.uname().nodename} {other.pid}\n")
+        if lock == "unlocked":
+            (staging / ".lock").write_text("")
+            assert _convert(src, dst, "--overwrite") == convert.EXIT_OK
+            assert not staging.exists() and validate.validate(str(dst)) == []
+        else:
+            assert _convert(src, dst, "--overwrite") == convert.EXIT_FAILED
+            assert f"another conversion (pid {other.pid}) is writing this output" in _last_error_line(capsys)
+    finally:
+        other.kill()
+        other.wait()
 
 
 def test_a_users_own_current_folder_is_not_taken_for_ours(tmp_path, capsys):
