@@ -505,6 +505,8 @@ def _run_pipeline(args, dataset, writer, staging_url: str, groups: int, identity
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
+    from formats.exports import journal
+    from transforms import staged_plan
     from transforms.export import export
 
     if args.runner == "DaskRunner":
@@ -526,8 +528,9 @@ def _run_pipeline(args, dataset, writer, staging_url: str, groups: int, identity
                                    f"--direct_running_mode={'in_memory' if workers == 1 else 'multi_processing'}"])
     pipeline = beam.Pipeline(runner=runner, options=options)
     pending = [episode.sequence_id for episode in writer.plan.episodes if episode.group not in recorded]
+    plan_folder = staged_plan.PlanFolder.create(storage.join(staging_url, journal.PLAN_DIR))  # removed with the journal
     export(pipeline, storage.url_for(dataset.fs, dataset.root), dataset.shards_holding(pending) if pending else [], writer, staging_url,
-           identity=identity, groups=groups, recorded=recorded)
+           plan_folder, identity=identity, groups=groups, recorded=recorded)
     result = pipeline.run()
     try:
         result.wait_until_finish()

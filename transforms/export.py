@@ -19,6 +19,9 @@ from formats.errors import FormatError
 from formats.exports import journal
 from formats.mixtrain import publish
 from formats.read.reader import open_dataset
+from transforms import staged_plan
+
+WRITER_FILE = "writer"
 
 
 class Writer(Protocol):
@@ -30,14 +33,27 @@ class Writer(Protocol):
     def write_meta(self, records: list[pa.Table], out_fs, out_root: str) -> Any: ...
 
 
+class _StagedWriter:
+    """The writer as a plan file (transforms/staged_plan.py) its steps load, not pickled into each
+    of them: it holds an entry per episode, about 0.56 MB a step in the job graph at 100,000
+    episodes, which past about 500,000 passed Dataflow's 10 MB limit on a job request."""
+
+    def __init__(self, plan_folder: staged_plan.PlanFolder) -> None:
+        self._plan_folder = plan_folder
+
+    def load(self) -> Writer:
+        return staged_plan.read_value(self._plan_folder, WRITER_FILE)
+
+
 class _ReadRowsFn(beam.DoFn):
     """A shard's rows (the writer's columns only), one table per output group still to write."""
 
-    def __init__(self, url: str, writer: Writer, recorded: frozenset[int]) -> None:
-        self._url, self._writer, self._recorded = url, writer, recorded
+    def __init__(self, url: str, writer: _StagedWriter, recorded: frozenset[int]) -> None:
+        self._url, self._staged, self._recorded = url, writer, recorded
 
     def setup(self) -> None:
         self._dataset = open_dataset(self._url)
+        self._writer = self._staged.load()
 
     def process(self, shard: str):
         table = self._dataset.read_shard(shard, self._writer.columns)
@@ -53,12 +69,13 @@ class _WriteGroupFn(beam.DoFn):
     """A group written, then recorded in the staging folder's journal (when `identity` is given)
     for a resumption to take."""
 
-    def __init__(self, url: str, writer: Writer, out_url: str, identity: str | None) -> None:
-        self._url, self._writer, self._out_url, self._identity = url, writer, out_url, identity
+    def __init__(self, url: str, writer: _StagedWriter, out_url: str, identity: str | None) -> None:
+        self._url, self._staged, self._out_url, self._identity = url, writer, out_url, identity
 
     def setup(self) -> None:
         self._dataset = open_dataset(self._url)
         self._out_fs, self._out_root = storage.open_root(self._out_url)
+        self._writer = self._staged.load()
 
     def process(self, item):
         group, tables = item
@@ -87,19 +104,22 @@ class _TakeRecordedFn(beam.DoFn):
 
 
 class _WriteMetaFn(beam.DoFn):
-    def __init__(self, writer: Writer, out_url: str) -> None:
-        self._writer, self._out_url = writer, out_url
+    def __init__(self, writer: _StagedWriter, out_url: str) -> None:
+        self._staged, self._out_url = writer, out_url
 
     def process(self, groups: list[bytes]):
         out_fs, out_root = storage.open_root(self._out_url)
-        yield self._writer.write_meta([from_ipc(blob) for blob in groups], out_fs, out_root)
+        yield self._staged.load().write_meta([from_ipc(blob) for blob in groups], out_fs, out_root)
 
 
-def export(pipeline: beam.Pipeline, url: str, shards: list[str], writer: Writer, out_url: str, *, identity: str | None = None,
-           groups: int = 0, recorded: frozenset[int] = frozenset()) -> beam.PCollection:
-    """The export's steps; the result holds what `write_meta` returned, once. With `identity`,
-    each group written is recorded in `out_url`'s journal (formats/exports/journal.py), and the
-    `recorded` groups of an interrupted export are taken from it (their files checked), not written."""
+def export(pipeline: beam.Pipeline, url: str, shards: list[str], writer: Writer, out_url: str, plan_folder: staged_plan.PlanFolder,
+           *, identity: str | None = None, groups: int = 0, recorded: frozenset[int] = frozenset()) -> beam.PCollection:
+    """The export's steps; the result holds what `write_meta` returned, once. The writer is written
+    to `plan_folder` now, for the steps to load (`_StagedWriter`). With `identity`, each group
+    written is recorded in `out_url`'s journal (formats/exports/journal.py), and the `recorded`
+    groups of an interrupted export are taken from it (their files checked), not written."""
+    staged_plan.write_value(plan_folder, WRITER_FILE, writer)
+    writer = _StagedWriter(plan_folder)
     written = (pipeline
                | "Shards" >> beam.Create(shards)
                | "ReadRows" >> beam.ParDo(_ReadRowsFn(url, writer, recorded))

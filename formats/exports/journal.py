@@ -41,6 +41,7 @@ JOURNAL_DIR = resume.RESUME_DIR  # the same name as a conversion's: resume.Lease
 HEADER = f"{JOURNAL_DIR}/export.json"
 PUBLISHING = f"{JOURNAL_DIR}/publishing"  # on an object store: the files are being moved into the output
 GROUPS_DIR = f"{JOURNAL_DIR}/groups"
+PLAN_DIR = f"{JOURNAL_DIR}/plan"  # the run's plan files for its workers (transforms/staged_plan.py), rewritten by each run
 VERSION = 1
 KIND = "mixtrain-export"
 
