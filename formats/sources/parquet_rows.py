@@ -22,6 +22,7 @@ import fsspec
 import pyarrow as pa
 
 from formats import storage
+from formats.errors import FormatError
 from formats.sequence import DatasetMeta
 from formats.sources import SourceReader
 
@@ -52,20 +53,22 @@ class ParquetSourceReader(SourceReader):
 
 
 class DecodedRowGroups:
-    """The decoded row groups of one file that the last episode needed, and nothing else.
+    """The decoded row groups of one file that the last episode needed, and those read ahead of it.
 
     Episodes of one read group arrive one after another in plan order, which is the files' key
     order in every writer's layout (where it is not, a row group is decoded again): the next one needs the
     same row group (one row group, many episodes) or the next ones, so keeping exactly what the
     last episode read decodes each row group once, and memory never holds more than the row
-    groups one episode spans (what reading that episode alone held). Another file, other
+    groups one episode spans (what reading that episode alone held) and one batch read ahead
+    (`get`). Another file, other
     columns or another footer (the file re-read after a change) start afresh.
     """
 
     def __init__(self):
         self._file: tuple | None = None
         self._metadata: Any = None
-        self._groups: dict[int, Any] = {}
+        self._groups: dict[int, Any] = {}  # the row groups the last episode needed
+        self._ahead: dict[int, Any] = {}  # row groups read ahead of it (at most one batch: `_ahead`)
         self._last: int | None = None  # the last row group the last episode needed
         self._opened: tuple | None = None  # (path, footer, ParquetFile, handle or None) of the file read last
 
@@ -102,14 +105,18 @@ class DecodedRowGroups:
         While a file is read forward (this episode's row groups go on from the last episode's),
         the small row groups after the episode's are decoded in the same call (`_ahead`):
         lerobot writes a row group per episode, and one decode of 80 of them costs a third of 80
-        decodes. They are kept until an episode past them is read."""
+        decodes. They are kept until an episode past them is read; what was read ahead of
+        episodes that come in another order is let go as they pass it, so that memory stays at
+        the row groups one episode spans and one batch read ahead. Each episode's slice of a
+        batch holds the whole batch's buffers while the episode is alive (at most 4,096 rows)."""
         file = (path, tuple(columns) if columns is not None else None)
         if file != self._file or metadata is not self._metadata:  # forget the old file before decoding the new one
-            self._file, self._metadata, self._groups, self._last = None, None, {}, None
-        missing = [group for group in groups if group not in self._groups]
-        decoded = {group: self._groups[group] for group in groups if group in self._groups}
+            self._file, self._metadata, self._groups, self._ahead, self._last = None, None, {}, {}, None
+        kept = {**self._ahead, **self._groups}
+        missing = [group for group in groups if group not in kept]
+        decoded = {group: kept[group] for group in groups if group in kept}
         last = max(groups, default=-1)
-        ahead = {group: part for group, part in self._groups.items() if group > last}
+        ahead = {group: part for group, part in self._ahead.items() if group > last}  # read ahead, not yet reached
         if missing:
             forward = self._last is not None and min(groups) <= self._last + 1 <= last  # on from the last episode's
             extra = [group for group in _ahead(metadata, missing, last) if group not in ahead] if forward else []
@@ -117,7 +124,7 @@ class DecodedRowGroups:
             decoded.update((group, made[group]) for group in missing)
             ahead.update((group, made[group]) for group in extra)
         self._file, self._metadata, self._last = file, metadata, last
-        self._groups = {**{group: decoded[group] for group in groups}, **ahead}
+        self._groups, self._ahead = {group: decoded[group] for group in groups}, ahead
         return [decoded[group] for group in groups]
 
 
@@ -149,6 +156,9 @@ def read_row_groups(fs: fsspec.AbstractFileSystem, path: str, metadata: Any, gro
             if len(run) > 1 or metadata.row_group(run[0]).num_rows <= READ_BATCH_ROWS:
                 # Small row groups: Arrow's thread pool costs more than it saves (0.29 -> 0.16 ms).
                 table = parquet.read_row_groups(run, columns=columns, use_threads=False)
+                if table.num_rows != sum(metadata.row_group(group).num_rows for group in run):  # each group's rows are cut by the footer's counts
+                    raise FormatError(f"{path}: row groups {run[0]}..{run[-1]} hold {table.num_rows} rows, not the "
+                                      f"{sum(metadata.row_group(group).num_rows for group in run)} the footer counts")
                 offset = 0
                 for group in run:
                     rows = metadata.row_group(group).num_rows

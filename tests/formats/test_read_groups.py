@@ -318,17 +318,47 @@ def test_decoded_row_groups_read_ahead_only_forward_and_within_one_batch():
     footer = _Footer([1000] * 10)
     assert decoded.get("a", footer, None, [0], decode) == ["g0"]  # a file's first read: nothing ahead
     assert decoded.get("a", footer, None, [1], decode) == ["g1"]  # forward: 1, with 2, 3 and 4 ahead (4,000 rows)
-    assert sorted(decoded._groups) == [1, 2, 3, 4]
+    assert sorted(decoded._groups) == [1] and sorted(decoded._ahead) == [2, 3, 4]
     assert decoded.get("a", footer, None, [2], decode) == ["g2"]
     assert decoded.get("a", footer, None, [3], decode) == ["g3"]
-    assert sorted(decoded._groups) == [3, 4]  # what was read before is let go
+    assert sorted(decoded._groups) == [3] and sorted(decoded._ahead) == [4]  # what was read before is let go
     assert decoded.get("a", footer, None, [4, 5], decode) == ["g4", "g5"]  # forward again: 6, 7 and 8 ahead
     assert decoded.get("a", footer, None, [2], decode) == ["g2"]  # backward: nothing ahead
     assert calls == [[0], [1, 2, 3, 4], [5, 6, 7, 8], [2]]
     jumping, calls[:] = parquet_rows.DecodedRowGroups(), []
     for group in (0, 5, 2, 3):  # a jump forward is not reading forward; 2 then 3 is
         assert jumping.get("a", footer, None, [group], decode) == [f"g{group}"]
-    assert calls == [[0], [5], [2], [3, 4, 6]]  # 5 is still kept: not decoded again
+    assert calls == [[0], [5], [2], [3, 4, 5, 6]]  # 5 was let go when 2 came: kept only what was read ahead
+
+
+def test_decoded_row_groups_hold_one_episodes_groups_and_one_batch_whatever_the_order():
+    """Episodes read backwards (or in any order but the file's) keep only their own row groups:
+    what was kept above the current one was never let go, and a file read from its end came to
+    hold every row group."""
+    decoded, calls = parquet_rows.DecodedRowGroups(), []
+    decode = _decoding(calls)
+    footer = _Footer([1000] * 200)
+    for group in range(199, -1, -1):
+        assert decoded.get("a", footer, None, [group], decode) == [f"g{group}"]
+        assert len(decoded._groups) + len(decoded._ahead) == 1
+    for group in np.random.default_rng(5).permutation(200).tolist():
+        decoded.get("a", footer, None, [group], decode)
+        assert len(decoded._groups) == 1 and len(decoded._ahead) <= 3  # one batch: 4,096 rows in all
+
+
+def test_a_row_group_run_whose_rows_disagree_with_the_footer_is_refused(tmp_path, monkeypatch):
+    """Runs of row groups are cut apart by the footer's row counts: a decode that returns another
+    number of rows would shift every episode after it, so it is refused."""
+    path = str(tmp_path / "f.parquet")
+    pq.write_table(pa.table({"k": np.arange(30, dtype=np.int64)}), path, row_group_size=10)
+    fs, _ = storage.open_root(str(tmp_path))
+    metadata = pq.ParquetFile(path).metadata
+    assert [table.column("k").to_pylist() for table in parquet_rows.read_row_groups(fs, path, metadata, [0, 1, 2]).values()] == \
+        [list(range(0, 10)), list(range(10, 20)), list(range(20, 30))]
+    real = pq.ParquetFile.read_row_groups
+    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", lambda self, groups, **kw: real(self, groups, **kw).slice(1))
+    with pytest.raises(FormatError, match=r"f.parquet: row groups 0..2 hold 29 rows, not the 30 the footer counts"):
+        parquet_rows.read_row_groups(fs, path, metadata, [0, 1, 2])
     assert parquet_rows.READ_BATCH_ROWS == 4096
 
 
