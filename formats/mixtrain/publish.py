@@ -439,6 +439,7 @@ def is_versioned(fs, output: str) -> bool:
 
 
 OWNER_FILE = ".owner"
+_CLAIM_TRIES = 10  # tries of a claim's lock, 20 ms apart
 
 
 LOCK_FILE = ".lock"
@@ -459,12 +460,17 @@ def claim_staging(fs, staging: str) -> None:
                 os.unlink(f"{staging}/{name}")
         if staging not in _CLAIMS:
             descriptor = os.open(f"{staging}/{LOCK_FILE}", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-            try:
-                fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                os.close(descriptor)
-                raise ConversionError(f"{staging}: another conversion is working in this staging folder (a resumption of "
-                                      "the same run); wait for it to finish") from None
+            for attempt in range(_CLAIM_TRIES):  # another run's liveness check holds a shared lock for an instant (`_lock_held`)
+                try:
+                    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    if attempt + 1 < _CLAIM_TRIES:
+                        time.sleep(0.02)
+                        continue
+                    os.close(descriptor)
+                    raise ConversionError(f"{staging}: another conversion is working in this staging folder (a resumption of "
+                                          "the same run); wait for it to finish") from None
             _CLAIMS[staging] = descriptor
         owner = os.open(f"{staging}/{OWNER_FILE}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
         with os.fdopen(owner, "w") as handle:
@@ -483,45 +489,56 @@ def _live_owner(folder: str) -> int | None:
     None. Live means it still holds the folder's lock, which the kernel drops however the process
     ends: a pid since taken by another process (after a reboot; a container restarted, whose
     runs all have the same few pids) is not taken for the owner, which would refuse every later
-    run of the output. A folder claimed without a lock file (by an earlier version) falls back to
-    whether the pid is alive."""
+    run of the output. Without a lock to ask (none, something planted in its place, a file system
+    without locks) there is no live owner: an owner file naming a live pid is easy to plant."""
     if folder in _CLAIMS:
         return None  # this process's own
+    descriptor = _open_regular(f"{folder}/{OWNER_FILE}")
+    if descriptor is None:
+        return None
     try:
-        host, pid = open(f"{folder}/{OWNER_FILE}").read().split()
+        host, pid = os.read(descriptor, 1024).decode().split()
         owner = int(pid)
     except (OSError, ValueError):
         return None
+    finally:
+        os.close(descriptor)
     if host != socket.gethostname() or owner == os.getpid():
         return None
-    held = _lock_held(f"{folder}/{LOCK_FILE}")
-    if held is not None:
-        return owner if held else None
-    try:
-        os.kill(owner, 0)
-    except (ProcessLookupError, ValueError, OverflowError):
-        return None
-    except PermissionError:
-        pass
-    return owner
+    return owner if _lock_held(f"{folder}/{LOCK_FILE}") else None
 
 
-def _lock_held(path: str) -> bool | None:
-    """Whether a process holds the exclusive lock of `path` (`claim_staging`'s); None when there is
-    no such lock file to ask (none, or a symlink planted in its place)."""
+def _lock_held(path: str) -> bool:
+    """Whether a process holds the exclusive lock of `path` (`claim_staging`'s): False when there is
+    no such lock file to ask (none, or something else planted in its place)."""
     import fcntl
 
-    try:
-        descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
-    except OSError:
-        return None
+    descriptor = _open_regular(path)
+    if descriptor is None:
+        return False
     try:
         fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
+    except BlockingIOError:
         return True
+    except OSError:  # no locks here (ENOLCK, EOPNOTSUPP): claim_staging could not have taken one either
+        return False
     finally:
         os.close(descriptor)  # closing drops the shared lock, if it was taken
     return False
+
+
+def _open_regular(path: str) -> int | None:
+    """A descriptor of `path` when it is a regular file, else None: a FIFO planted in a staging
+    folder (anyone who may write beside the output may make one) would block a plain open, and
+    every later run of the output with it; a symlink is not followed."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+        os.close(descriptor)
+        return None
+    return descriptor
 
 
 RUN_ID = re.compile(r"^[0-9]{8}T[0-9]{6}-[0-9a-f]{8}$")  # pipelines.session.new_run_id
