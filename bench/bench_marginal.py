@@ -8,7 +8,8 @@ Workloads are bench/bench_scaling.py's (at --large, on 2 cores: traj 20,000 epis
 --large of that size. For each size: the pipeline with 1 worker and with --workers (local
 multi-process workers), the one-process peer (bench/peer.py) and the --workers-process peer
 (bench/peer_parallel.py), each --repeat times, alternated, the median wall taken (and the
-head and tail of that run), every output kept until the end (bench_scaling.Outputs says why).
+head and tail of that run), every output kept until the end (bench_scaling.Outputs says why:
+with copy at --large=1 and --repeat=3 that is about 4 GB of disk).
 The marginal wall of a run is its large wall less its small wall: what grows with episodes,
 frames and files, Beam's start and the interpreter's taken out.
 
@@ -77,6 +78,8 @@ def main() -> None:
     parser.add_argument("--work", default="")
     parser.add_argument("--repeat", type=int, default=3, help="runs of each configuration; the median is taken")
     args = parser.parse_args()
+    if args.repeat < 1:
+        parser.error("--repeat must be at least 1")
     work = pathlib.Path(args.work or tempfile.mkdtemp(prefix="bench_marginal_"))
     first, bare_wall = bare(args.workers, work)
     print(f"bare Beam pipeline, {args.workers} workers: first element {first:.2f} s, wall {bare_wall:.2f} s", flush=True)

@@ -103,6 +103,7 @@ def run(argv: list[str], *, out: TextIO | None = None, console: TextIO | None = 
     args.data_file_mb = args.data_file_mb or 100.0
     args.video_file_mb = args.video_file_mb or 200.0
     from pipelines.failures import user_message
+    from pipelines.local_workers import WorkerDied
     from pipelines.session import EXIT_SIGNALS, Interrupted, interrupted_by
 
     started = time.monotonic()
@@ -114,15 +115,17 @@ def run(argv: list[str], *, out: TextIO | None = None, console: TextIO | None = 
         left = "" if run_state.publishing else ": the output was left as it was"
         print(f"error: {for_terminal(f'interrupted ({name}){left}{run_state.hint()}')}", file=console)
         return interrupt.exit_code if isinstance(interrupt, Interrupted) else EXIT_SIGNALS[signal.SIGINT]
-    except ConversionError as error:  # ours, perhaps raised inside a Beam step (its "[while running ...]" dropped)
-        print(f"error: {for_terminal(str(user_message(error) or error) + run_state.hint())}", file=console)
-        return EXIT_FAILED
-    except Exception as error:  # noqa: BLE001 - Beam's wrapping of our own error, or a fault of ours: one line
-        interrupt = interrupted_by(error)  # Beam's in-process runner wraps the Interrupted a step raised
+    except Exception as error:  # noqa: BLE001 - ours (perhaps inside Beam's wrapping), or a fault of ours: one line
+        interrupt = interrupted_by(error)  # Beam's in-process runner wraps the Interrupted a step raised; a worker the signal killed
         if interrupt is not None:
             print(f"error: {for_terminal(interrupt.message() + run_state.hint())}", file=console)
             return interrupt.exit_code
-        message = user_message(error) or f"{args.output}: export failed: {type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
+        if isinstance(error, WorkerDied):  # no file or sequence to name: the output is named
+            message = f"{args.output}: {error}"
+        elif isinstance(error, ConversionError):  # its "[while running ...]" dropped
+            message = str(user_message(error) or error)
+        else:
+            message = user_message(error) or f"{args.output}: export failed: {type(error).__name__}: {(str(error).splitlines() or [''])[0]}"
         print(f"error: {for_terminal(message + run_state.hint())}", file=console)
         return EXIT_FAILED
     frames, episodes = info["total_frames"], info["total_episodes"]

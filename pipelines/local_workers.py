@@ -268,6 +268,7 @@ WATCHED_URN = "beam:env:mixtrain_watched_subprocess:v1"  # Beam's subprocess env
 REAP_SECONDS = 0.2  # how often the zygote looks for workers that ended
 _ABORT_SECONDS = 0.2  # how often the requests a dead worker was sent are failed
 _DEATHS: list[WorkerDied] = []  # the workers of the current run that ended before it was done
+_WATCHED: list = []  # the current run's watched worker handlers
 
 
 def runner(zygote: Zygote | None):
@@ -288,6 +289,7 @@ def runner(zygote: Zygote | None):
                         environment.payload = zygote.command().encode()
                     environment.urn = WATCHED_URN
             _DEATHS.clear()
+            _WATCHED.clear()
             try:
                 return super().run_via_runner_api(pipeline_proto, options)
             except Exception as error:
@@ -316,8 +318,8 @@ def how_it_ended(returncode: int | None) -> str:
 
 def _register_watched_handler() -> None:
     """Beam's SubprocessSdkWorkerHandler, watched: when its worker process ends before the handler
-    is closed, every request sent to that worker, every one sent later, and every wait for its
-    data fail with WorkerDied. Beam's own handler left them waiting for an answer that never comes (a worker
+    is closed, every request sent to any worker of the run, every one sent later, and every wait
+    for their data fail with WorkerDied. Beam's own handler left them waiting for an answer that never comes (a worker
     that died before it connected hung the run; one that died after it, failed it on a closed
     channel, said as "RuntimeError: Channel closed prematurely")."""
     import threading
@@ -332,7 +334,9 @@ def _register_watched_handler() -> None:
     class WatchedWorkerHandler(worker_handlers.SubprocessSdkWorkerHandler):
         def __init__(self, *args, **kwargs):
             self._closing = threading.Event()  # set when the runner is done with the worker: its end is expected
+            self._died: WorkerDied | None = None  # what its requests fail with, once a worker of the run died
             super().__init__(*args, **kwargs)
+            _WATCHED.append(self)
 
         def start_worker(self):
             self.worker = local_job_service.SubprocessSdkWorker(self._worker_command_line, self.control_address,
@@ -353,28 +357,38 @@ def _register_watched_handler() -> None:
             died = WorkerDied(f"a worker process of this run {how_it_ended(returncode)} before its work was done; "
                               "nothing was published")
             _DEATHS.append(died)
-            if self._closing.is_set():
-                return
-            connection, push = self.control_conn, self.control_conn.push
+            # Every worker's requests fail, not only this one's: Beam's runner gathers a stage's
+            # partitions in order, and would first wait for the live workers to finish their share.
+            while not self._closing.is_set():
+                for handler in list(_WATCHED):
+                    handler._fail(died)
+                self._closing.wait(_ABORT_SECONDS)  # what was sent meanwhile (a list: another thread may push)
 
-            def failed(request):
-                future = push(request)
-                if future is not None:
-                    future.abort(died)
-                return future
+        def _fail(self, died: WorkerDied) -> None:
+            """Fail what was sent to this worker, what will be, and every wait for its data."""
+            connection = self.control_conn
+            if self._died is None:
+                self._died, push = died, connection.push
 
-            connection.push = failed  # what is sent from now on fails at once
-            # A bundle also waits for the worker's data, polling its channel's failure every second
-            # (apache_beam/runners/worker/data_plane.py, Beam 2.77: `_GrpcDataChannel._exception`).
-            self.data_conn._exception = died
-            while not self._closing.wait(_ABORT_SECONDS):  # what was sent before (a list: another thread may push meanwhile)
-                for future in list(connection._futures_by_id.values()):
-                    future.abort(died)
+                def failed(request):
+                    future = push(request)
+                    if future is not None:
+                        future.abort(died)
+                    return future
+
+                connection.push = failed
+                # A bundle also waits for the worker's data, polling its channel's failure every second
+                # (apache_beam/runners/worker/data_plane.py, Beam 2.77: `_GrpcDataChannel._exception`).
+                self.data_conn._exception = died
+            for future in list(connection._futures_by_id.values()):
+                future.abort(self._died)
 
         def close(self):
             self._closing.set()
-            super().close()
-
+            try:
+                super().close()
+            except WorkerDied:  # the data channel says it again on closing, before Beam's close stops the worker
+                self.stop_worker()
 
 if __name__ == "__main__":
     sys.exit(_connect(sys.argv[2], int(sys.argv[3])))

@@ -11,6 +11,8 @@ the LeRobot files, it keeps a journal under `_resume/` (removed before publicati
 - `groups/GGGGGG.json`, one per group, written by the worker right after the group's files: each
   file's staging-relative path, size and SHA-256, and the group's episode records (a table: what
   the dataset-wide `meta/` files are built from) as Arrow IPC bytes, so their types come back exactly.
+- `plan/`, the run's writer for its workers (transforms/staged_plan.py: pickled, signed with a
+  key made for the run that never leaves the job), written anew by each run and never resumed.
 
 Both are sealed (the SHA-256 of their own canonical JSON). The next run takes a group when its
 entry is whole, names this identity, and every file it lists is there at its size; a worker checks

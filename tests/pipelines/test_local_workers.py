@@ -276,3 +276,47 @@ def test_how_a_worker_ended_is_said_as_a_user_reads_it():
     assert local_workers.how_it_ended(0) == "exited with status 0"
     assert local_workers.how_it_ended(None) == "ended without an exit status"
     assert local_workers.how_it_ended(128 + 99) == "was killed by signal 99"
+
+
+_PIPELINE_WITH_A_DYING_WORKER = r"""
+import os, pathlib, signal, sys, time
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from pipelines import local_workers
+
+folder, which = pathlib.Path(sys.argv[1]), sys.argv[2]
+
+def work(element):
+    mine = folder / f"pid-{os.getpid()}"
+    if not mine.exists():
+        mine.write_text("")
+    pids = sorted(int(path.name[4:]) for path in folder.glob("pid-*"))
+    if len(pids) == 2 and os.getpid() == (pids[-1] if which == "larger" else pids[0]):
+        (folder / "killed").write_text(repr(time.time()))
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(0.1)
+    return element
+
+try:
+    with beam.Pipeline(runner=local_workers.runner(None), options=PipelineOptions(
+            ["--direct_num_workers=2", "--direct_running_mode=multi_processing"])) as pipeline:
+        _ = pipeline | beam.Create(range(120)) | beam.Reshuffle() | beam.Map(work)
+    print("finished")
+except local_workers.WorkerDied:
+    print(f"died {time.time() - float((folder / 'killed').read_text()):.2f}")
+"""
+
+
+@pytest.mark.parametrize("which", ["larger", "smaller"])
+def test_a_dead_worker_fails_the_run_at_once_while_the_other_still_works(tmp_path, which):
+    """Beam's runner gathers a stage's partitions in order: had only the dead worker's requests
+    failed, a death in the second partition would have waited for the first worker's whole share
+    (6 s here). The worker with the larger pid, then the smaller one, kills itself: one of them
+    holds each partition."""
+    script = tmp_path / "dying.py"
+    script.write_text(_PIPELINE_WITH_A_DYING_WORKER)
+    finished = subprocess.run([sys.executable, str(script), str(tmp_path), which], cwd=ROOT, capture_output=True, text=True,
+                              timeout=120)
+    said = finished.stdout.strip().splitlines()
+    assert said and said[-1].startswith("died "), (finished.stdout, finished.stderr[-2000:])
+    assert float(said[-1].split()[1]) < 3.0, said
