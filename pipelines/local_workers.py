@@ -337,6 +337,17 @@ def _register_watched_handler() -> None:
             self._died: WorkerDied | None = None  # what its requests fail with, once a worker of the run died
             super().__init__(*args, **kwargs)
             _WATCHED.append(self)
+            # Beam looks at its data channel's failure only after a second without data: a live
+            # worker that streams its output steadily would be waited for to its end.
+            receive = self.data_conn.input_elements
+
+            def input_elements(*args, **kwargs):
+                for element in receive(*args, **kwargs):
+                    if self._died is not None:
+                        raise self._died
+                    yield element
+
+            self.data_conn.input_elements = input_elements
 
         def start_worker(self):
             self.worker = local_job_service.SubprocessSdkWorker(self._worker_command_line, self.control_address,
@@ -387,7 +398,9 @@ def _register_watched_handler() -> None:
             self._closing.set()
             try:
                 super().close()
-            except WorkerDied:  # the data channel says it again on closing, before Beam's close stops the worker
+            except Exception:  # noqa: BLE001 - a dead worker's channel re-raises its failure on closing, before Beam stops the worker
+                if self._died is None:
+                    raise
                 self.stop_worker()
 
 if __name__ == "__main__":

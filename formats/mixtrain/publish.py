@@ -452,29 +452,47 @@ def claim_staging(fs, staging: str) -> None:
     lives (the kernel drops it however the process ends), makes two runs that would resume the same
     folder at once one run and one refusal."""
     if storage.is_local(fs):
-        import fcntl
-
         os.makedirs(staging, exist_ok=True)
-        for name in (LOCK_FILE, OWNER_FILE):  # a symlink planted in a folder a resumed run adopts: removed, never followed
-            if os.path.islink(f"{staging}/{name}"):
-                os.unlink(f"{staging}/{name}")
+        for name in (LOCK_FILE, OWNER_FILE):  # a symlink or FIFO planted in a folder a resumed run adopts: removed, never opened
+            with contextlib.suppress(FileNotFoundError):
+                if not stat.S_ISREG(os.lstat(f"{staging}/{name}").st_mode):
+                    os.unlink(f"{staging}/{name}")
         if staging not in _CLAIMS:
-            descriptor = os.open(f"{staging}/{LOCK_FILE}", os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
-            for attempt in range(_CLAIM_TRIES):  # another run's liveness check holds a shared lock for an instant (`_lock_held`)
-                try:
-                    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError:
-                    if attempt + 1 < _CLAIM_TRIES:
-                        time.sleep(0.02)
-                        continue
-                    os.close(descriptor)
-                    raise ConversionError(f"{staging}: another conversion is working in this staging folder (a resumption of "
-                                          "the same run); wait for it to finish") from None
+            descriptor = os.open(f"{staging}/{LOCK_FILE}", os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            try:
+                if not stat.S_ISREG(os.fstat(descriptor).st_mode):  # put back between the check above and the open
+                    raise ConversionError(f"{staging}/{LOCK_FILE}: not a regular file; refusing to work in this staging folder")
+                _lock(descriptor, staging)
+            except BaseException:
+                os.close(descriptor)
+                raise
             _CLAIMS[staging] = descriptor
-        owner = os.open(f"{staging}/{OWNER_FILE}", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        # Non-blocking: a FIFO put there since the check above fails the open (no reader) instead of waiting for one.
+        owner = os.open(f"{staging}/{OWNER_FILE}", os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0), 0o644)
         with os.fdopen(owner, "w") as handle:
+            if not stat.S_ISREG(os.fstat(owner).st_mode):
+                raise ConversionError(f"{staging}/{OWNER_FILE}: not a regular file; refusing to work in this staging folder")
+            handle.truncate(0)
             handle.write(f"{socket.gethostname()} {os.getpid()}\n")
+
+
+def _lock(descriptor: int, staging: str) -> None:
+    """The claim's exclusive lock, tried for 0.2 s: another run's liveness check holds a shared lock
+    on it for an instant (`_lock_held`), which is no reason to refuse."""
+    import fcntl
+
+    for attempt in range(_CLAIM_TRIES):
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if attempt + 1 < _CLAIM_TRIES:
+                time.sleep(0.02)
+        except OSError as error:  # no locks on this file system: nothing could say a run is live
+            raise ConversionError(f"{staging}: cannot lock the staging folder ({error.strerror}); convert to a local disk "
+                                  "that supports file locks") from None
+    raise ConversionError(f"{staging}: another conversion is working in this staging folder (a resumption of "
+                          "the same run); wait for it to finish")
 
 
 def release_staging(staging: str) -> None:

@@ -119,10 +119,11 @@ class DecodedRowGroups:
         ahead = {group: part for group, part in self._ahead.items() if group > last}  # read ahead, not yet reached
         if missing:
             forward = self._last is not None and min(groups) <= self._last + 1 <= last  # on from the last episode's
-            extra = [group for group in _ahead(metadata, missing, last) if group not in ahead] if forward else []
-            made = decode(missing + extra)
+            window = _ahead(metadata, missing, last) if forward else []
+            made = decode(missing + [group for group in window if group not in ahead])
             decoded.update((group, made[group]) for group in missing)
-            ahead.update((group, made[group]) for group in extra)
+            if forward:  # what is kept ahead is this one window, never more than one batch
+                ahead = {group: ahead[group] if group in ahead else made[group] for group in window}
         self._file, self._metadata, self._last = file, metadata, last
         self._groups, self._ahead = {group: decoded[group] for group in groups}, ahead
         return [decoded[group] for group in groups]

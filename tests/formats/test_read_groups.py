@@ -341,9 +341,12 @@ def test_decoded_row_groups_hold_one_episodes_groups_and_one_batch_whatever_the_
     for group in range(199, -1, -1):
         assert decoded.get("a", footer, None, [group], decode) == [f"g{group}"]
         assert len(decoded._groups) + len(decoded._ahead) == 1
-    for group in np.random.default_rng(5).permutation(200).tolist():
-        decoded.get("a", footer, None, [group], decode)
-        assert len(decoded._groups) == 1 and len(decoded._ahead) <= 3  # one batch: 4,096 rows in all
+    orders = {"shuffled": np.random.default_rng(5).permutation(200).tolist(),
+              "pairs down the file, each read upwards": [group for pair in range(99, -1, -1) for group in (2 * pair, 2 * pair + 1)]}
+    for order in orders.values():
+        for group in order:
+            decoded.get("a", footer, None, [group], decode)
+            assert len(decoded._groups) == 1 and len(decoded._ahead) <= 3  # one batch: 4,096 rows in all
 
 
 def test_a_row_group_run_whose_rows_disagree_with_the_footer_is_refused(tmp_path, monkeypatch):

@@ -641,3 +641,67 @@ def test_a_fifo_planted_in_a_staging_folder_does_not_hang_the_next_run(tmp_path,
     finished = subprocess.run(command, cwd=pathlib.Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120)
     assert finished.returncode == 0, finished.stderr
     assert validate.validate(str(dst)) == []
+
+
+def test_a_liveness_checks_instant_lock_does_not_fail_a_claim(tmp_path, monkeypatch):
+    """Another run's liveness check takes a shared lock on a staging folder's lock file for an
+    instant; a claim that meets it tries again (for 0.2 s) instead of refusing. A file system
+    without locks is said as such, not as another conversion."""
+    import errno
+    import fcntl
+
+    from formats import storage
+    from formats.mixtrain import publish
+
+    fs, _ = storage.open_root(str(tmp_path))
+    real, busy = fcntl.flock, [3]
+
+    def flock(descriptor, operation):
+        if operation & fcntl.LOCK_EX and busy[0]:
+            busy[0] -= 1
+            raise BlockingIOError(errno.EWOULDBLOCK, "busy")
+        return real(descriptor, operation)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    staging = str(tmp_path / ".out.mixtrain-20261129T000000-0badc0de")
+    publish.claim_staging(fs, staging)
+    try:
+        assert busy == [0] and (tmp_path / staging / ".owner").read_text().split()[1] == str(os.getpid())
+    finally:
+        publish.release_staging(staging)
+
+    def no_locks(descriptor, operation):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    with pytest.raises(ConversionError, match=r"cannot lock the staging folder \(No locks available\)"):
+        publish.claim_staging(fs, str(tmp_path / ".other.mixtrain-20261129T000000-0badc0de"))
+
+
+def test_a_fifo_planted_in_a_staging_folder_a_run_resumes_is_removed_not_opened(tmp_path):
+    """A run that adopts a staging folder (a resumption) claims it: a FIFO in place of its owner
+    or lock file is removed, not opened (an open for writing waits for a reader for ever), and a
+    claim over a planted lock is still seen as live."""
+    import subprocess
+    import sys
+
+    from formats import storage
+    from formats.mixtrain import publish
+
+    fs, _ = storage.open_root(str(tmp_path))
+    staging = tmp_path / ".out.mixtrain-20261129T000000-0badc0de"
+    staging.mkdir()
+    os.mkfifo(staging / ".owner")
+    os.mkfifo(staging / ".lock")
+    claimant = subprocess.Popen([sys.executable, "-c", "import sys, time; from formats import storage; from formats.mixtrain import "
+                                 "publish; fs, _ = storage.open_root(sys.argv[1]); publish.claim_staging(fs, sys.argv[1]); "
+                                 "print('claimed', flush=True); time.sleep(60)", str(staging)],
+                                cwd=pathlib.Path(__file__).resolve().parents[2], stdout=subprocess.PIPE, text=True)
+    try:
+        assert claimant.stdout.readline() == "claimed\n"
+        assert stat.S_ISREG(os.lstat(staging / ".owner").st_mode) and stat.S_ISREG(os.lstat(staging / ".lock").st_mode)
+        assert publish.has_live_owner(fs, str(staging))
+    finally:
+        claimant.kill()
+        claimant.wait()
+    assert not publish.has_live_owner(fs, str(staging))
