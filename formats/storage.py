@@ -28,7 +28,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from formats.errors import FormatError, MissingPackageError
 
-__all__ = ["open_root", "STORES", "object_store_options", "s3_endpoint", "s3_region", "open_reachable", "join", "url_for",
+__all__ = ["open_root", "holds_entries", "STORES", "object_store_options", "s3_endpoint", "s3_region", "open_reachable", "join", "url_for",
            "resolve_inside", "check_regular", "local_path", "is_local", "open_input", "read_json", "parse_json", "ParquetFooters",
            "footer_signature", "parquet_file", "read_parquet", "check_parquet_footer", "MAX_PARQUET_FOOTER_BYTES",
            "template_problem", "read_small", "text_lines", "MAX_JSON_BYTES", "MAX_SIDECAR_BYTES", "MAX_LINE_BYTES"]
@@ -300,6 +300,14 @@ def is_local(fs: fsspec.AbstractFileSystem | type) -> bool:
     """Whether `fs` (or a filesystem class) is this machine's disk (renames, symlinks and OS paths are available)."""
     protocols = fs.protocol if isinstance(fs.protocol, (tuple, list)) else (fs.protocol,)
     return bool({"file", "local"} & set(protocols))
+
+
+def holds_entries(fs: fsspec.AbstractFileSystem, folder: str) -> bool:
+    """Whether `folder` exists and holds anything (an unreadable one: no)."""
+    try:
+        return fs.exists(folder) and bool(fs.ls(folder, detail=False))
+    except OSError:
+        return False
 
 
 def local_path(fs: fsspec.AbstractFileSystem, path: str) -> str | None:

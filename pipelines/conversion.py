@@ -502,11 +502,7 @@ def _check_published(fs, root: str, staging: str, options: ConvertOptions, run_i
 
 def _kept_for_resumption(fs, staging: str) -> bool:
     """Whether a failed run's staging holds completed work worth resuming (a journal entry)."""
-    try:
-        done = storage.join(staging, resume.DONE_DIR)
-        return fs.exists(done) and bool(fs.ls(done, detail=False))
-    except OSError:
-        return False
+    return storage.holds_entries(fs, storage.join(staging, resume.DONE_DIR))
 
 
 def _resume_hint(staging: str) -> str:

@@ -304,11 +304,7 @@ def _published_by_interrupted_export(fs, out_root: str, identity: str, out: Text
 def _holds_groups(fs, staging: str) -> bool:
     from formats.exports import journal
 
-    try:
-        folder = storage.join(staging, journal.GROUPS_DIR)
-        return fs.exists(folder) and bool(fs.ls(folder, detail=False))
-    except OSError:
-        return False
+    return storage.holds_entries(fs, storage.join(staging, journal.GROUPS_DIR))
 
 
 def _export_stagings(fs, out_root: str, *, aside: bool = False) -> list[str]:
