@@ -280,16 +280,23 @@ def test_success_prints_progress_with_a_total_and_leaves_no_temp_files(tmp_path)
     assert os.listdir(tmp_path / "tmpdir") == []
 
 
+@pytest.fixture(scope="module")
+def four_hundred_episodes(tmp_path_factory) -> pathlib.Path:
+    """400 episodes to re-encode: a run still converting when its first progress line comes.
+    Written once for the four interrupts (8 s each time); read, never changed."""
+    src = tmp_path_factory.mktemp("interrupts") / "many"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(30,) * 400, codec="h264", gop=None, episodes_per_video_file=100,
+                                             episodes_per_data_file=100, cameras=("observation.images.top",)))
+    return src
+
+
 @pytest.mark.parametrize("signum, code, group, workers", [(signal.SIGINT, 130, False, TWO_WORKERS), (signal.SIGTERM, 143, False, TWO_WORKERS),
                                                     (signal.SIGINT, 130, True, TWO_WORKERS),
                                                     (signal.SIGINT, 130, True, ("--direct_num_workers=1",))],
                          ids=["sigint", "sigterm", "ctrl-c-to-the-process-group", "ctrl-c-one-worker-in-process"])
-def test_an_interrupt_exits_with_one_line_no_staging_and_no_process(tmp_path, signum, code, group, workers):
-    src = tmp_path / "many"
-    write_lerobot(str(src), SyntheticLeRobot(lengths=(30,) * 400, codec="h264", gop=None, episodes_per_video_file=100,
-                                             episodes_per_data_file=100, cameras=("observation.images.top",)))
+def test_an_interrupt_exits_with_one_line_no_staging_and_no_process(tmp_path, four_hundred_episodes, signum, code, group, workers):
     dst = tmp_path / "out"
-    process = _cli(tmp_path, f"--input={src}", f"--output={dst}", "--video=reencode", "--progress=lines", "--progress_interval=0.1",
+    process = _cli(tmp_path, f"--input={four_hundred_episodes}", f"--output={dst}", "--video=reencode", "--progress=lines", "--progress_interval=0.1",
                    *workers, wait=False, start_new_session=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:  # interrupt once sequences are being converted by the workers
@@ -356,6 +363,14 @@ def test_validate_deep_says_nothing_of_videos_where_there_are_none(tmp_path):
     assert broken.returncode == 1 and "unreadable Parquet shard" in broken.stdout and "Traceback" not in broken.stderr
 
 
+@pytest.fixture(scope="module")
+def forty_episodes(tmp_path_factory) -> pathlib.Path:
+    """40 episodes, 1,200 frames: more than a 300 kB disk holds. Read, never changed."""
+    src = tmp_path_factory.mktemp("forty") / "src"
+    write_lerobot(str(src), SyntheticLeRobot(lengths=(30,) * 40, codec="h264", gop=None, episodes_per_video_file=10))
+    return src
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A 300 kB tmpfs."""
@@ -365,11 +380,9 @@ def small_disk(tmp_path):
 
 @pytest.mark.parametrize("extra", [("--direct_num_workers=1",), TWO_WORKERS, ("--on_error=skip", "--max_skipped=100%")],
                          ids=["one-worker", "two-workers", "skip"])
-def test_a_full_output_disk_names_the_output_not_the_source(tmp_path, small_disk, extra):
-    src = tmp_path / "src"
-    write_lerobot(str(src), SyntheticLeRobot(lengths=(30,) * 40, codec="h264", gop=None, episodes_per_video_file=10))
+def test_a_full_output_disk_names_the_output_not_the_source(tmp_path, small_disk, forty_episodes, extra):
     dst = small_disk / "out"
-    done = _cli(tmp_path, f"--input={src}", f"--output={dst}", "--progress=off", *extra)
+    done = _cli(tmp_path, f"--input={forty_episodes}", f"--output={dst}", "--progress=off", *extra)
     lines = _lines(done.stderr)
     assert done.returncode == 1 and len(lines) == 2, done.stderr
     assert lines[0] == (f"error: {dst}: cannot write the output: No space left on device; nothing was published "
