@@ -23,6 +23,7 @@ from typing import TextIO
 from formats import storage
 from formats.errors import ConversionError
 from formats.text import for_terminal
+from pipelines import exit_without_teardown
 from pipelines.cli import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 FORMATS = ("lerobot_v3", "lerobot_v2.1")
@@ -545,7 +546,9 @@ def _run_pipeline(args, dataset, writer, staging_url: str, groups: int, identity
 
 
 def main() -> None:
-    sys.exit(run(sys.argv[1:]))
+    """The process entry: leaves without interpreter teardown, as `convert` does (a one-worker
+    export reads its shards in this process; see `exit_without_teardown`)."""
+    exit_without_teardown(run(sys.argv[1:]))
 
 
 if __name__ == "__main__":

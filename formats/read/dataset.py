@@ -149,18 +149,15 @@ class Dataset:
     # --- rows -----------------------------------------------------------------------------------
 
     def _open(self, relative: str):
-        """A shard for Arrow. A local one as Arrow's own file (pa.OSFile): given a Python file
-        object, Arrow's scan threads hold Python buffers, and the last one released after
-        read_table returned takes the GIL; during interpreter exit that thread is ended inside a
-        C++ destructor (std::terminate: SIGABRT, exit status 134, in 1-4 % of short reading
-        scripts on a loaded machine)."""
+        """A shard for Arrow (`storage.arrow_input`). Given a plain Python file object, Arrow's
+        scan threads hold Python buffers, and the last one released after read_table returned
+        takes the GIL; during interpreter exit that thread is ended inside a C++ destructor
+        (std::terminate: SIGABRT, exit status 134, in 1-4 % of short reading scripts on a loaded
+        machine): a local shard reaches Arrow as its own file, a remote one as a file that the
+        script's exit waits for."""
         path = storage.resolve_inside(self.root, relative, what="shard", fs=self.fs)
-        local = storage.local_path(self.fs, path)
         try:
-            if local is not None:
-                storage.check_regular(self.fs, path)
-                return pa.OSFile(local, "rb")
-            return storage.open_input(self.fs, path)
+            return storage.arrow_input(self.fs, path)
         except FileNotFoundError:
             raise FormatError(f"{path}: listed in mixtrain.json but missing") from None
         except OSError as error:  # unreadable, a name the file system refuses: one line, not a traceback

@@ -6,9 +6,12 @@ without an active exception", status 134). No os._exit needed."""
 from __future__ import annotations
 
 import io
+import os
 import pathlib
+import re
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -67,3 +70,85 @@ def test_fifty_short_reading_scripts_all_exit_zero(bytes_dataset, tmp_path):
             if process.returncode != 0:
                 failures.append((process.returncode, err.decode(errors="replace")[-300:]))
     assert failures == []
+
+
+def test_remote_shards_reach_arrow_through_a_file_the_exit_waits_for(bytes_dataset, monkeypatch):
+    """An object store's shard (memory:// here) reaches Arrow as a `storage.ArrowInput`: what
+    Arrow keeps of it is counted, so that a script's exit can wait for Arrow's threads to let go."""
+    import fsspec
+    import pyarrow.parquet as pq
+
+    fs = fsspec.filesystem("memory")
+    fs.put(str(bytes_dataset), "/reader-exit", recursive=True)
+    handed = []
+    for name in ("read_table", "ParquetFile"):
+        original = getattr(pq, name)
+        monkeypatch.setattr(pq, name, lambda source, *args, _original=original, **kwargs: handed.append(type(source)) or
+                            _original(source, *args, **kwargs))
+    try:
+        dataset = open_dataset("memory://reader-exit")
+        for sequence_id in dataset.sequence_ids():
+            assert dataset.sequence(sequence_id)["sequence_id"] == sequence_id
+        assert dataset.scan().num_rows == 3 and len(list(dataset.rows())) == 3
+        assert len(dataset.frames(dataset.sequence_ids()[0], dataset.video_columns[0], 0, 2)) == 2
+    finally:
+        fs.rm("/reader-exit", recursive=True)
+    assert handed and set(handed) == {storage.ArrowInput}, handed
+    assert storage.wait_for_arrow(10)
+
+
+EXIT_SCRIPT = """
+import atexit, io, threading, time
+atexit.register(lambda: print(f"held {storage.arrow_held()}, waited {time.monotonic() - ended:.1f} s", flush=True))
+from formats import storage  # its exit wait is registered after the line above, so it runs before it
+handle = storage.ArrowInput(io.BytesIO(bytes(100)))
+kept = [handle.read_buffer(10)]  # what an Arrow thread still holds when the script ends
+
+def release():
+    time.sleep(0.5)
+    kept.clear()
+
+threading.Thread(target=release, daemon=True).start()
+del handle
+ended = time.monotonic()
+"""
+
+
+def test_a_script_s_exit_waits_until_what_arrow_holds_is_let_go(tmp_path):
+    script = tmp_path / "ends.py"
+    script.write_text(EXIT_SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    held, waited = re.fullmatch(r"held (\d+), waited ([0-9.]+) s\n", done.stdout).groups()
+    assert held == "0" and 0.4 <= float(waited) < 5, done.stdout  # without the wait: "held 1, waited 0.0 s"
+
+
+def test_the_exit_wait_gives_up_on_what_the_program_itself_keeps():
+    before = storage.arrow_held()
+    handle = storage.ArrowInput(io.BytesIO(bytes(100)))
+    kept = handle.read_buffer(10)
+    assert storage.arrow_held() == before + 2 and bytes(kept) == bytes(10)
+    started = time.monotonic()
+    assert storage.wait_for_arrow(0.3) is False and time.monotonic() - started >= 0.25
+    del kept, handle
+    assert storage.arrow_held() == before
+
+
+def test_the_export_command_leaves_without_interpreter_teardown(tmp_path, monkeypatch, capsys):
+    """As `convert`, `validate` and `inspect` do: a one-worker export reads its shards in this process."""
+    from pipelines import export
+
+    class Left(Exception):
+        pass
+
+    def leave(code):
+        raise Left(code)
+
+    monkeypatch.setattr(os, "_exit", leave)
+    monkeypatch.setattr(sys, "argv", ["mixtrain-export", f"--input={tmp_path / 'missing'}", f"--output={tmp_path / 'out'}",
+                                      "--to=lerobot_v3"])
+    with pytest.raises(Left) as left:
+        export.main()
+    assert left.value.args == (1,)
+    assert capsys.readouterr().err == f"error: {tmp_path / 'missing'}/mixtrain.json: not found: not a finished Mixtrain dataset (no mixtrain.json)\n"
