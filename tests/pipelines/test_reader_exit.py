@@ -9,8 +9,10 @@ import io
 import os
 import pathlib
 import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -152,3 +154,72 @@ def test_the_export_command_leaves_without_interpreter_teardown(tmp_path, monkey
         export.main()
     assert left.value.args == (1,)
     assert capsys.readouterr().err == f"error: {tmp_path / 'missing'}/mixtrain.json: not found: not a finished Mixtrain dataset (no mixtrain.json)\n"
+
+
+REMOTE_SCRIPT = """
+import atexit, sys, time
+atexit.register(lambda: print(f"held {storage.arrow_held()}, exit took {time.monotonic() - ended:.2f} s", flush=True))
+import fsspec
+from formats import storage
+from formats.read.reader import open_dataset
+fsspec.filesystem("memory").put(sys.argv[1], "/remote", recursive=True)
+dataset = open_dataset("memory://remote")
+try:
+    for sequence_id in dataset.sequence_ids():
+        assert dataset.sequence(sequence_id)["sequence_id"] == sequence_id
+    assert dataset.scan().num_rows == 3 and len(list(dataset.rows())) == 3
+    if sys.argv[2] == "damaged":  # an error left uncaught keeps the frames that read until the teardown
+        fsspec.filesystem("memory").pipe("/remote/" + dataset.shards[0], b"PAR1" + bytes(64) + (10**6).to_bytes(4, "little") + b"PAR1")
+        open_dataset("memory://remote").schema
+finally:
+    ended = time.monotonic()
+"""
+
+
+@pytest.mark.parametrize("ending", ["read", "damaged"])
+def test_a_script_reading_remote_shards_exits_having_let_go_of_what_arrow_read(bytes_dataset, tmp_path, ending):
+    script = tmp_path / "remote.py"
+    script.write_text(REMOTE_SCRIPT)
+    done = subprocess.run([sys.executable, str(script), str(bytes_dataset), ending], env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == (0 if ending == "read" else 1), done.stderr
+    held, took = re.fullmatch(r"held (\d+), exit took ([0-9.]+) s\n", done.stdout).groups()
+    assert held == "0", done.stdout
+    assert float(took) < 0.9, done.stdout  # never the whole EXIT_WAIT_SECONDS (1 s): the error's frames were let go of
+    if ending == "damaged":
+        assert "its Parquet footer claims 1,000,000 bytes" in done.stderr.splitlines()[-1]
+
+
+def test_a_forked_child_counts_afresh_even_if_the_lock_was_held_at_the_fork():
+    """A DataLoader worker forked while another thread (an Arrow thread releasing a buffer) held the
+    count's lock: the child reads its own shards, never waiting for a lock nobody will release."""
+    handle = storage.ArrowInput(io.BytesIO(bytes(10)))
+    holding, release = threading.Event(), threading.Event()
+
+    def hold():
+        with storage._held_changed:
+            holding.set()
+            release.wait(10)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    holding.wait(10)
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            child = storage.ArrowInput(io.BytesIO(bytes(10)))
+            kept = child.read_buffer(4)
+            status = 0 if storage.arrow_held() == 2 and len(kept) == 4 else 2
+        finally:
+            os._exit(status)
+    release.set()
+    thread.join()
+    deadline = time.monotonic() + 20
+    while (ended := os.waitpid(pid, os.WNOHANG)) == (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if ended == (0, 0):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    assert ended != (0, 0) and os.waitstatus_to_exitcode(ended[1]) == 0, "the child waited for its parent's lock"
+    del handle
