@@ -381,8 +381,8 @@ class ParquetFooters:
         return value
 
     def _read_footer(self, path: str) -> pq.FileMetaData:
-        with open_input(self._fs, path) as handle:
-            metadata = parquet_file(handle).metadata
+        with arrow_input(self._fs, path) as handle:
+            metadata = parquet_file(handle, path).metadata
         self.signatures[path] = footer_signature(metadata)
         return metadata
 
@@ -426,19 +426,19 @@ def check_parquet_footer(handle: Any, where: str | None = None) -> None:
     handle.seek(0)
 
 
-def parquet_file(source: Any, **options: Any) -> pq.ParquetFile:
+def parquet_file(source: Any, where: str | None = None, **options: Any) -> pq.ParquetFile:
     """`pq.ParquetFile` for a source file, verifying page checksums (CRC32) where the writer
     recorded them: a flipped bit is then an OSError ("CRC checksum verification failed"), not a
     silently different value. Pages without a checksum are read as before. The footer's claimed
     length is checked first (`check_parquet_footer`) unless its metadata is given."""
     if options.get("metadata") is None and hasattr(source, "seek"):
-        check_parquet_footer(source)
+        check_parquet_footer(source, where)
     return pq.ParquetFile(source, page_checksum_verification=True, **options)
 
 
 def read_parquet(fs: fsspec.AbstractFileSystem, path: str, **options: Any) -> Any:
     """A whole source Parquet file as a pyarrow Table, page checksums verified (`parquet_file`)."""
-    with open_input(fs, path) as handle:
+    with arrow_input(fs, path) as handle:
         check_parquet_footer(handle, path)
         return pq.read_table(handle, page_checksum_verification=True, **options)
 

@@ -83,7 +83,7 @@ def validate(url: str) -> list[str]:
             findings.append(f"{path}: listed in mixtrain.json but missing")
             continue
         try:
-            with storage.open_input(fs, path) as handle:
+            with storage.arrow_input(fs, path) as handle:
                 storage.check_parquet_footer(handle, path)
                 table = pq.read_table(handle)
         except FormatError as error:

@@ -65,7 +65,7 @@ def deep_check(url: str, source_url: str | None = None, min_psnr: float = 35.0) 
     findings: list[str] = statistics
     totals = {name: {"sequences": 0, "frames": 0, "identical": 0, "psnr": math.inf} for name in columns}
     for shard in sidecar.get("shards", []):
-        with storage.open_input(fs, storage.join(root, shard)) as handle:
+        with storage.arrow_input(fs, storage.join(root, shard)) as handle:
             table = pq.read_table(handle, columns=["sequence_id", "length", *columns])
         for row in table.to_pylist():
             sequence = loader(row["sequence_id"]) if loader is not None else None
@@ -118,7 +118,7 @@ def check_statistics(fs, root: str, sidecar: dict) -> list[str]:
     check_stats(stored, path)
     partials = []
     for shard in sidecar.get("shards", []):
-        with storage.open_input(fs, storage.join(root, shard)) as handle:
+        with storage.arrow_input(fs, storage.join(root, shard)) as handle:
             storage.check_parquet_footer(handle, storage.join(root, shard))
             parquet = pq.ParquetFile(handle)
             specs = mixtrain.column_specs(parquet.schema_arrow, sidecar["column_types"])

@@ -145,7 +145,7 @@ def reusable(fs: fsspec.AbstractFileSystem, root: str, units: list, current: dic
     published = publish.published_root(fs, root)
     ids = set()
     for shard in sidecar.get("shards", []):
-        with storage.open_input(fs, storage.join(published, shard)) as handle:
+        with storage.arrow_input(fs, storage.join(published, shard)) as handle:
             storage.check_parquet_footer(handle, storage.join(published, shard))
             ids.update(filter(owns, pq.read_table(handle, columns=["sequence_id"]).column("sequence_id").to_pylist()))
     return {"units": same, "ids": ids, "shards": sidecar.get("shards", []), "context_changed": context_changed,
