@@ -33,7 +33,7 @@ class _ParquetReads:
         self.calls: list[list[int]] = []
         reads = self
 
-        def opened(source, **options):
+        def opened(source, where=None, **options):
             parquet = pq.ParquetFile(source, page_checksum_verification=True, **options)
             name = source if isinstance(source, str) else getattr(source, "path", getattr(source, "name", "?"))
             read_row_group, read_row_groups, iter_batches = parquet.read_row_group, parquet.read_row_groups, parquet.iter_batches
@@ -381,10 +381,10 @@ def test_lerobot_one_row_group_per_episode_opens_each_data_file_once(tmp_path, m
     opened = []
     original = storage.parquet_file
 
-    def counting(source, **options):
+    def counting(source, where=None, **options):
         if options.get("metadata") is not None:  # a decode's open (footers are read without one)
             opened.append(str(source))
-        return original(source, **options)
+        return original(source, where, **options)
 
     monkeypatch.setattr(storage, "parquet_file", counting)
     reader = lerobot_v3.Reader(fs, root, meta)
