@@ -534,7 +534,7 @@ def _track(obj: Any) -> None:
         if not _exit_wait_registered:
             import atexit
 
-            atexit.register(wait_for_arrow)
+            atexit.register(_wait_at_exit)
             _exit_wait_registered = True
         # Counted down when freed, wherever that happens: a plain weak reference, not
         # weakref.finalize, whose own exit handler stops every finalizer that has not run yet.
@@ -567,21 +567,27 @@ def arrow_held() -> int:
 
 
 def wait_for_arrow(timeout: float = EXIT_WAIT_SECONDS) -> bool:
-    """Wait until nothing read through an `ArrowInput` is held (the exit handler; see there);
-    False when `timeout` passed first (something the program itself keeps, released as before).
-    An error left uncaught keeps the frames that read, and so their files, alive until the
-    interpreter's teardown: they are let go of first (it was printed already), then the garbage
-    collected."""
+    """Wait until nothing read through an `ArrowInput` is held (what the exit handler waits for;
+    see `ArrowInput`); False when `timeout` passed first (something the program itself keeps,
+    released as before)."""
+    with _held_changed:
+        return _held_changed.wait_for(lambda: _held == 0, timeout)
+
+
+def _wait_at_exit() -> None:
+    """The exit handler: an error left uncaught keeps the frames that read, and so their files,
+    alive until the interpreter's teardown: they are let go of first (it was printed already, and
+    an interactive session or a post-mortem debugger is done by now), then what is garbage is
+    collected, all within EXIT_WAIT_SECONDS."""
+    deadline = time.monotonic() + EXIT_WAIT_SECONDS
     if _held:
-        for name in ("last_traceback", "last_exc", "last_value"):
+        for name in ("last_traceback", "last_exc", "last_value", "last_type"):
             if getattr(sys, name, None) is not None:
                 setattr(sys, name, None)
         import gc
 
         gc.collect()
-    deadline = time.monotonic() + timeout
-    with _held_changed:
-        return _held_changed.wait_for(lambda: _held == 0, max(0.0, deadline - time.monotonic()))
+    wait_for_arrow(max(0.0, deadline - time.monotonic()))
 
 
 def arrow_input(fs: fsspec.AbstractFileSystem, path: str) -> Any:
@@ -590,7 +596,12 @@ def arrow_input(fs: fsspec.AbstractFileSystem, path: str) -> Any:
     local = local_path(fs, path)
     if local is not None:
         check_regular(fs, path)
-        return pa.OSFile(local, "rb")
+        try:
+            return pa.OSFile(os.fsencode(local), "rb")  # bytes: a name that is not UTF-8 opens too
+        except OSError as error:  # said as the OS says it, as fs.open did ("Permission denied: PATH")
+            if error.errno:
+                raise type(error)(error.errno, os.strerror(error.errno), local) from None
+            raise
     return ArrowInput(open_input(fs, path))
 
 

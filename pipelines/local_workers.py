@@ -129,7 +129,10 @@ class Zygote:
 def _serve(listener: socket.socket, control: int, sdk_worker_main) -> None:
     children: dict[int, socket.socket] = {}  # worker -> its client's connection, to say how it ended
     # For tests: a slower reap, so that a killed worker's death is heard well after its channel failed.
-    reap_seconds = float(os.environ.get("MIXTRAIN_TEST_REAP_SECONDS") or REAP_SECONDS)
+    try:
+        reap_seconds = max(0.01, float(os.environ.get("MIXTRAIN_TEST_REAP_SECONDS") or REAP_SECONDS))
+    except ValueError:
+        reap_seconds = REAP_SECONDS
     while True:
         ready, _, _ = select.select([listener, control], [], [], reap_seconds)
         _reap(children, block=False)

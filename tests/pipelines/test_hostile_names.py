@@ -339,3 +339,19 @@ def test_two_files_of_a_row_with_one_name_are_refused_before_any_copy(tmp_path):
     assert _tree(tmp_path / "staging") == set()
     named = Sequence("ep", 1, np.zeros(1), files={"annotation_files": [FileRef("a/x.png"), FileRef("b/x.png", name="y.png")]})
     assert [s.files for s in write.process(named)] == [{"annotation_files": ["files/annotation_files/ep/x.png", "files/annotation_files/ep/y.png"]}]
+
+
+def test_a_dataset_in_a_folder_whose_name_is_not_utf8_reads_and_validates(converted, tmp_path):
+    """A folder name of bytes that are not UTF-8 (a Latin-1 é, as an older system wrote it): the
+    reader, validate and validate --deep hand Arrow the file's bytes, not a string it cannot encode."""
+    from formats.read.reader import open_dataset
+    from pipelines import validate
+
+    moved = os.fsdecode(os.fsencode(str(tmp_path)) + b"/caf\xe9")
+    shutil.copytree(converted, moved)
+    dataset = open_dataset(moved)
+    ids = dataset.sequence_ids()
+    assert len(ids) == 2 and [dataset.sequence(i)["sequence_id"] for i in ids] == ids
+    assert dataset.scan().num_rows == 2
+    assert validate.validate(moved) == []
+    assert validate.main([moved, "--deep"]) == 0
