@@ -272,7 +272,7 @@ class WorkerDied(ConversionError):
 WATCHED_URN = "beam:env:mixtrain_watched_subprocess:v1"  # Beam's subprocess environment, its workers watched
 REAP_SECONDS = 0.2  # how often the zygote looks for workers that ended
 _ABORT_SECONDS = 0.2  # how often the requests a dead worker was sent are failed
-DEATH_NOTICE_SECONDS = 5.0  # how long a failed run waits to hear whether a worker died (see `_await_watchers`)
+DEATH_NOTICE_SECONDS = 5.0  # how long closing a worker whose channel failed waits to hear whether it died
 _DEATHS: list[WorkerDied] = []  # the workers of the current run that ended before it was done
 _WATCHED: list = []  # the current run's watched worker handlers
 
@@ -299,28 +299,14 @@ def runner(zygote: Zygote | None):
             try:
                 return super().run_via_runner_api(pipeline_proto, options)
             except Exception as error:
-                # A killed worker first fails its data channel ("Channel closed prematurely"), and
-                # its watcher hears of the death only when the zygote has reaped it: say what
-                # happened to the worker that died, not what its channel did.
-                if not isinstance(error, WorkerDied) and not _DEATHS:
-                    _await_watchers(DEATH_NOTICE_SECONDS)
+                # A killed worker first fails its data channel ("Channel closed prematurely"); the
+                # runner has closed every worker's handler by now, each waiting to hear how its
+                # worker ended (`close`): say what happened to the one that died.
                 if _DEATHS and not isinstance(error, WorkerDied):
                     raise _DEATHS[0] from error
                 raise
 
     return LocalRunner()
-
-
-def _await_watchers(timeout: float) -> None:
-    """Let the watchers of the run's workers say how their workers ended, `timeout` seconds at
-    most in all. After a failure Beam closes each worker's handler, which waits for its worker to
-    end, except where closing re-raised a dead worker's channel failure: that worker's watcher is
-    still waiting for the zygote to say how it ended (it reaps every REAP_SECONDS)."""
-    deadline = time.monotonic() + timeout
-    for handler in list(_WATCHED):
-        thread = getattr(handler, "worker_thread", None)
-        if thread is not None and not _DEATHS:
-            thread.join(max(0.0, deadline - time.monotonic()))
 
 
 def how_it_ended(returncode: int | None) -> str:
@@ -420,7 +406,11 @@ def _register_watched_handler() -> None:
             try:
                 super().close()
             except Exception:  # noqa: BLE001 - a dead worker's channel re-raises its failure on closing, before Beam stops the worker
+                # Its watcher may not have heard of the death yet (the channel can fail first, and
+                # the zygote reaps every REAP_SECONDS): it is given DEATH_NOTICE_SECONDS to.
                 if self._died is None:
+                    self.worker_thread.join(DEATH_NOTICE_SECONDS)
+                if self._died is None and not _DEATHS:
                     raise
                 self.stop_worker()
 
