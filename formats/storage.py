@@ -521,16 +521,14 @@ class ArrowInput:
 
 
 EXIT_WAIT_SECONDS = 1.0  # Arrow's threads let go within a millisecond of a read (at most 0.1 ms in 40 reads from S3)
-_held = 0  # ArrowInputs and their buffers alive
 _held_changed = threading.Condition()
 _exit_wait_registered = False
-_watched: dict = {}  # the weak references counting them
+_watched: dict = {}  # a weak reference to each ArrowInput and buffer alive, by the reference's id
 
 
 def _track(obj: Any) -> None:
-    global _held, _exit_wait_registered
+    global _exit_wait_registered
     with _held_changed:
-        _held += 1
         if not _exit_wait_registered:
             import atexit
 
@@ -543,18 +541,16 @@ def _track(obj: Any) -> None:
 
 
 def _released(reference: weakref.ref) -> None:
-    global _held
     with _held_changed:
         _watched.pop(id(reference), None)
-        _held -= 1
         _held_changed.notify_all()
 
 
 def _forget_after_fork() -> None:
     """A forked child (a DataLoader worker) counts afresh: the parent's Arrow threads do not exist
     in it, and the lock may have been held by one of them at the fork."""
-    global _held, _held_changed, _watched
-    _held, _held_changed, _watched = 0, threading.Condition(), {}
+    global _held_changed, _watched
+    _held_changed, _watched = threading.Condition(), {}
 
 
 os.register_at_fork(after_in_child=_forget_after_fork)
@@ -563,7 +559,7 @@ os.register_at_fork(after_in_child=_forget_after_fork)
 def arrow_held() -> int:
     """How many remote files and buffers read through them Arrow (or anyone) still holds."""
     with _held_changed:
-        return _held
+        return len(_watched)
 
 
 def wait_for_arrow(timeout: float = EXIT_WAIT_SECONDS) -> bool:
@@ -571,7 +567,7 @@ def wait_for_arrow(timeout: float = EXIT_WAIT_SECONDS) -> bool:
     see `ArrowInput`); False when `timeout` passed first (something the program itself keeps,
     released as before)."""
     with _held_changed:
-        return _held_changed.wait_for(lambda: _held == 0, timeout)
+        return _held_changed.wait_for(lambda: not _watched, timeout)
 
 
 def _wait_at_exit() -> None:
@@ -580,7 +576,7 @@ def _wait_at_exit() -> None:
     an interactive session or a post-mortem debugger is done by now), then what is garbage is
     collected, all within EXIT_WAIT_SECONDS."""
     deadline = time.monotonic() + EXIT_WAIT_SECONDS
-    if _held:
+    if _watched:
         for name in ("last_traceback", "last_exc", "last_value", "last_type"):
             if getattr(sys, name, None) is not None:
                 setattr(sys, name, None)
