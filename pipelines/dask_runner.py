@@ -48,9 +48,11 @@ from apache_beam.pipeline import AppliedPTransform, PipelineVisitor
 from apache_beam.runners.common import DoFnContext, DoFnInvoker, DoFnSignature, Receiver, _OutputHandler
 from apache_beam.runners.dask import dask_runner as beam_dask  # imports dask: an extra, pip install 'mixtrain-convert[dask]'
 from apache_beam.runners.dask import overrides, transform_evaluator
+from apache_beam.runners.runner import PipelineState
 from apache_beam.transforms import window
 from apache_beam.transforms.sideinputs import SideInputMap
 
+from pipelines.failures import RunnerLost
 from transforms import progress as progress_feed
 from transforms.video import CODEC_THREADS_ENV
 
@@ -293,22 +295,30 @@ class DaskRunner(beam_dask.DaskRunner):
 class DaskRunnerResult(beam_dask.DaskRunnerResult):
     """Beam's result, which also stops the run's other tasks when one fails or the wait is
     interrupted, and closes the client when the run ends (Beam's leaves it open: a launcher that
-    exits then waits out the client's reconnection attempts)."""
+    exits then waits out the client's reconnection attempts).
+
+    The wait reads each leaf future's state, which the client's own loop keeps, and gathers
+    nothing: Beam's `as_completed(..., with_results=True)` fetches every leaf's count from the
+    workers, and a CI run was seen waiting there for ever with the cluster idle. What a gather
+    could say (a task's error, a cancellation) is in the future's state."""
 
     def wait_until_finish(self, duration=None) -> str:
+        deadline = None if duration is None else time.monotonic() + duration / 1000  # Beam's unit: milliseconds
         try:
-            state = super().wait_until_finish(duration)
+            _wait_for(self.client, self.futures, deadline)
         except TimeoutError:  # still running: the caller decides
             raise
-        except BaseException:  # FAILED (Beam's wait sets it): the rest of the run's tasks stop too
+        except BaseException:  # the rest of the run's tasks stop too
+            self._state = PipelineState.FAILED
             try:
                 self.client.cancel(self.futures)
                 _drain(self.client)
             finally:
                 self.client.close()
             raise
+        self._state = PipelineState.DONE
         self.client.close()
-        return state
+        return self._state
 
     def cancel(self) -> str:
         if self.client.status in ("closing", "closed"):
@@ -319,6 +329,39 @@ class DaskRunnerResult(beam_dask.DaskRunnerResult):
             self.client.close()
 
 
+POLL_SECONDS = 0.05
+
+
+def _wait_for(client, futures, deadline: float | None) -> None:
+    """Until every future is finished: the first that erred raises its task's exception (with its
+    traceback), one that was cancelled (a scheduler lost or restarted, an operator's cancel) says
+    why as RunnerLost; a deadline passed raises TimeoutError."""
+    import dask.distributed as ddist
+
+    while True:
+        for future in futures:
+            if future.status == "error":
+                future.result()  # raises what the future's state holds: no data travels
+            if future.status == "cancelled":
+                try:
+                    future.result()
+                except ddist.CancelledError as cancelled:
+                    raise RunnerLost(_cancelled(client, getattr(cancelled, "reason", "unknown"))) from cancelled
+        if all(future.status == "finished" for future in futures):
+            return
+        if deadline is not None and time.monotonic() >= deadline:
+            raise TimeoutError("the run is still going")
+        time.sleep(POLL_SECONDS)
+
+
+def _cancelled(client, reason: str) -> str:
+    address = getattr(client.scheduler, "address", None) or "?"
+    what = {"scheduler-connection-lost": f"the connection to the Dask scheduler at {address} was lost",
+            "scheduler-restart": f"the Dask scheduler at {address} was restarted"}.get(
+                reason, f"the Dask cluster at {address} cancelled the run's tasks ({reason})")
+    return f"{what} before the run's work was done; nothing was published"
+
+
 DRAIN_SECONDS = 60.0
 
 
@@ -327,6 +370,8 @@ def _drain(client, seconds: float = DRAIN_SECONDS) -> None:
     that have not begun, and one already writing videos or a shard into the staging folder would
     go on after the launcher removed it (the launcher cleans up when this returns). Bounded: a
     cluster busy with other work is not waited for longer than `seconds`."""
+    if client.status != "running":  # the scheduler is lost: there is no one to ask
+        return
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:

@@ -103,8 +103,7 @@ def run(argv: list[str], *, out: TextIO | None = None, console: TextIO | None = 
     args.direct_num_workers = 1 if workers is None else workers
     args.data_file_mb = args.data_file_mb or 100.0
     args.video_file_mb = args.video_file_mb or 200.0
-    from pipelines.failures import user_message
-    from pipelines.local_workers import WorkerDied
+    from pipelines.failures import RunnerLost, user_message
     from pipelines.session import EXIT_SIGNALS, Interrupted, interrupted_by
 
     started = time.monotonic()
@@ -121,7 +120,7 @@ def run(argv: list[str], *, out: TextIO | None = None, console: TextIO | None = 
         if interrupt is not None:
             print(f"error: {for_terminal(interrupt.message() + run_state.hint())}", file=console)
             return interrupt.exit_code
-        if isinstance(error, WorkerDied):  # no file or sequence to name: the output is named
+        if isinstance(error, RunnerLost):  # no file or sequence to name: the output is named
             message = f"{args.output}: {error}"
         elif isinstance(error, ConversionError):  # its "[while running ...]" dropped
             message = str(user_message(error) or error)

@@ -14,9 +14,14 @@ from formats import errors
 from formats.mixtrain import publish
 from formats.text import for_terminal
 
-__all__ = ["output_message", "user_message", "report"]
+__all__ = ["RunnerLost", "output_message", "user_message", "report"]
 
 _LOG = logging.getLogger("mixtrain-convert")
+
+
+class RunnerLost(errors.ConversionError):
+    """A part of the runner that the run needed ended before the work was done (a local worker
+    process, a cluster's scheduler): there is no file or sequence to name, so the output is named."""
 
 _ERROR_LINE = re.compile(r"(?:^|\s|\.)(?:" + "|".join(n for n in errors.__all__ if n[0].isupper()) + r"): (.+)")
 
@@ -64,10 +69,8 @@ def report(error: BaseException, console: TextIO, *, output: str, log_path: str 
         if error.hint:
             print(error.hint, file=console, flush=True)
         return EXIT_USAGE
-    from pipelines.local_workers import WorkerDied
-
     message = output_message(error, output) or user_message(error)
-    if isinstance(error, WorkerDied):  # no file or sequence to name: the run's output is named
+    if isinstance(error, RunnerLost):
         message = f"{output}: {message}"
     if message is None:  # not bad input: a fault of ours or of the platform
         first = (str(error).strip().splitlines() or [""])[0]

@@ -29,7 +29,7 @@ import time
 import uuid
 import warnings
 
-from formats.errors import ConversionError
+from pipelines.failures import RunnerLost
 
 BEAM_WORKER = ("-m", "apache_beam.runners.worker.sdk_worker_main")
 
@@ -264,7 +264,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-class WorkerDied(ConversionError):
+class WorkerDied(RunnerLost):
     """A local worker process ended while the run still needed it (the out-of-memory killer, a
     crash in a native library, a kill): Beam's runner would wait for its answer for ever."""
 

@@ -22,6 +22,7 @@ DASK = str(pathlib.Path(sys.executable).with_name("dask"))  # the command the ve
 @dataclasses.dataclass
 class Cluster:
     scheduler_file: pathlib.Path
+    scheduler: subprocess.Popen
     workers: list[subprocess.Popen]
     folders: list[pathlib.Path]
 
@@ -29,6 +30,11 @@ class Cluster:
         """SIGKILL one worker process (no nanny restarts it): a node lost mid-run."""
         os.killpg(self.workers[index].pid, signal.SIGKILL)
         self.workers[index].wait()
+
+    def kill_scheduler(self) -> None:
+        """SIGKILL the scheduler: its machine lost mid-run."""
+        os.killpg(self.scheduler.pid, signal.SIGKILL)
+        self.scheduler.wait()
 
 
 def _start(command: list[str], folder: pathlib.Path, env: dict[str, str]) -> subprocess.Popen:
@@ -75,7 +81,7 @@ def separate_commands(root: pathlib.Path, workers: int = 2, env: dict[str, str] 
                                      str(folder / "dask")], folder, dict(env, TMPDIR=str(folder / "tmp"))))
         with Client(scheduler_file=str(scheduler_file), timeout=60) as client:
             client.wait_for_workers(workers, timeout=120)
-        yield Cluster(scheduler_file, processes[1:], folders)
+        yield Cluster(scheduler_file, processes[0], processes[1:], folders)
     finally:
         for process in reversed(processes):
             _stop(process)

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from formats import storage
 from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
 from tests import dask_cluster, s3_server
 from tests.pipelines.test_s3 import _files, _run, _upload
@@ -57,6 +58,40 @@ def test_separate_scheduler_and_workers_write_the_local_runners_bytes(store, tmp
         assert left == []
 
 
+class _Launcher:
+    """The convert command on the cluster, in a process of its own, its console read as it goes."""
+
+    def __init__(self, src: str, dst: str, cluster: dask_cluster.Cluster):
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "pipelines.convert", f"--input={src}", f"--output={dst}", "--num_shards=2",
+             "--runner=DaskRunner", f"--dask_scheduler_file={cluster.scheduler_file}", "--progress=lines",
+             "--progress_interval=0.1"], cwd=dask_cluster.ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=dict(os.environ))
+        self.lines: list[str] = []
+        self.errors: list[str] = []
+        self._readers = [threading.Thread(target=lambda: self.lines.extend(self.process.stdout), daemon=True),
+                         threading.Thread(target=lambda: self.errors.extend(self.process.stderr), daemon=True)]  # a full pipe would stall it
+        for reader in self._readers:
+            reader.start()
+
+    def done_so_far(self) -> int:
+        return max([int(line.split("]")[1].split("/")[0]) for line in list(self.lines) if " sequences (" in line] or [0])
+
+    def wait_until_converting(self) -> int:
+        """The count of converted sequences once the progress lines say some are (the run's middle)."""
+        deadline = time.monotonic() + 120
+        while not self.done_so_far():
+            assert self.process.poll() is None and time.monotonic() < deadline, (self.lines, self.errors)
+            time.sleep(0.05)
+        return self.done_so_far()
+
+    def wait(self, timeout: float) -> tuple[int, str]:
+        code = self.process.wait(timeout=timeout)
+        for reader in self._readers:
+            reader.join(timeout=10)
+        return code, "".join(self.errors)
+
+
 def test_a_worker_killed_mid_run_is_survived(store, tmp_path):
     """SIGKILL of one of the two workers while sequences are converting: Dask reruns its tasks on the
     other, and the output is the bytes of an uninterrupted run."""
@@ -68,34 +103,44 @@ def test_a_worker_killed_mid_run_is_survived(store, tmp_path):
     with dask_cluster.separate_commands(tmp_path) as cluster:
         with distributed.Client(scheduler_file=str(cluster.scheduler_file)) as client:
             client.run(dask_fns.slow_loads, 0.3)  # a run long enough to kill a worker in its middle
-        process = subprocess.Popen(
-            [sys.executable, "-m", "pipelines.convert", f"--input={src}", f"--output={cluster_dst}", "--num_shards=2",
-             "--runner=DaskRunner", f"--dask_scheduler_file={cluster.scheduler_file}", "--progress=lines",
-             "--progress_interval=0.1"], cwd=dask_cluster.ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            env=dict(os.environ))
-        lines: list[str] = []
-        errors: list[str] = []
-        reader = threading.Thread(target=lambda: lines.extend(process.stdout), daemon=True)
-        drain = threading.Thread(target=lambda: errors.extend(process.stderr), daemon=True)  # a full pipe would stall the launcher
-        reader.start()
-        drain.start()
-        deadline = time.monotonic() + 120
-        while not any(" sequences (" in line and not line.split("]")[1].startswith(" 0/") for line in lines):
-            assert process.poll() is None and time.monotonic() < deadline, (lines, errors)
-            time.sleep(0.05)
-        at_kill = list(lines)
+        launcher = _Launcher(src, cluster_dst, cluster)
+        done_at_kill = launcher.wait_until_converting()
         cluster.kill_worker(0)
-        code = process.wait(timeout=300)
-        reader.join(timeout=10)
-        drain.join(timeout=10)
-        stderr = "".join(errors)
+        code, stderr = launcher.wait(timeout=300)
         scheduler_log = (tmp_path / "scheduler" / "log.txt").read_text()
-    done_at_kill = max(int(line.split("]")[1].split("/")[0]) for line in at_kill if " sequences (" in line)
-    assert 0 < done_at_kill < 24, at_kill  # killed in the middle of the run
+    assert 0 < done_at_kill < 24, launcher.lines  # killed in the middle of the run
     assert "Remove worker addr" in scheduler_log and "name: worker0" in scheduler_log
     assert code == 0, stderr
     assert stderr == ""
     local, remote = _without_time(_files(local_dst)), _without_time(_files(cluster_dst))
     assert sorted(local) == sorted(remote) and sum(name.startswith("files/") for name in local) == 2 * 24
     assert [name for name in local if local[name] != remote[name]] == []
-    assert lines[-1].startswith("converted 24 sequences, 288 timesteps"), lines[-3:]
+    assert launcher.lines[-1].startswith("converted 24 sequences, 288 timesteps"), launcher.lines[-3:]
+
+
+def test_a_scheduler_killed_mid_run_is_one_line_at_once(store, tmp_path):
+    """SIGKILL of the scheduler while sequences are converting: the launcher says so in one line as
+    soon as its client notices (not after its 30 s of reconnection attempts, nor never), and keeps
+    what was completed for the same command to resume on a cluster that is back."""
+    from tests.pipelines import dask_fns
+
+    src = _dataset(store, "lost_src", 24)
+    dst = "s3://bucket/mixtrain/lost"
+    with dask_cluster.separate_commands(tmp_path) as cluster:
+        with distributed.Client(scheduler_file=str(cluster.scheduler_file)) as client:
+            client.run(dask_fns.slow_loads, 0.3)
+            address = client.scheduler.address
+        launcher = _Launcher(src, dst, cluster)
+        done_at_kill = launcher.wait_until_converting()
+        cluster.kill_scheduler()
+        killed = time.monotonic()
+        code, stderr = launcher.wait(timeout=120)
+        took = time.monotonic() - killed
+    assert 0 < done_at_kill < 24, launcher.lines
+    error, *hint = stderr.splitlines()
+    assert (code, error) == (1, f"error: {dst}: the connection to the Dask scheduler at {address} was lost before the run's "
+                                "work was done; nothing was published"), stderr
+    assert len(hint) == 1 and "Traceback" not in stderr, stderr
+    assert took < 20, took  # the client's reconnection attempts last 30 s
+    fs, root = storage.open_root(dst)
+    assert not fs.exists(root)
