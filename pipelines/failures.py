@@ -11,7 +11,6 @@ import re
 from typing import TextIO
 
 from formats import errors
-from formats.mixtrain import publish
 from formats.text import for_terminal
 
 __all__ = ["RunnerLost", "output_message", "user_message", "report"]
@@ -32,6 +31,8 @@ _OUTPUT_ERRNO = re.compile(r"\[Errno (?:" + "|".join(str(n) for n in sorted(erro
 def output_message(error: BaseException, output: str) -> str | None:
     """A full, read-only or over-quota output, wherever in the run (and whichever worker) it
     surfaced: the output is named, not the source file being copied at that moment."""
+    from formats.mixtrain import publish  # here: the launcher imports this module before its heavy imports
+
     failure = errors.output_failure(error)
     if failure is not None:
         reason = failure.strerror
