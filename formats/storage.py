@@ -31,7 +31,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from formats.errors import FormatError, MissingPackageError
 
-__all__ = ["open_root", "holds_entries", "STORES", "object_store_options", "s3_endpoint", "s3_region", "open_reachable", "join", "url_for",
+__all__ = ["open_root", "holds_entries", "STORES", "object_store_options", "s3_endpoint", "s3_region", "open_reachable", "join", "url_for", "shown",
            "resolve_inside", "check_regular", "local_path", "is_local", "open_input", "arrow_input", "ArrowInput", "arrow_held",
            "wait_for_arrow", "read_json", "parse_json", "ParquetFooters",
            "footer_signature", "parquet_file", "read_parquet", "check_parquet_footer", "MAX_PARQUET_FOOTER_BYTES",
@@ -100,6 +100,12 @@ def join(root: str, *parts: str) -> str:
 def url_for(fs: fsspec.AbstractFileSystem, path: str) -> str:
     """A URL that `open_root` maps back to the same (fs, path): what crosses process boundaries."""
     return fs.unstrip_protocol(path)
+
+
+def shown(fs: fsspec.AbstractFileSystem, path: str) -> str:
+    """A path as messages name it: a local one as it is, on a store its URL (s3://bucket/...),
+    which a user can look at (the store's path without its scheme is not)."""
+    return path if is_local(fs) else url_for(fs, path)
 
 
 def resolve_inside(root: str, relative: str, *, what: str, fs: fsspec.AbstractFileSystem | None = None) -> str:

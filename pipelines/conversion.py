@@ -397,7 +397,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
             for outcome in resumed:
                 if isinstance(outcome, resume.Resumption):
                     pending, taken = outcome.pending, outcome.sequences
-                    print(for_terminal(f"[mixtrain-convert] resuming {resume.describe(outcome.journal)}: {outcome.sequences} "
+                    print(for_terminal(f"[mixtrain-convert] resuming {resume.describe(outcome.journal, out_fs)}: {outcome.sequences} "
                                        f"sequences reused, {len(outcome.pending)} of {len(plan.to_convert)} units left to convert"),
                           file=out, flush=True)
                 else:
@@ -433,7 +433,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
             elif lake.is_lake(options.table_format) and lake.is_committed(out_fs, staging, table_settings(options, run_id)):
                 pass  # the table references this run's files (a commit landed before the failure): keep them
             elif (started_pipeline or journal is not None) and _kept_for_resumption(out_fs, staging):
-                kept = staging  # what it completed stays, hidden from readers, for the same command to resume
+                kept = storage.shown(out_fs, staging)  # what it completed stays, hidden from readers, for the same command to resume
             else:
                 _discard(out_fs, staging, out_root, created)
             raise
@@ -477,7 +477,7 @@ def _interrupted_run(fs, root: str, options: ConvertOptions, out: TextIO) -> res
         if is_lake and lake.is_committed(fs, journal.staging, table_settings(options, journal.run_id)):
             continue  # its commit landed: part of the table's history, not an interrupted run
         if options.fresh:
-            print(for_terminal(f"[mixtrain-convert] --fresh: discarding the interrupted {resume.describe(journal)}"), file=out, flush=True)
+            print(for_terminal(f"[mixtrain-convert] --fresh: discarding the interrupted {resume.describe(journal, fs)}"), file=out, flush=True)
             publish.discard_staging(fs, journal.staging, root)
             continue
         latest = journal.latest
@@ -489,8 +489,8 @@ def _interrupted_run(fs, root: str, options: ConvertOptions, out: TextIO) -> res
 
 def _check_published(fs, root: str, staging: str, options: ConvertOptions, run_id: str) -> None:
     """A runner that reports success must have run the publish step of this run (its marker, or
-    the lake table's current run): a DaskRunner run whose scheduler died returned without error,
-    and the summary printed the previous dataset's numbers with exit 0."""
+    the lake table's current run): a runner that lost its publish step would otherwise print the
+    previous dataset's numbers with exit 0 (Beam's DaskRunner did, when its scheduler died)."""
     if lake.is_lake(options.table_format):  # a version of the table names this run (another writer may have committed since)
         done = lake.is_committed(fs, staging, table_settings(options, run_id))
     else:

@@ -297,12 +297,16 @@ class DaskRunnerResult(beam_dask.DaskRunnerResult):
     interrupted, and closes the client when the run ends (Beam's leaves it open: a launcher that
     exits then waits out the client's reconnection attempts).
 
-    The wait reads each leaf future's state, which the client's own loop keeps, and gathers
-    nothing: Beam's `as_completed(..., with_results=True)` fetches every leaf's count from the
-    workers, and a CI run was seen waiting there for ever with the cluster idle. What a gather
-    could say (a task's error, a cancellation) is in the future's state."""
+    The wait reads each leaf future's state, which the future's own client keeps, and fetches
+    nothing. Beam's wait (`as_completed(..., with_results=True)`) took a cancelled future for a
+    finished one (it hands the cancellation over as a result); it tracks the futures on the
+    default client's loop, which inside another client's `with` block (as in the tests) is not
+    the loop of the client that owns them; and a CI run was seen waiting in it for ever with the
+    launcher's loops idle."""
 
     def wait_until_finish(self, duration=None) -> str:
+        if self._state == PipelineState.DONE:  # waited for already: its client is closed
+            return self._state
         deadline = None if duration is None else time.monotonic() + duration / 1000  # Beam's unit: milliseconds
         try:
             _wait_for(self.client, self.futures, deadline)
@@ -311,8 +315,9 @@ class DaskRunnerResult(beam_dask.DaskRunnerResult):
         except BaseException:  # the rest of the run's tasks stop too
             self._state = PipelineState.FAILED
             try:
-                self.client.cancel(self.futures)
-                _drain(self.client)
+                if self.client.status not in ("closing", "closed"):  # a closed client's cancel would hide this error
+                    self.client.cancel(self.futures)
+                    _drain(self.client)
             finally:
                 self.client.close()
             raise
@@ -334,19 +339,17 @@ POLL_SECONDS = 0.05
 
 def _wait_for(client, futures, deadline: float | None) -> None:
     """Until every future is finished: the first that erred raises its task's exception (with its
-    traceback), one that was cancelled (a scheduler lost or restarted, an operator's cancel) says
+    traceback), one that was cancelled (a scheduler lost or restarted, someone's cancel) says
     why as RunnerLost; a deadline passed raises TimeoutError."""
     import dask.distributed as ddist
 
     while True:
         for future in futures:
-            if future.status == "error":
-                future.result()  # raises what the future's state holds: no data travels
-            if future.status == "cancelled":
+            if future.status in ("error", "cancelled"):
                 try:
-                    future.result()
-                except ddist.CancelledError as cancelled:
-                    raise RunnerLost(_cancelled(client, getattr(cancelled, "reason", "unknown"))) from cancelled
+                    future.result()  # raises what the future's state holds: no data travels
+                except ddist.CancelledError as cancelled:  # also when it erred, then was cancelled, since the test above
+                    raise RunnerLost(_cancelled(client, getattr(cancelled, "reason", None) or "unknown")) from cancelled
         if all(future.status == "finished" for future in futures):
             return
         if deadline is not None and time.monotonic() >= deadline:
@@ -355,11 +358,14 @@ def _wait_for(client, futures, deadline: float | None) -> None:
 
 
 def _cancelled(client, reason: str) -> str:
+    """A lost scheduler cannot say whether a publish step running on a worker finished (a worker
+    that loses its scheduler lets its running task end): the output is the previous dataset or
+    the new one (publication is atomic), so the line does not say which."""
     address = getattr(client.scheduler, "address", None) or "?"
     what = {"scheduler-connection-lost": f"the connection to the Dask scheduler at {address} was lost",
             "scheduler-restart": f"the Dask scheduler at {address} was restarted"}.get(
                 reason, f"the Dask cluster at {address} cancelled the run's tasks ({reason})")
-    return f"{what} before the run's work was done; nothing was published"
+    return f"{what} before the run's work was done"
 
 
 DRAIN_SECONDS = 60.0

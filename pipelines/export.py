@@ -251,7 +251,7 @@ def _export(args, run_state: _Run, out: TextIO) -> tuple[dict, list[str]]:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
         lease.__exit__(None, None, None)
         if run_state.publishing or _holds_groups(out_fs, staging):
-            run_state.kept = _shown(out_fs, staging)  # stays, hidden from readers, for the same command to resume
+            run_state.kept = storage.shown(out_fs, staging)  # stays, hidden from readers, for the same command to resume
         else:
             with contextlib.suppress(OSError):
                 out_fs.rm(staging, recursive=True)
@@ -293,7 +293,7 @@ def _published_by_interrupted_export(fs, out_root: str, identity: str, out: Text
         prefix = folder.rstrip("/") + f"/{journal.JOURNAL_DIR}/"
         if any(not path.startswith(prefix) for path in fs.find(folder)) or not fs.exists(info_path):
             continue
-        print(f"[mixtrain-export] the interrupted export in {for_terminal(_shown(fs, folder))} had published the output "
+        print(f"[mixtrain-export] the interrupted export in {for_terminal(storage.shown(fs, folder))} had published the output "
               "whole; its folder is removed", file=out)
         with contextlib.suppress(OSError, FileNotFoundError):
             fs.rm(folder, recursive=True)
@@ -337,7 +337,7 @@ def _take_staging(fs, out_root: str, identity: str, groups: int, args, out: Text
 
     chosen = None
     for folder in _export_stagings(fs, out_root):
-        where = for_terminal(_shown(fs, folder))
+        where = for_terminal(storage.shown(fs, folder))
         if publish.has_live_owner(fs, folder):
             raise ConversionError(f"{args.output}: another export is writing this output (its staging folder {where}); wait for it "
                                   "to finish")
@@ -369,14 +369,9 @@ def _take_staging(fs, out_root: str, identity: str, groups: int, args, out: Text
         return chosen, frozenset()
     publish.claim_staging(fs, chosen)
     recorded = journal.recorded_groups(fs, chosen, identity, groups)
-    print(f"[mixtrain-export] resuming the interrupted export in {for_terminal(_shown(fs, chosen))}: {len(recorded)} of "
+    print(f"[mixtrain-export] resuming the interrupted export in {for_terminal(storage.shown(fs, chosen))}: {len(recorded)} of "
           f"{groups} groups reused, {groups - len(recorded)} left to write", file=out)
     return chosen, frozenset(recorded)
-
-
-def _shown(fs, path: str) -> str:
-    """A path as messages name it: a local one as it is, on a store its URL (s3://bucket/...)."""
-    return path if storage.is_local(fs) else storage.url_for(fs, path)
 
 
 YOUNG_SECONDS = 60.0  # a staging folder without a journal is taken for abandoned only once this old

@@ -101,7 +101,7 @@ def _interrupted_runs(url: str) -> str:
         journals = resume.interrupted(fs, root)
     except (OSError, ValueError, ConversionError):
         return ""
-    return "".join(f"interrupted: {for_terminal(resume.describe(journal))} (not published; the same conversion command "
+    return "".join(f"interrupted: {for_terminal(resume.describe(journal, fs))} (not published; the same conversion command "
                    "resumes it, --fresh discards it)\n" for journal in journals)
 
 

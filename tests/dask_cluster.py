@@ -32,7 +32,7 @@ class Cluster:
         self.workers[index].wait()
 
     def kill_scheduler(self) -> None:
-        """SIGKILL the scheduler: its machine lost mid-run."""
+        """SIGKILL the scheduler's process (its connections close at once; a vanished machine is noticed later)."""
         os.killpg(self.scheduler.pid, signal.SIGKILL)
         self.scheduler.wait()
 

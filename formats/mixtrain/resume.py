@@ -518,10 +518,11 @@ def interrupted(fs, output: str, lake_table: bool | None = None) -> list[Journal
     return sorted(journals, key=lambda journal: journal.run_id, reverse=True)
 
 
-def describe(journal: Journal) -> str:
-    """An interrupted run's staging in a few words: which run, when, how much it holds."""
+def describe(journal: Journal, fs) -> str:
+    """An interrupted run's staging in a few words: which run, when, how much it holds, and where
+    (as a user names it: with its store's scheme)."""
     first = journal.headers[min(journal.headers)] if journal.headers else {}
     when = first.get("started_at", "at an unknown time")
     ignored = f", {journal.unreadable} unreadable journal file(s) ignored" if journal.unreadable else ""
     return (f"run {journal.run_id} (started {when}): {journal.sequences} sequences recorded{ignored}, "
-            f"{journal.bytes / 1e6:.1f} MB staged in {journal.staging}")
+            f"{journal.bytes / 1e6:.1f} MB staged in {storage.shown(fs, journal.staging)}")
