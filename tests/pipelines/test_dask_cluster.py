@@ -150,10 +150,16 @@ def test_a_scheduler_killed_mid_run_is_one_line_at_once(store, tmp_path):
     assert len(hint) == 1 and "the sequences it completed are kept in s3://bucket/mixtrain/.lost.mixtrain-" in hint[0], stderr
     assert took < 20, took  # the client's reconnection attempts last 30 s
     assert not fs.exists("bucket/mixtrain/lost")
-    # Resumed (here by the local runner, the cluster being gone): the kept sequences are reused.
+    # Resumed (here by the local runner, the cluster being gone): the kept sequences are reused, and the
+    # output is an uninterrupted run's. A task of the killed run may still be writing a journal entry as the
+    # rerun lists them: moto listed one it did not serve yet (2 of 5 runs on a loaded machine; read 0.5 s
+    # later it was whole). The rerun says it ignored it and converts its units again.
     code, out, console = _run(f"--input={src}", f"--output={dst}", "--num_shards=2")
     assert code == 0, console
-    resuming = re.search(r"resuming run \S+ \(started \S+\): (\d+) sequences recorded, [0-9.]+ MB staged in "
-                         r"s3://bucket/mixtrain/\.lost\.mixtrain-\S+: (\d+) sequences reused", out)
-    assert resuming and int(resuming.group(2)) > 0, out
-    assert json.loads(fs.cat_file("bucket/mixtrain/lost/mixtrain.json"))["num_sequences"] == 24
+    resuming = re.search(r"resuming run \S+ \(started \S+\): (\d+) sequences recorded(, \d+ unreadable journal file\(s\) "
+                         r"ignored)?, [0-9.]+ MB staged in s3://bucket/mixtrain/\.lost\.mixtrain-\S+: (\d+) sequences reused", out)
+    assert resuming and int(resuming.group(3)) > 0, out
+    uninterrupted = "s3://bucket/mixtrain/lost_uninterrupted"
+    assert _run(f"--input={src}", f"--output={uninterrupted}", "--num_shards=2")[0] == 0
+    local, resumed = _without_time(_files(uninterrupted)), _without_time(_files(dst))
+    assert sorted(local) == sorted(resumed) and [name for name in local if local[name] != resumed[name]] == []
