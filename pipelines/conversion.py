@@ -422,7 +422,7 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                 if not launch_only and not options.detach:
                     result.wait_until_finish()
                     _check_published(out_fs, out_root, staging, options, run_id)
-        except (Exception, Interrupted):
+        except (Exception, Interrupted) as failure:
             signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
             if lease is not None:
                 lease.__exit__(None, None, None)  # given up before the folder is removed or kept
@@ -434,6 +434,8 @@ def run(argv: list[str], *, console: TextIO | None = None, out: TextIO | None = 
                 pass  # the table references this run's files (a commit landed before the failure): keep them
             elif (started_pipeline or journal is not None) and _kept_for_resumption(out_fs, staging):
                 kept = storage.shown(out_fs, staging)  # what it completed stays, hidden from readers, for the same command to resume
+            elif isinstance(failure, failures.RunnerLost) and not local:
+                pass  # a cluster's worker may still be publishing from it (a lost scheduler lets its task end): the next run collects it
             else:
                 _discard(out_fs, staging, out_root, created)
             raise

@@ -358,9 +358,9 @@ def _wait_for(client, futures, deadline: float | None) -> None:
 
 
 def _cancelled(client, reason: str) -> str:
-    """A lost scheduler cannot say whether a publish step running on a worker finished (a worker
-    that loses its scheduler lets its running task end): the output is the previous dataset or
-    the new one (publication is atomic), so the line does not say which."""
+    """A lost scheduler cannot say whether a publish step running on a worker will finish (a worker
+    that loses its scheduler lets its running task end, for up to 30 s): the line does not say what
+    the output is, and the launcher leaves that step's staging folder alone (pipelines/conversion.py)."""
     address = getattr(client.scheduler, "address", None) or "?"
     what = {"scheduler-connection-lost": f"the connection to the Dask scheduler at {address} was lost",
             "scheduler-restart": f"the Dask scheduler at {address} was restarted"}.get(

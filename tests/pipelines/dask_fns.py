@@ -79,3 +79,18 @@ def codec_threads() -> str | None:
     from transforms.video import CODEC_THREADS_ENV
 
     return os.environ.get(CODEC_THREADS_ENV)
+
+
+def slow_publish(seconds: float) -> None:
+    """Run on every worker (Client.run): the publish step waits `seconds` after it removed its journal,
+    before it moves the staged files into the output (0: as it was)."""
+    from transforms import write
+
+    original = getattr(write.tables, "_original_publish", write.tables.publish)
+    write.tables._original_publish = original
+
+    def slow(*args, **kwargs):
+        time.sleep(seconds)
+        return original(*args, **kwargs)
+
+    write.tables.publish = slow if seconds else original

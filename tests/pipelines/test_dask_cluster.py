@@ -16,6 +16,7 @@ import time
 import pytest
 
 from formats import storage
+from formats.mixtrain import publish
 from formats.sources.lerobot_v3.sample import SyntheticLeRobot, write_dataset
 from tests import dask_cluster, s3_server
 from tests.pipelines.test_s3 import _files, _run, _upload
@@ -149,6 +150,7 @@ def test_a_scheduler_killed_mid_run_is_one_line_at_once(store, tmp_path):
                                 "work was done"), stderr
     assert len(hint) == 1 and "the sequences it completed are kept in s3://bucket/mixtrain/.lost.mixtrain-" in hint[0], stderr
     assert took < 20, took  # the client's reconnection attempts last 30 s
+    fs.invalidate_cache()  # the listing the wait above kept
     assert not fs.exists("bucket/mixtrain/lost")
     # Resumed (here by the local runner, the cluster being gone): the kept sequences are reused, and the
     # output is an uninterrupted run's. A task of the killed run may still be writing a journal entry as the
@@ -163,3 +165,38 @@ def test_a_scheduler_killed_mid_run_is_one_line_at_once(store, tmp_path):
     assert _run(f"--input={src}", f"--output={uninterrupted}", "--num_shards=2")[0] == 0
     local, resumed = _without_time(_files(uninterrupted)), _without_time(_files(dst))
     assert sorted(local) == sorted(resumed) and [name for name in local if local[name] != resumed[name]] == []
+
+
+def test_a_scheduler_killed_while_a_worker_publishes_leaves_that_publication_alone(store, tmp_path):
+    """The scheduler SIGKILLed once the publish step (on a worker) has removed the run's journal and
+    before it moves the staged objects: the launcher fails in one line, but the folder the worker
+    publishes from is not removed under it (the launcher used to discard it, so the worker's copy
+    found nothing, or half of it). The worker's task ends as it would have: the output is an
+    uninterrupted run's."""
+    from tests.pipelines import dask_fns
+
+    src = _dataset(store, "publishing_src", 6)
+    dst, uninterrupted = "s3://bucket/mixtrain/publishing", "s3://bucket/mixtrain/publishing_uninterrupted"
+    assert _run(f"--input={src}", f"--output={uninterrupted}", "--num_shards=2")[0] == 0
+    fs, _ = storage.open_root(dst)
+    with dask_cluster.separate_commands(tmp_path) as cluster:
+        with distributed.Client(scheduler_file=str(cluster.scheduler_file)) as client:
+            client.run(dask_fns.slow_publish, 3.0)
+        launcher = _Launcher(src, dst, cluster)
+        deadline = time.monotonic() + 120
+        while True:  # publishing: its heartbeat written, its journal removed
+            fs.invalidate_cache()
+            folders = fs.glob("bucket/mixtrain/.publishing.mixtrain-*")
+            if folders and fs.exists(f"{folders[0]}/{publish.PUBLISHING}") and not fs.exists(f"{folders[0]}/_resume"):
+                break
+            assert launcher.process.poll() is None and time.monotonic() < deadline, (launcher.lines, launcher.errors)
+            time.sleep(0.05)
+        cluster.kill_scheduler()
+        code, stderr = launcher.wait(timeout=120)
+        assert code == 1 and stderr.splitlines()[0].endswith("was lost before the run's work was done"), stderr
+        deadline = time.monotonic() + 60  # the worker's task goes on for about 3 s
+        while not fs.exists("bucket/mixtrain/publishing/mixtrain.json") and time.monotonic() < deadline:
+            time.sleep(0.2)
+            fs.invalidate_cache()
+    local, published = _without_time(_files(uninterrupted)), _without_time(_files(dst))
+    assert sorted(local) == sorted(published) and [name for name in local if local[name] != published[name]] == []
