@@ -449,14 +449,15 @@ def check_no_leased_run(fs, output: str) -> None:
     folders = [folder for folder, _ in publish.staging_folders(fs, output)]
     folders += [storage.join(output, lake.RUNS_DIR, name) for _, name in lake.pending_runs(fs, output)]
     for folder in folders:
+        shown, where = storage.shown(fs, output), storage.shown(fs, folder)
         age = _lease_age(fs, folder)
         if age is not None:
-            raise ConversionError(f"{output}: another conversion is writing this output (its staging {folder} holds a lease renewed "
+            raise ConversionError(f"{shown}: another conversion is writing this output (its staging {where} holds a lease renewed "
                                   f"{age:.0f} s ago); wait for it to finish, or, if it was stopped, run again in "
                                   f"{LEASE_STALE - age:.0f} s, when its lease has lapsed, to resume it")
         age = publish.publishing_age(fs, folder)
         if age is not None:
-            raise ConversionError(f"{output}: another conversion is publishing this output (its staging {folder} renewed its "
+            raise ConversionError(f"{shown}: another conversion is publishing this output (its staging {where} renewed its "
                                   f"publication's heartbeat {age:.0f} s ago); wait for it to finish, or, if it was stopped, run "
                                   f"again in {publish.HEARTBEAT_STALE - age:.0f} s, when it has lapsed")
 

@@ -463,7 +463,8 @@ def test_an_object_store_run_killed_while_shards_are_written_resumes_to_the_same
         assert resume.interrupted(fs, root) == []
         code, out, err = _run(src, f"{bucket}/out", "--num_shards=2")  # one writer per output: refused while the lease is live
         bucket_root = root.rsplit("/", 1)[0]
-        assert code == 1 and re.fullmatch(rf"error: {root}: another conversion is writing this output \(its staging {bucket_root}/"
+        shown = re.escape(bucket)  # the store's URL, as the user typed it
+        assert code == 1 and re.fullmatch(rf"error: {shown}/out: another conversion is writing this output \(its staging {shown}/"
                                           rf"\.out{re.escape(publish.SIBLING_MARK)}\S+ holds a lease renewed \d+ s ago\); wait for it "
                                           r"to finish, or, if it was stopped, run again in \d+ s, when its lease has lapsed, to resume "
                                           r"it\n", err), err
@@ -498,7 +499,8 @@ def test_an_s3_publication_killed_leaves_nothing_a_glob_of_the_output_matches_an
         (heartbeat,) = [key for key in left if key.endswith(f"/{publish.PUBLISHING}")]
         # Its heartbeat is fresh: as far as anyone can tell it is still publishing. Refused, kept.
         code, out, err = _run(src, f"{bucket}/out", "--num_shards=3", "--overwrite")
-        assert code == 1 and re.fullmatch(rf"error: {root}: another conversion is publishing this output \(its staging \S+ renewed "
+        assert code == 1 and re.fullmatch(rf"error: {re.escape(bucket)}/out: another conversion is publishing this output \(its staging "
+                                          rf"{re.escape(bucket)}/\S+ renewed "
                                           r"its publication's heartbeat \d+ s ago\); wait for it to finish, or, if it was stopped, "
                                           r"run again in \d+ s, when it has lapsed\n", err), err
         assert sorted(key for key in _objects(bucket) if key.startswith(".")) == sorted(left)
