@@ -348,7 +348,7 @@ def _wait_for(client, futures, deadline: float | None) -> None:
             if future.status in ("error", "cancelled"):
                 try:
                     future.result()  # raises what the future's state holds: no data travels
-                except ddist.CancelledError as cancelled:  # also when it erred, then was cancelled, since the test above
+                except ddist.CancelledError as cancelled:  # also one that erred, then was cancelled, after the look above
                     raise RunnerLost(_cancelled(client, getattr(cancelled, "reason", None) or "unknown")) from cancelled
         if all(future.status == "finished" for future in futures):
             return

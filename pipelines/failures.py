@@ -22,6 +22,7 @@ class RunnerLost(errors.ConversionError):
     """A part of the runner that the run needed ended before the work was done (a local worker
     process, a cluster's scheduler): there is no file or sequence to name, so the output is named."""
 
+
 _ERROR_LINE = re.compile(r"(?:^|\s|\.)(?:" + "|".join(n for n in errors.__all__ if n[0].isupper()) + r"): (.+)")
 
 
@@ -71,7 +72,7 @@ def report(error: BaseException, console: TextIO, *, output: str, log_path: str 
             print(error.hint, file=console, flush=True)
         return EXIT_USAGE
     message = output_message(error, output) or user_message(error)
-    if isinstance(error, RunnerLost):
+    if isinstance(error, RunnerLost):  # no file or sequence to name: the run's output is named
         message = f"{output}: {message}"
     if message is None:  # not bad input: a fault of ours or of the platform
         first = (str(error).strip().splitlines() or [""])[0]
