@@ -55,18 +55,23 @@ def bundles(folder: str) -> int:
     return len(os.listdir(os.path.join(folder, "bundles")))
 
 
+def _slowed(owner, name: str, seconds: float) -> None:
+    """`owner.name` made to wait `seconds` before it runs (0: the original again, however often set)."""
+    original = getattr(owner, f"_original_{name}", getattr(owner, name))
+    setattr(owner, f"_original_{name}", original)
+
+    def slow(*args, **kwargs):
+        time.sleep(seconds)
+        return original(*args, **kwargs)
+
+    setattr(owner, name, slow if seconds else original)
+
+
 def slow_loads(seconds: float) -> None:
     """Run on every worker (Client.run): each batch of refs waits `seconds` before it loads (0: as it was)."""
     from transforms import read
 
-    original = getattr(read._LoadSequenceFn, "_original_process", read._LoadSequenceFn.process)
-    read._LoadSequenceFn._original_process = original
-
-    def slow(self, batch):
-        time.sleep(seconds)
-        return original(self, batch)
-
-    read._LoadSequenceFn.process = slow if seconds else original
+    _slowed(read._LoadSequenceFn, "process", seconds)
 
 
 def scheduled(dask_scheduler) -> int:
@@ -86,11 +91,4 @@ def slow_publish(seconds: float) -> None:
     before it moves the staged files into the output (0: as it was)."""
     from transforms import write
 
-    original = getattr(write.tables, "_original_publish", write.tables.publish)
-    write.tables._original_publish = original
-
-    def slow(*args, **kwargs):
-        time.sleep(seconds)
-        return original(*args, **kwargs)
-
-    write.tables.publish = slow if seconds else original
+    _slowed(write.tables, "publish", seconds)
